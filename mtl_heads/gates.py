@@ -1,0 +1,153 @@
+"""Head gates: one multiplicative value per attention head, on a ``[layers, heads]`` grid.
+
+A gate scales each head's context vector before the output projection,
+``MultiHead = Concat_i(g_i * head_i) W_O`` (see ``docs/background.md``, section 1).
+Every gate is an ``nn.Module`` with the same three verbs:
+
+- ``forward()`` -> ``[layers, heads]``: the values used by this forward pass;
+- ``penalty()`` -> scalar: the sparsity penalty (expected L0; 0 for fixed gates);
+- ``values()`` -> ``[layers, heads]``: deterministic values, detached, for saving and reports.
+
+``build_gate(kind, layers, heads, **kwargs)`` builds one from the plain ``GATES`` dict;
+kind ``"none"`` gives ``None``, which means "install no hook at all".
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+__all__ = ["HardConcreteGate", "FixedGate", "GATES", "build_gate"]
+
+
+class HardConcreteGate(nn.Module):
+    r"""Learnt gates with the Hard Concrete relaxation of L0 (Louizos et al. 2018).
+
+    Args:
+        layers, heads: grid size.
+        beta (float): temperature of the concrete distribution. Default: 0.33.
+        l, r (float): stretch interval ``(l, r)``, ``l < 0 < 1 < r``. Default: -0.1, 1.1.
+        init_range (float): ``log_alpha`` is initialised ``U(init_mean - init_range, init_mean + init_range)``.
+            Default: 0.68.
+        init_mean (float): centre of that interval. Default: 0.0 (the reference scripts; eval
+            gates start near 0.5). A positive centre (e.g. 3.0) starts with the heads open.
+
+    In training mode every call draws one fresh sample per head:
+    ``u ~ U(0, 1)``, ``s = sigmoid((log u - log(1 - u) + log_alpha) / beta)``,
+    ``g = clamp(s * (r - l) + l, 0, 1)``. In eval mode it returns the deterministic
+    ``clamp(sigmoid(log_alpha) * (r - l) + l, 0, 1)``.
+    """
+
+    # keeps log(u) and log(1 - u) finite in float32
+    EPS = 1e-6
+
+    def __init__(
+        self,
+        layers: int,
+        heads: int,
+        beta: float = 0.33,
+        l: float = -0.1,  # noqa: E741 - the paper's name
+        r: float = 1.1,
+        init_range: float = 0.68,
+        init_mean: float = 0.0,
+    ):
+        super().__init__()
+        if not (l < 0.0 < 1.0 < r):
+            raise ValueError(f"HardConcreteGate needs l < 0 < 1 < r, got l={l}, r={r}")
+        if beta <= 0:
+            raise ValueError(f"HardConcreteGate needs beta > 0, got {beta}")
+        self.layers, self.heads = layers, heads
+        self.beta, self.l, self.r = beta, l, r
+        self.log_alpha = nn.Parameter(torch.empty(layers, heads).uniform_(init_mean - init_range, init_mean + init_range))
+
+    def extra_repr(self) -> str:
+        return f"layers={self.layers}, heads={self.heads}, beta={self.beta}, l={self.l}, r={self.r}"
+
+    def forward(self) -> torch.Tensor:
+        """Gate values ``[layers, heads]``: a sample when training, deterministic in eval."""
+        if not self.training:
+            return self._deterministic()
+        u = torch.rand_like(self.log_alpha).clamp(self.EPS, 1.0 - self.EPS)
+        s = torch.sigmoid((torch.log(u) - torch.log1p(-u) + self.log_alpha) / self.beta)
+        return (s * (self.r - self.l) + self.l).clamp(0.0, 1.0)
+
+    def _deterministic(self) -> torch.Tensor:
+        return (torch.sigmoid(self.log_alpha) * (self.r - self.l) + self.l).clamp(0.0, 1.0)
+
+    def expected_l0(self) -> torch.Tensor:
+        """P(gate != 0) per head ``[layers, heads]``: ``sigmoid(log_alpha - beta * log(-l / r))``."""
+        return torch.sigmoid(self.log_alpha - self.beta * math.log(-self.l / self.r))
+
+    def penalty(self) -> torch.Tensor:
+        """Expected number of open heads: sum over heads, averaged over layers (scalar)."""
+        return self.expected_l0().sum(-1).mean()
+
+    def values(self) -> torch.Tensor:
+        """Deterministic (eval) gate values ``[layers, heads]``, detached."""
+        return self._deterministic().detach()
+
+
+class FixedGate(nn.Module):
+    """Fixed gates: a hard 0/1 mask or soft values in [0, 1], not learnt.
+
+    Args:
+        mask: ``[layers, heads]`` tensor (or nested list); stored as a float buffer.
+    """
+
+    def __init__(self, mask: torch.Tensor):
+        super().__init__()
+        mask = torch.as_tensor(mask, dtype=torch.get_default_dtype())
+        if mask.dim() != 2:
+            raise ValueError(f"FixedGate needs a [layers, heads] mask, got shape {tuple(mask.shape)}")
+        if not torch.isfinite(mask).all() or mask.min() < 0 or mask.max() > 1:
+            raise ValueError(
+                f"FixedGate values must lie in [0, 1], got min {mask.min().item()}, max {mask.max().item()}"
+            )
+        self.register_buffer("mask", mask.clone())
+
+    def extra_repr(self) -> str:
+        return f"layers={self.mask.shape[0]}, heads={self.mask.shape[1]}"
+
+    def forward(self) -> torch.Tensor:
+        return self.mask
+
+    def penalty(self) -> torch.Tensor:
+        return self.mask.new_zeros(())
+
+    def values(self) -> torch.Tensor:
+        return self.mask.detach().clone()
+
+
+# kind -> class; "none" builds no gate, so the encoder installs no hook at all.
+GATES: dict[str, type[nn.Module] | None] = {
+    "none": None,
+    "fixed": FixedGate,
+    "hard_concrete": HardConcreteGate,
+}
+
+
+def build_gate(kind: str, layers: int, heads: int, **kwargs) -> nn.Module | None:
+    """Build a gate of ``kind`` (a key of ``GATES``) for a ``[layers, heads]`` grid.
+
+    ``"fixed"`` takes ``mask=`` (checked against the grid); ``"hard_concrete"`` takes the
+    ``HardConcreteGate`` hyper-parameters; ``"none"`` returns ``None``.
+    """
+    if kind not in GATES:
+        raise ValueError(f"unknown gate kind {kind!r}; valid kinds: {sorted(GATES)}")
+    cls = GATES[kind]
+    if cls is None:
+        return None
+    if cls is FixedGate:
+        if "mask" not in kwargs:
+            raise ValueError("gate 'fixed' needs mask=[layers, heads] values in [0, 1]")
+        gate = FixedGate(kwargs.pop("mask"))
+        if kwargs:
+            raise TypeError(f"gate 'fixed' got unexpected arguments {sorted(kwargs)}")
+        if tuple(gate.mask.shape) != (layers, heads):
+            raise ValueError(
+                f"FixedGate mask has shape {tuple(gate.mask.shape)}, the encoder needs ({layers}, {heads})"
+            )
+        return gate
+    return cls(layers, heads, **kwargs)

@@ -1,0 +1,300 @@
+"""The training loop: MTL task sampling, AdamW with per-group learning rates, warmup + linear
+decay, clipping, dev evaluation per epoch, best checkpoint, atomic resumable checkpoints."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+from tqdm.auto import tqdm
+
+from mtl_heads.data.batching import Example, collate, epoch_plan, length_batches
+
+
+class TrainingError(RuntimeError):
+    """The run cannot go on (e.g. the loss became NaN); the message says where and what to try."""
+
+
+@dataclass
+class TrainState:
+    """Everything besides tensors that a resumed run needs to carry on exactly."""
+
+    epoch: int = 0            # current epoch (0-based)
+    step_in_epoch: int = 0    # steps of the current epoch already done
+    global_step: int = 0
+    best_score: float = float("-inf")
+    best_epoch: int = -1
+    history: list = field(default_factory=list)   # one dict per finished epoch
+    finished: bool = False
+
+
+# --- files ------------------------------------------------------------------------------------
+def atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def save_weights(module: nn.Module, path: Path) -> None:
+    """``module``'s state dict as safetensors, written atomically."""
+    state = {k: v.detach().contiguous().cpu() for k, v in module.state_dict().items()}
+    tmp = path.with_name(path.name + ".tmp")
+    save_file(state, str(tmp))
+    os.replace(tmp, path)
+
+
+def load_weights(module: nn.Module, path: Path) -> None:
+    module.load_state_dict(load_file(str(path)))
+
+
+def rng_state() -> dict:
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if state.get("cuda") and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+# --- the loop ---------------------------------------------------------------------------------
+class Trainer:
+    """Trains a :class:`~mtl_heads.model.MultiTaskModel`.
+
+    Args:
+        model: the model (already on ``device``).
+        tasks: ``{name: Task}``.
+        examples: ``{role: {task: [Example]}}`` for roles train/dev/test.
+        cfg: the run config (``train`` section read here).
+        run_dir: the run folder.
+        device: where batches go.
+        tracker: a :class:`~mtl_heads.tracking.Tracker`.
+        rank, world: DDP rank and number of processes (0, 1 without DDP).
+        wrapped: the model wrapped for DDP (default: ``model`` itself).
+        on_step: called as ``on_step(trainer)`` after every optimiser step (tests use it to
+            interrupt a run).
+    """
+
+    def __init__(self, model, tasks, examples, cfg, run_dir: Path, device: torch.device, tracker,
+                 rank: int = 0, world: int = 1, wrapped: nn.Module | None = None,
+                 on_step: Callable | None = None):
+        self.model, self.tasks, self.examples, self.cfg = model, tasks, examples, cfg
+        self.run_dir, self.device, self.tracker = run_dir, device, tracker
+        self.rank, self.world = rank, world
+        self.wrapped = wrapped if wrapped is not None else model
+        self.on_step = on_step
+        self.tc = cfg.train
+        self.pad_id = model.encoder.tokenizer.pad_token_id
+        self.bf16 = device.type == "cuda" and cfg.precision in ("auto", "bf16")
+        self.state = TrainState()
+        self.steps_per_epoch = sum(len(b) for b in self._train_batches(0).values())
+        if self.steps_per_epoch == 0:
+            raise TrainingError("no training batch: every task has an empty training set (see the data report)")
+        self.optimizer = self._optimizer()
+        self.scheduler = self._scheduler(self.tc.epochs * self.steps_per_epoch)
+        self.checkpoint_dir = run_dir / "checkpoint"
+
+    # --- setup ----------------------------------------------------------------------------
+    def _optimizer(self) -> torch.optim.Optimizer:
+        groups = self.model.param_groups()
+        lrs = {"encoder": self.tc.lr_encoder, "decoder": self.tc.lr_decoder, "gate": self.tc.lr_gate}
+        decay = {"encoder": self.tc.weight_decay, "decoder": self.tc.weight_decay, "gate": 0.0}
+        params = [{"params": [p for p in groups[g] if p.requires_grad], "lr": lrs[g], "weight_decay": decay[g], "name": g}
+                  for g in ("encoder", "decoder", "gate") if groups[g]]
+        return torch.optim.AdamW(params)
+
+    def _scheduler(self, total: int) -> torch.optim.lr_scheduler.LambdaLR:
+        warmup = int(self.tc.warmup * total)
+
+        def factor(step: int) -> float:
+            if step < warmup:
+                return (step + 1) / warmup
+            return max(0.0, (total - step) / max(1, total - warmup))
+
+        return torch.optim.lr_scheduler.LambdaLR(self.optimizer, factor)
+
+    def _train_batches(self, epoch: int) -> dict[str, list[list[int]]]:
+        """Each task's batches for ``epoch`` (this rank's share under DDP). Deterministic in
+        (seed, epoch), so a resumed run rebuilds them."""
+        rng = random.Random(f"{self.cfg.seed}-batches-{epoch}")
+        out = {}
+        for name in sorted(self.tasks):
+            examples = self.examples["train"][name]
+            batches = length_batches([len(e.input_ids) for e in examples], self.tc.batch_size, rng)
+            per_rank = len(batches) // self.world
+            out[name] = batches[self.rank::self.world][:per_rank]
+        return out
+
+    # --- checkpoints ----------------------------------------------------------------------
+    def save_checkpoint(self) -> None:
+        """Model, optimiser, schedule, RNG and loop state, swapped in atomically (a new folder is
+        written, then renamed over the old one)."""
+        if self.rank != 0:
+            return
+        tmp, old = self.run_dir / "checkpoint.tmp", self.run_dir / "checkpoint.old"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        save_weights(self.model, tmp / "model.safetensors")
+        torch.save({"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                    "rng": rng_state(), "state": asdict(self.state)}, tmp / "state.pt")
+        if self.checkpoint_dir.exists():
+            os.replace(self.checkpoint_dir, old)
+        os.replace(tmp, self.checkpoint_dir)
+        shutil.rmtree(old, ignore_errors=True)
+
+    def load_checkpoint(self) -> bool:
+        """Restore the last checkpoint of the run folder; False when there is none."""
+        folder = self.checkpoint_dir
+        if not folder.exists() and (self.run_dir / "checkpoint.old").exists():
+            folder = self.run_dir / "checkpoint.old"  # killed between the two renames
+        if not (folder / "state.pt").exists():
+            return False
+        blob = torch.load(folder / "state.pt", map_location="cpu", weights_only=False)
+        load_weights(self.model, folder / "model.safetensors")
+        self.optimizer.load_state_dict(blob["optimizer"])
+        self.scheduler.load_state_dict(blob["scheduler"])
+        set_rng_state(blob["rng"])
+        self.state = TrainState(**blob["state"])
+        return True
+
+    # --- training -------------------------------------------------------------------------
+    def fit(self) -> TrainState:
+        while self.state.epoch < self.tc.epochs:
+            self._train_epoch()
+            self._end_epoch()
+        return self.state
+
+    def _train_epoch(self) -> None:
+        epoch = self.state.epoch
+        plan = epoch_plan(self._train_batches(epoch), self.tc.sampling_alpha,
+                          random.Random(f"{self.cfg.seed}-plan-{epoch}"))
+        self.model.train()
+        bar = tqdm(total=len(plan), initial=self.state.step_in_epoch, desc=f"epoch {epoch + 1}/{self.tc.epochs}",
+                   disable=self.rank != 0 or not self.tc.progress, dynamic_ncols=True, leave=False)
+        for task, batch_ids in plan[self.state.step_in_epoch:]:
+            loss = self._step(task, [self.examples["train"][task][i] for i in batch_ids])
+            self.state.step_in_epoch += 1
+            self.state.global_step += 1
+            bar.update(1)
+            bar.set_postfix(task=task, loss=f"{loss:.3f}")
+            if self.state.global_step % 20 == 0:
+                self.tracker.log({f"train/loss/{task}": loss, "train/lr": self.scheduler.get_last_lr()[0]},
+                                 step=self.state.global_step)
+            if self.tc.checkpoint_every and self.state.global_step % self.tc.checkpoint_every == 0:
+                self.save_checkpoint()
+            if self.on_step is not None:
+                self.on_step(self)
+        bar.close()
+
+    def _step(self, task: str, examples: list[Example]) -> float:
+        batch = self._to_device(collate(examples, self.pad_id))
+        targets = self._move(self.tasks[task].targets([e.sentence for e in examples], batch["word_mask"].shape[1]))
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+            loss, _ = self.wrapped(batch, task, targets)
+        if not torch.isfinite(loss):
+            raise TrainingError(
+                f"the loss of task '{task}' is {loss.item()} at epoch {self.state.epoch + 1}, step "
+                f"{self.state.step_in_epoch + 1}; stopping. The last good checkpoint is in {self.checkpoint_dir}. "
+                f"Try a lower learning rate (train.lr_encoder={self.tc.lr_encoder}, train.lr_decoder={self.tc.lr_decoder}) "
+                f"or gradient clipping (train.clip={self.tc.clip}).")
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.tc.clip:
+            nn.utils.clip_grad_norm_(self.model.parameters(), self.tc.clip)
+        self.optimizer.step()
+        self.scheduler.step()
+        return loss.item()
+
+    def _end_epoch(self) -> None:
+        scores = self._broadcast(self.evaluate("dev") if self.rank == 0 else None)
+        mean = mean_score(scores, self.tasks)
+        record = {"epoch": self.state.epoch + 1, "dev": scores, "dev_mean": mean}
+        self.state.history.append(record)
+        improved = mean > self.state.best_score
+        if improved:
+            self.state.best_score, self.state.best_epoch = mean, self.state.epoch + 1
+            if self.rank == 0:
+                save_weights(self.model, self.run_dir / "model.safetensors")
+        if self.rank == 0:
+            flat = {f"dev/{t}/{k}": v for t, m in scores.items() for k, v in m.items()}
+            self.tracker.log({**flat, "dev/mean": mean, "epoch": self.state.epoch + 1}, step=self.state.global_step)
+            self.tracker.log_gates(self.model.encoder.gate_values().cpu(), step=self.state.global_step)
+            tqdm.write(f"epoch {self.state.epoch + 1}: dev " + format_scores(scores, self.tasks)
+                       + f" | mean {mean:.2f}" + (" (best)" if improved else ""))
+        self.state.epoch += 1
+        self.state.step_in_epoch = 0
+        self.save_checkpoint()
+
+    def _broadcast(self, obj):
+        if self.world == 1:
+            return obj
+        import torch.distributed as dist
+
+        box = [obj]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    # --- evaluation -----------------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self, role: str) -> dict[str, dict[str, float]]:
+        """Metrics of every task on ``role`` (dev or test) with the current weights."""
+        self.model.eval()
+        results = {}
+        for name, task in sorted(self.tasks.items()):
+            examples = self.examples[role][name]
+            metric = task.metric()
+            batches = length_batches([len(e.input_ids) for e in examples], self.tc.eval_batch_size)
+            for ids in tqdm(batches, desc=f"{role} {name}", leave=False, dynamic_ncols=True,
+                            disable=self.rank != 0 or not self.tc.progress):
+                chunk = [examples[i] for i in ids]
+                batch = self._to_device(collate(chunk, self.pad_id))
+                with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+                    preds = self.model.decode(batch, name)
+                metric.update(preds, [task.gold(e.sentence) for e in chunk])
+            results[name] = metric.compute() if examples else {}
+        self.model.train()
+        return results
+
+    def _to_device(self, batch: dict) -> dict:
+        return {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
+
+    def _move(self, targets):
+        if isinstance(targets, torch.Tensor):
+            return targets.to(self.device)
+        if isinstance(targets, dict):
+            return {k: self._move(v) for k, v in targets.items()}
+        if isinstance(targets, (list, tuple)):
+            return type(targets)(self._move(v) for v in targets)
+        return targets
+
+
+def mean_score(scores: dict[str, dict[str, float]], tasks: dict) -> float:
+    """Mean over tasks of each task's main metric (tasks without dev data are left out)."""
+    values = [scores[t][tasks[t].main_metric] for t in sorted(tasks) if scores.get(t)]
+    return float(sum(values) / len(values)) if values else float("-inf")
+
+
+def format_scores(scores: dict[str, dict[str, float]], tasks: dict) -> str:
+    return "  ".join(f"{t} {tasks[t].main_metric} {scores[t][tasks[t].main_metric]:.2f}"
+                     for t in sorted(tasks) if scores.get(t))
+
+
+def write_json(path: Path, obj) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, default=float) + "\n")

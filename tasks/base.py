@@ -1,0 +1,101 @@
+"""What a task declares: the Sentence layers it reads, its labels, its decoder and its metric.
+
+A task module defines one :class:`Task` subclass (name, needs, gold, targets, build_decoder,
+metric) and one decoder ``nn.Module`` with the ``forward / loss / decode`` trio; registering it is
+one line in ``tasks/__init__.py``.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import torch
+from torch import nn
+
+from mtl_heads.data.sentence import Sentence
+
+
+class Metric:
+    """Accumulates predictions against gold structures; ``compute`` returns named scores (in %)."""
+
+    def update(self, preds: list[Any], golds: list[Any]) -> None:
+        raise NotImplementedError
+
+    def compute(self) -> dict[str, float]:
+        raise NotImplementedError
+
+
+class Decoder(nn.Module):
+    """A task head over word vectors.
+
+    ``forward(words [batch, n_words, hidden], mask [batch, n_words]) -> scores``,
+    ``loss(scores, targets, mask) -> scalar``, ``decode(scores, mask) -> list`` (one prediction per
+    sentence, in the same form as ``Task.gold``).
+    """
+
+    def loss(self, scores: Any, targets: Any, mask: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def decode(self, scores: Any, mask: torch.Tensor) -> list[Any]:
+        raise NotImplementedError
+
+
+class Task:
+    """Base class of a task.
+
+    Args:
+        options: the task's section of the config (``task.<name>``), e.g. ``{"dropout": 0.1}``.
+    """
+
+    name: str = ""
+    needs: tuple[str, ...] = ()   # Sentence layers; sentences lacking one are left out of this task
+    main_metric: str = ""         # the key of ``metric().compute()`` used for model selection
+
+    def __init__(self, options: dict | None = None):
+        self.options = dict(options or {})
+        self.labels: list[str] = []
+
+    # --- labels -------------------------------------------------------------------------------
+    def label_counts(self, sentences: list[Sentence]) -> Counter:
+        """Counts of the labels this task predicts in ``sentences`` (defines the vocabulary)."""
+        raise NotImplementedError
+
+    def fit_labels(self, sentences: list[Sentence]) -> None:
+        """Build the label vocabulary from training sentences (sorted, so it is reproducible)."""
+        self.labels = sorted(self.label_counts(sentences))
+        self.index = {label: i for i, label in enumerate(self.labels)}
+
+    def load_labels(self, labels: list[str]) -> None:
+        self.labels = list(labels)
+        self.index = {label: i for i, label in enumerate(self.labels)}
+
+    def ids(self, labels: list[str]) -> list[int]:
+        """Label ids; a label unseen in training maps to -100 (ignored by the loss)."""
+        return [self.index.get(label, -100) for label in labels]
+
+    # --- data ---------------------------------------------------------------------------------
+    def usable(self, sentence: Sentence) -> bool:
+        return all(sentence.has(layer) for layer in self.needs)
+
+    def gold(self, sentence: Sentence) -> Any:
+        """The gold structure of one sentence, in the form ``decode`` predicts."""
+        raise NotImplementedError
+
+    def targets(self, sentences: list[Sentence], n_words: int) -> Any:
+        """Training targets for a batch, padded to ``n_words``."""
+        raise NotImplementedError
+
+    # --- model --------------------------------------------------------------------------------
+    def build_decoder(self, hidden_size: int) -> Decoder:
+        raise NotImplementedError
+
+    def metric(self) -> Metric:
+        raise NotImplementedError
+
+
+def pad_ids(rows: list[list[int]], n_words: int, pad: int = -100) -> torch.Tensor:
+    """``[batch, n_words]`` long tensor of label ids, padded with ``pad``."""
+    out = torch.full((len(rows), n_words), pad, dtype=torch.long)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+    return out

