@@ -184,7 +184,8 @@ class GatedEncoder(nn.Module):
             if shape != (self.num_layers, self.num_heads):
                 raise ValueError(f"gate has shape {shape}, the encoder has ({self.num_layers}, {self.num_heads})")
 
-        # State read by the hooks during one forward pass.
+        # State read by the hooks. The gate rows of the last forward are kept until the next one,
+        # so that gradient checkpointing recomputes the layers with the same sample.
         self._gate_rows: torch.Tensor | None = None  # [layers, heads], sampled once per forward
         self._captured: list | None = None  # per layer [B, T, H, d] when capturing
         self._hooks = []
@@ -217,7 +218,13 @@ class GatedEncoder(nn.Module):
                 model_kwargs["attn_implementation"] = "eager"
             if "add_pooling_layer" in inspect.signature(model_cls.__init__).parameters:
                 model_kwargs["add_pooling_layer"] = False  # the pooler is unused; keep it out of the optimiser
-        model = _load(transformers.AutoModel.from_pretrained, name_or_path, path, local_only, **model_kwargs)
+        # The load report would list the dropped pooler weights as UNEXPECTED: expected, so quiet.
+        verbosity = transformers.logging.get_verbosity()
+        transformers.logging.set_verbosity_error()
+        try:
+            model = _load(transformers.AutoModel.from_pretrained, name_or_path, path, local_only, **model_kwargs)
+        finally:
+            transformers.logging.set_verbosity(verbosity)
 
         tok_kwargs = {"use_fast": True}
         if config.model_type in _PREFIX_SPACE_TOKENIZERS:
@@ -244,8 +251,8 @@ class GatedEncoder(nn.Module):
         x = args[0]  # (B, T, H*d), every head's context
         if self.gate is not None:
             rows = self._gate_rows
-            if rows is None:  # the model was called directly, not through GatedEncoder.forward
-                rows = self.gate()
+            if rows is None:  # model called directly before any GatedEncoder.forward in this mode
+                rows = self._gate_rows = self.gate()
             g = rows[layer].to(x.dtype)  # (H,)
             x = (x.unflatten(-1, (self.num_heads, self.head_dim)) * g[:, None]).flatten(-2)  # (B, T, H*d)
         if self._captured is not None:
@@ -284,7 +291,6 @@ class GatedEncoder(nn.Module):
             out = self.model(input_ids=input_ids, attention_mask=attention_mask, output_attentions=capture)
             head_contexts = tuple(self._captured) if capture else None
         finally:
-            self._gate_rows = None
             self._captured = None
             for handle in temp_hooks:
                 handle.remove()
@@ -295,6 +301,10 @@ class GatedEncoder(nn.Module):
         words = pool_words(hidden, word_index, word_mask) if word_index is not None else None
         attentions = tuple(out.attentions) if capture else None
         return EncoderOutput(hidden=hidden, words=words, attentions=attentions, head_contexts=head_contexts)
+
+    def train(self, mode: bool = True) -> "GatedEncoder":
+        self._gate_rows = None  # a training sample must not leak into eval, nor the reverse
+        return super().train(mode)
 
     # ------------------------------------------------------------------ gates
     def gate_values(self) -> torch.Tensor:

@@ -32,10 +32,12 @@ class MultiTaskModel(nn.Module):
         out = self.encoder(batch["input_ids"], batch["attention_mask"], word_index=batch["word_index"],
                            word_mask=batch["word_mask"])
         decoder = self.decoders[task]
-        scores = decoder(out.words, batch["word_mask"])  # [batch, n_words, ...]
+        words = torch.cat((out.hidden[:, :1], out.words), 1) if _with_root(decoder) else out.words
+        mask = decoder_mask(decoder, batch["word_mask"])
+        scores = decoder(words, mask)  # [batch, n_words, ...]
         if targets is None:
             return scores
-        loss = decoder.loss(scores, targets, batch["word_mask"])
+        loss = decoder.loss(scores, targets, mask)
         if self.l0_lambda:
             loss = loss + self.l0_lambda * self.encoder.gate_penalty()
         return loss, scores
@@ -44,7 +46,7 @@ class MultiTaskModel(nn.Module):
     def decode(self, batch: dict, task: str) -> list:
         """Predictions of ``task`` for ``batch``, one per sentence."""
         scores = self.forward(batch, task)
-        return self.decoders[task].decode(scores, batch["word_mask"])
+        return self.decoders[task].decode(scores, decoder_mask(self.decoders[task], batch["word_mask"]))
 
     def param_groups(self) -> dict[str, list[nn.Parameter]]:
         """Parameters split into ``encoder``, ``decoder`` and ``gate`` groups (own learning rates)."""
@@ -54,3 +56,16 @@ class MultiTaskModel(nn.Module):
             groups["gate" if id(p) in gate_ids else "encoder"].append(p)
         groups["decoder"] = list(self.decoders.parameters())
         return groups
+
+
+def _with_root(decoder: nn.Module) -> bool:
+    return getattr(decoder, "with_root", False)
+
+
+def decoder_mask(decoder: nn.Module, word_mask: torch.Tensor) -> torch.Tensor:
+    """The mask a decoder sees: ``word_mask`` ``[batch, n_words]``, or for a decoder with
+    ``with_root = True`` (dependency parsing) ``[batch, 1 + n_words]``: the first sub-word's vector
+    ([CLS]) is prepended to the word vectors as the root."""
+    if not _with_root(decoder):
+        return word_mask
+    return torch.cat((word_mask.new_ones(word_mask.shape[0], 1), word_mask), 1)

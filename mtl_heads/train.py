@@ -25,7 +25,7 @@ from mtl_heads.config import ConfigError, load_config
 from mtl_heads.data.batching import tokenize
 from mtl_heads.data.corpus import load_corpus
 from mtl_heads.data.errors import DataError
-from mtl_heads.encoder import GatedEncoder
+from mtl_heads.encoder import EncoderNotFound, GatedEncoder
 from mtl_heads.model import MultiTaskModel
 from mtl_heads.tracking import Tracker
 from mtl_heads.trainer import (TrainingError, Trainer, atomic_write_text, format_scores, load_weights,
@@ -129,8 +129,13 @@ def build_encoder(cfg: DictConfig) -> GatedEncoder:
         kwargs = {"init_range": enc.gate_init, "init_mean": enc.gate_init_mean}
     elif enc.gate == "fixed":
         kwargs = {"mask": load_gate_mask(enc.gate_mask)}
-    return GatedEncoder.from_pretrained(enc.name, gate=enc.gate, attn_implementation=enc.attn_implementation,
-                                        gate_kwargs=kwargs)
+    try:
+        return GatedEncoder.from_pretrained(enc.name, gate=enc.gate, attn_implementation=enc.attn_implementation,
+                                            gate_kwargs=kwargs)
+    except EncoderNotFound as err:
+        raise ConfigError(f"config key 'encoder.name': {err}") from None
+    except ValueError as err:  # unknown architecture, slow tokenizer, bad gate kind or mask
+        raise ConfigError(f"config key 'encoder' (name={enc.name}, gate={enc.gate}): {err}") from None
 
 
 def load_gate_mask(value) -> torch.Tensor:
@@ -196,15 +201,16 @@ def run(overrides: list[str], on_step: Callable | None = None) -> dict:
         cfg, run_dir = OmegaConf.create(text), Path(folder)
     log = print if rank == 0 else (lambda *_: None)
     started = time.time()
+    # everything that can fail on bad input runs before the run folder is written
     tasks = build_tasks(cfg)
     corpus = load_corpus(cfg.data)
+    seed_everything(cfg.seed)
+    encoder = build_encoder(cfg)
+    examples = prepare_examples(corpus, tasks, encoder, cfg.data.long_policy, log)
     if rank == 0:
         run_dir.mkdir(parents=True, exist_ok=True)
         if not resuming:
             atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg))
-    seed_everything(cfg.seed)
-    encoder = build_encoder(cfg)
-    examples = prepare_examples(corpus, tasks, encoder, cfg.data.long_policy, log)
     for name, task in tasks.items():
         task.fit_labels([e.sentence for e in examples["train"][name]])
     model = MultiTaskModel(encoder, tasks, l0_lambda=cfg.encoder.l0_lambda).to(device)
@@ -258,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         run(argv)
-    except (ConfigError, DataError, TrainingError) as err:
+    except (ConfigError, DataError, TrainingError) as err:  # bad input: a message, no traceback
         print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -177,6 +177,20 @@ def test_one_gate_sample_per_forward_used_by_every_layer(monkeypatch):
     torch.testing.assert_close(out.head_contexts[0], expected)
 
 
+def test_gradient_checkpointing_recomputes_with_the_same_sample():
+    model = tiny_model("bert")
+    grads = []
+    for checkpointing in (False, True):
+        torch.manual_seed(0)
+        enc = GatedEncoder(copy.deepcopy(model), HardConcreteGate(LAYERS, HEADS)).train()
+        if checkpointing:
+            enc.model.activation_checkpointing_enable()
+        ids, mask = padded_batch(model)
+        enc(ids, mask).hidden.pow(2).sum().backward()
+        grads.append(enc.gate.log_alpha.grad)
+    torch.testing.assert_close(grads[1], grads[0])
+
+
 # ---------------------------------------------------------------------- words, capture
 def test_pool_words_equals_hand_loop():
     torch.manual_seed(0)

@@ -10,7 +10,6 @@ from safetensors.torch import load_file
 
 from mtl_heads.config import ConfigError
 from mtl_heads.data.errors import DataError
-from mtl_heads.encoder import EncoderNotFound
 from mtl_heads.train import main, run
 from mtl_heads.trainer import TrainingError
 
@@ -91,12 +90,15 @@ def test_stl_keeps_only_sentences_with_the_layer(base, tmp_path):
     ("tasks=pos,xyz", ConfigError, "unknown task 'xyz'; known tasks: pos, ner"),
     ("data.format=conll2012", ConfigError, "data.path"),
     ("data.train=/no/such/file_conll", ConfigError, "'data.train': path '/no/such/file_conll' does not exist"),
-    ("encoder.name=no-such-org/no-such-encoder", EncoderNotFound, "no-such-org/no-such-encoder"),
+    ("encoder.name=no-such-org/no-such-encoder", ConfigError, "'encoder.name'.*no-such-org/no-such-encoder"),
+    ("encoder.gate=fixed", ConfigError, "encoder.gate_mask"),
+    ("encoder.gate=fixed encoder.gate_mask=[[1,0],[1,1]]", ConfigError, "encoder.*shape"),
 ])
 def test_bad_input_is_a_clear_error(base, tmp_path, override, error, match):
     extra = ["data.format=conll2012"] if override.startswith("data.train") else []
     with pytest.raises(error, match=match):
-        run(base + extra + [override, f"run_dir={tmp_path / 'bad'}"])
+        run(base + extra + override.split() + [f"run_dir={tmp_path / 'bad'}"])
+    assert not (tmp_path / "bad").exists(), "a failed run must not leave a half-written run folder"
 
 
 def test_cli_reports_errors_without_traceback(base, tmp_path, capsys, monkeypatch):
@@ -124,7 +126,7 @@ def test_wandb_offline_run(base, tmp_path):
 def test_ddp_two_processes_gloo(base, tmp_path):
     out = tmp_path / "ddp"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29533",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
            "-m", "mtl_heads.train", *base, "tasks=pos,ner", f"run_dir={out}", "device=cpu"]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
