@@ -36,8 +36,9 @@ def test_ewt_layers_and_a_short_pos_ner_run(ewt, tmp_path):
     assert load_corpus(cfg.data)["train"][0].entities is None
 
     metrics = run(QUICK + ["tasks=pos,ner", "data=ewt", "data.splits={train: dev, dev: dev, test: test}",
-                           "data.max_sentences=120", "train.epochs=2", f"run_dir={tmp_path / 'ewt'}"])
+                           "data.max_sentences=120", "train.epochs=2", "train.batch_size=8", "train.lr_decoder=5e-3",
+                           f"run_dir={tmp_path / 'ewt'}"])
     saved = json.loads((tmp_path / "ewt" / "metrics.json").read_text())
     assert saved["sentences"]["test"] == {"pos": 120, "ner": 120}
-    assert metrics["test"]["pos"]["accuracy"] > 40
+    assert metrics["test"]["pos"]["accuracy"] > 40  # majority tag (NN): about 15%
     assert 0 <= metrics["test"]["ner"]["f1"] <= 100
