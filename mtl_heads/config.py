@@ -62,6 +62,12 @@ def set_key(cfg: DictConfig, key: str, value: Any) -> None:
     parts = key.split(".")
     node = cfg
     for depth, part in enumerate(parts):
+        if parts[0] == "task" and depth >= 1 and isinstance(node, DictConfig) and part not in node:
+            # task options belong to the task module (e.g. task.dep.decode=eisner): not checked here
+            if depth == len(parts) - 1:
+                node[part] = _parse_scalar(value, key) if isinstance(value, str) else value
+                return
+            node[part] = {}
         if not isinstance(node, DictConfig) or part not in node:
             where = ".".join(parts[:depth]) or "top level"
             valid = ", ".join(sorted(node.keys())) if isinstance(node, DictConfig) else "(none: not a section)"

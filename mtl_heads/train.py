@@ -203,7 +203,7 @@ def run(overrides: list[str], on_step: Callable | None = None) -> dict:
     started = time.time()
     # everything that can fail on bad input runs before the run folder is written
     tasks = build_tasks(cfg)
-    corpus = load_corpus(cfg.data)
+    corpus = load_corpus(cfg.data, {layer for task in tasks.values() for layer in task.needs})
     seed_everything(cfg.seed)
     encoder = build_encoder(cfg)
     examples = prepare_examples(corpus, tasks, encoder, cfg.data.long_policy, log)

@@ -205,7 +205,8 @@ class Trainer:
 
     def _step(self, task: str, examples: list[Example]) -> float:
         batch = self._to_device(collate(examples, self.pad_id))
-        targets = self._move(self.tasks[task].targets([e.sentence for e in examples], batch["word_mask"].shape[1]))
+        gold = self.tasks[task].targets([e.sentence for e in examples], batch["word_mask"].shape[1])
+        targets = move_to(gold, self.device)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
             loss, _ = self.wrapped(batch, task, targets)
         if not torch.isfinite(loss):
@@ -275,14 +276,17 @@ class Trainer:
     def _to_device(self, batch: dict) -> dict:
         return {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
 
-    def _move(self, targets):
-        if isinstance(targets, torch.Tensor):
-            return targets.to(self.device)
-        if isinstance(targets, dict):
-            return {k: self._move(v) for k, v in targets.items()}
-        if isinstance(targets, (list, tuple)):
-            return type(targets)(self._move(v) for v in targets)
-        return targets
+
+
+def move_to(obj, device: torch.device):
+    """Tensors in ``obj`` (a tensor, or dicts/lists/tuples of them) moved to ``device``."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, dict):
+        return {k: move_to(v, device) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(move_to(v, device) for v in obj)
+    return obj
 
 
 def mean_score(scores: dict[str, dict[str, float]], tasks: dict) -> float:

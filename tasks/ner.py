@@ -1,11 +1,18 @@
-"""Named entity recognition: a linear-chain CRF over BIO tags (supar's ``LinearChainCRF``);
-metric: span-level precision/recall/F1 computed with seqeval (CoNLL conventions)."""
+"""Named entity recognition, with two decoders (``task.ner.decoder``):
+
+- ``crf`` (default): a linear-chain CRF over BIO tags (supar's ``LinearChainCRF``);
+- ``biaffine``: the biaffine span classifier of Yu, Bohnet & Poesio (2020), decoded flat by
+  greedily taking the highest-scoring non-overlapping spans.
+
+Both predict BIO tags; the metric is span-level precision/recall/F1 computed with seqeval.
+"""
 from __future__ import annotations
 
 from collections import Counter
 
 import torch
 from seqeval.metrics import f1_score, precision_score, recall_score
+from supar.modules import MLP, Biaffine
 from supar.structs import LinearChainCRF
 from torch import nn
 
@@ -15,10 +22,12 @@ from tasks.base import Decoder, Metric, Task, pad_ids
 Span = tuple[int, int, str]  # (start, end_exclusive, label)
 
 
-def spans_to_bio(spans: list[Span], n_words: int) -> list[str]:
-    """BIO tags of ``n_words`` words from non-overlapping entity spans."""
+def spans_to_bio(spans: list[Span], n_words: int, names: list[str] | None = None) -> list[str]:
+    """BIO tags of ``n_words`` words from non-overlapping entity spans (labels given as
+    indices into ``names`` when ``names`` is set)."""
     tags = ["O"] * n_words
     for start, end, label in spans:
+        label = names[label] if names is not None else label
         tags[start] = f"B-{label}"
         for i in range(start + 1, end):
             tags[i] = f"I-{label}"
@@ -84,6 +93,66 @@ class CRFTagger(Decoder):
         return [[self.labels[i] for i in row[:n]] for row, n in zip(best, lengths)]
 
 
+class BiaffineSpanTagger(Decoder):
+    """Biaffine span classifier (Yu et al. 2020): start and end MLPs, a biaffine scoring every
+    span (start <= end) for each entity type plus a null class (index 0); cross-entropy over all
+    spans; flat decoding by greedy non-overlapping selection.
+
+    Args:
+        hidden_size: size of the word vectors.
+        types: entity types (``PERSON``, ``ORG``...); class ``i + 1`` is ``types[i]``.
+        n_mlp: size of the start/end MLPs (default 150).
+        dropout: MLP dropout (default 0.2).
+    """
+
+    def __init__(self, hidden_size: int, types: list[str], n_mlp: int = 150, dropout: float = 0.2):
+        super().__init__()
+        self.types = types
+        self.start = MLP(hidden_size, n_mlp, dropout=dropout)
+        self.end = MLP(hidden_size, n_mlp, dropout=dropout)
+        self.biaffine = Biaffine(n_mlp, len(types) + 1, bias_x=True, bias_y=True)
+
+    def forward(self, words: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        scores = self.biaffine(self.start(words), self.end(words))  # [batch, n_types + 1, n_words, n_words]
+        return scores.permute(0, 2, 3, 1)  # [batch, start, end, n_types + 1]
+
+    @staticmethod
+    def span_mask(mask: torch.Tensor) -> torch.Tensor:
+        """``[batch, n_words, n_words]``: True for real spans (start <= end, both real words)."""
+        return (mask.unsqueeze(2) & mask.unsqueeze(1)).triu()
+
+    def loss(self, scores: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        spans = self.span_mask(mask) & targets.ge(0)  # [batch, n_words, n_words]
+        return nn.functional.cross_entropy(scores[spans].float(), targets[spans])
+
+    def decode(self, scores: torch.Tensor, mask: torch.Tensor) -> list[list[str]]:
+        probs = scores.float().softmax(-1)  # [batch, start, end, n_types + 1]
+        best, label = probs[..., 1:].max(-1)  # best entity type per span
+        chosen = self.span_mask(mask) & label.add(1).eq(probs.argmax(-1))  # spans not classified null
+        lengths = mask.sum(-1).tolist()
+        out = []
+        for b, n in enumerate(lengths):
+            starts, ends = chosen[b].nonzero(as_tuple=True)
+            candidates = sorted(zip(best[b, starts, ends].tolist(), starts.tolist(), ends.tolist(),
+                                    label[b, starts, ends].tolist()), reverse=True)
+            out.append(spans_to_bio(greedy_non_overlapping(candidates), n, self.types))
+        return out
+
+
+def greedy_non_overlapping(candidates: list[tuple[float, int, int, int]]) -> list[tuple[int, int, int]]:
+    """Spans ``(start, end_inclusive, label)`` taken in the given (descending score) order,
+    skipping any that overlaps one already taken."""
+    taken, used = [], set()
+    for _, start, end, label in candidates:
+        if used.isdisjoint(range(start, end + 1)):
+            taken.append((start, end + 1, label))
+            used.update(range(start, end + 1))
+    return taken
+
+
+DECODERS = {"crf": CRFTagger, "biaffine": BiaffineSpanTagger}
+
+
 class NerTask(Task):
     name = "ner"
     needs = ("entities",)
@@ -104,11 +173,34 @@ class NerTask(Task):
     def gold(self, sentence: Sentence) -> list[str]:
         return spans_to_bio(sentence.entities, len(sentence.words))
 
-    def targets(self, sentences: list[Sentence], n_words: int) -> torch.Tensor:
-        return pad_ids([self.ids(spans_to_bio(s.entities, len(s.words))) for s in sentences], n_words)
+    @property
+    def types(self) -> list[str]:
+        return sorted({label[2:] for label in self.labels if label != "O"})
 
-    def build_decoder(self, hidden_size: int) -> CRFTagger:
-        return CRFTagger(hidden_size, self.labels, self.options.get("dropout", 0.1))
+    def targets(self, sentences: list[Sentence], n_words: int) -> torch.Tensor:
+        if self.decoder_name() == "crf":  # [batch, n_words] BIO tag ids
+            return pad_ids([self.ids(spans_to_bio(s.entities, len(s.words))) for s in sentences], n_words)
+        # biaffine: [batch, start, end] type ids (0 = no entity), -100 where unknown
+        index = {t: i + 1 for i, t in enumerate(self.types)}
+        out = torch.zeros(len(sentences), n_words, n_words, dtype=torch.long)
+        for b, s in enumerate(sentences):
+            for start, end, label in s.entities:
+                out[b, start, end - 1] = index.get(label, -100)
+        return out
+
+    def decoder_name(self) -> str:
+        name = self.options.get("decoder", "crf")
+        if name not in DECODERS:
+            from mtl_heads.config import ConfigError
+
+            raise ConfigError(f"config key 'task.ner.decoder': expected one of {', '.join(DECODERS)}, got {name!r}")
+        return name
+
+    def build_decoder(self, hidden_size: int) -> Decoder:
+        if self.decoder_name() == "crf":
+            return CRFTagger(hidden_size, self.labels, self.options.get("dropout", 0.1))
+        return BiaffineSpanTagger(hidden_size, self.types, self.options.get("n_mlp", 150),
+                                  self.options.get("mlp_dropout", 0.2))
 
     def metric(self) -> SpanF1:
         return SpanF1()

@@ -39,3 +39,8 @@ def test_malformed_override_and_unknown_preset():
         load_config(["tasks"])
     with pytest.raises(ConfigError, match="no preset"):
         load_config(["data=nonexistent"])
+
+
+def test_task_options_are_free_form():
+    cfg = load_config(["task.ner.decoder=biaffine", "task.ner.n_mlp=64", "task.dep.decode=eisner"])
+    assert cfg.task.ner.decoder == "biaffine" and cfg.task.ner.n_mlp == 64 and cfg.task.dep.decode == "eisner"

@@ -95,3 +95,33 @@ def test_tasks_declare_layers_and_build_targets():
     assert pos.usable(bare) and not ner.usable(bare)
     assert ner.targets([s], 4).tolist() == [[0, 2, 0, -100]]
     assert pos.ids(["NNP", "XX"]) == [pos.index["NNP"], -100]
+
+
+def test_biaffine_span_decoder_greedy_non_overlapping_and_learns():
+    from tasks.ner import BiaffineSpanTagger, greedy_non_overlapping
+
+    assert greedy_non_overlapping([(0.9, 1, 2, 0), (0.8, 2, 3, 1), (0.7, 0, 0, 1)]) == [(1, 3, 0), (0, 1, 1)]
+    torch.manual_seed(0)
+    s = Sentence(words=list("abcde"), entities=[(0, 2, "PER"), (3, 4, "LOC")])
+    task = TASKS["ner"]({"decoder": "biaffine", "mlp_dropout": 0.0, "n_mlp": 16})
+    task.fit_labels([s])
+    assert task.types == ["LOC", "PER"]
+    targets = task.targets([s], 6)
+    assert targets[0, 0, 1] == 2 and targets[0, 3, 3] == 1 and targets.sum() == 3
+    decoder = task.build_decoder(8)
+    words, mask = torch.randn(1, 6, 8), torch.tensor([[True] * 5 + [False]])
+    optim = torch.optim.Adam(decoder.parameters(), lr=1e-2)
+    first = None
+    for _ in range(60):
+        loss = decoder.loss(decoder(words, mask), targets, mask)
+        first = first if first is not None else loss.item()
+        optim.zero_grad(), loss.backward(), optim.step()
+    assert loss.item() < first / 10
+    assert decoder.decode(decoder(words, mask), mask) == [task.gold(s)]
+
+
+def test_unknown_ner_decoder_is_a_config_error():
+    from mtl_heads.config import ConfigError
+
+    with pytest.raises(ConfigError, match="task.ner.decoder"):
+        TASKS["ner"]({"decoder": "lstm"}).build_decoder(8)

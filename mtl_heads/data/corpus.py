@@ -14,6 +14,9 @@ from mtl_heads.data.conllu import attach_conllu, read_conllu
 from mtl_heads.data.sentence import Sentence
 
 ROLES = ("train", "dev", "test")
+# where dependencies come from: auto = UD from an aligned CoNLL-U file when the corpus has one
+# (EWT), else converted from the constituency trees by head rules
+DEPS = ("auto", "ud", "converted", "none")
 LAYER_FIELDS = {"pos": ("pos",), "tree": ("tree",), "entities": ("entities",),
                 "srl": ("predicates", "arguments"), "deps": ("heads", "rels")}
 
@@ -32,16 +35,30 @@ def resolve_path(value: str, key: str) -> Path:
     raise ConfigError(f"config key '{key}': path {value!r} does not exist")
 
 
-def load_corpus(data) -> dict[str, list[Sentence]]:
-    """Sentences for each role, read per ``data.format`` (demo | conll2012 | ewt | hf)."""
+def load_corpus(data, layers: set[str] | None = None) -> dict[str, list[Sentence]]:
+    """Sentences for each role, read per ``data.format`` (demo | conll2012 | ewt | hf).
+
+    Args:
+        data: the config's ``data`` section.
+        layers: the layers the run's tasks need (default: all); dependencies are converted from
+            trees only when ``deps`` is among them.
+    """
     readers = {"demo": _demo, "conll2012": _conll2012, "ewt": _ewt, "hf": _hf}
     if data.format not in readers:
         raise ConfigError(f"config key 'data.format': expected one of {', '.join(readers)}, got {data.format!r}")
+    if data.deps not in DEPS:
+        raise ConfigError(f"config key 'data.deps': expected one of {', '.join(DEPS)}, got {data.deps!r}")
+    if data.deps == "ud" and data.format != "ewt":
+        raise ConfigError(f"config key 'data.deps': ud needs aligned CoNLL-U files (data.format=ewt), "
+                          f"not data.format={data.format}; use converted")
+    convert = layers is None or "deps" in layers
     splits = dict(data.splits)
     corpus = {}
     for role in ROLES:
         split = splits.get(role, role)
         sentences = readers[data.format](data, role, split)
+        if convert and (data.deps == "converted" or (data.deps == "auto" and not any(s.has("deps") for s in sentences))):
+            convert_trees(sentences)
         _drop_layers(sentences, (data.unannotated or {}).get(split, []), split)
         if data.max_sentences:
             sentences = sentences[: data.max_sentences]
@@ -85,13 +102,21 @@ def _ewt(data, role: str, split: str) -> list[Sentence]:
     if not conll.exists():
         raise ConfigError(f"config key 'data.path': {conll} does not exist")
     sentences = read_conll2012(conll)
-    if data.deps == "ud":
-        conllu = folder / f"en_ewt.{split}.conllu"
-        if conllu.exists():
-            attach_conllu(sentences, read_conllu(conllu), conllu)
-    elif data.deps not in (None, "none"):
-        raise ConfigError(f"config key 'data.deps': expected ud or none, got {data.deps!r}")
+    conllu = folder / f"en_ewt.{split}.conllu"
+    if data.deps in ("auto", "ud"):
+        if not conllu.exists():
+            raise ConfigError(f"config key 'data.deps': {data.deps} needs {conllu}, which does not exist")
+        attach_conllu(sentences, read_conllu(conllu), conllu)
     return sentences
+
+
+def convert_trees(sentences: list[Sentence]) -> None:
+    """Dependencies from constituency trees by head rules (see :mod:`mtl_heads.data.headrules`)."""
+    from mtl_heads.data.headrules import tree_to_dependencies
+
+    for s in sentences:
+        if s.tree is not None:
+            s.heads, s.rels = tree_to_dependencies(s.tree)
 
 
 def _hf(data, role: str, split: str) -> list[Sentence]:

@@ -1,0 +1,191 @@
+"""Dependency parsing: biaffine arc and label scorers over word vectors with [CLS] as the root
+(Dozat & Manning, ICLR 2017, ``dozat-etal-2017-biaffine``); tree decoding with supar's
+``MatrixTree`` (Chu-Liu/Edmonds MST, single root) or ``DependencyCRF`` (Eisner, projective);
+metric: UAS/LAS over non-punctuation words."""
+from __future__ import annotations
+
+import unicodedata
+from collections import Counter
+from typing import NamedTuple
+
+import torch
+from supar.modules import MLP, Biaffine
+from supar.structs import DependencyCRF, MatrixTree
+from torch import nn
+
+from mtl_heads.data.errors import data_error
+from mtl_heads.data.headrules import PUNCT_TAGS, check_tree
+from mtl_heads.data.sentence import Sentence
+from tasks.base import Decoder, Metric, Task, pad_ids
+
+MIN = -1e32  # score of impossible arcs (supar's convention; finite, so no inf - inf = nan)
+
+
+class Parse(NamedTuple):
+    """One sentence's dependency tree: 1-based ``heads`` (0 = root), ``rels``, and ``punct``
+    (per word, True for punctuation; ``None`` in predictions: the metric reads the gold's)."""
+
+    heads: list[int]
+    rels: list[str]
+    punct: list[bool] | None = None
+
+
+def is_punct(word: str, pos: str | None) -> bool:
+    """Punctuation for evaluation: the CoNLL/Stanford convention, i.e. a gold PTB tag among
+    ``` `` '' , . : ``` plus ``-LRB- -RRB- NFP HYPH`` (:data:`PUNCT_TAGS`); without a tag, a word
+    made only of Unicode punctuation characters (categories P*)."""
+    if pos is not None:
+        return pos in PUNCT_TAGS
+    return bool(word) and all(unicodedata.category(ch).startswith("P") for ch in word)
+
+
+class AttachmentScore(Metric):
+    """Unlabelled and labelled attachment scores (%) over non-punctuation words (punctuation
+    from the gold :class:`Parse`)."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.arcs = 0
+        self.rels = 0
+
+    def update(self, preds: list[Parse], golds: list[Parse]) -> None:
+        if len(preds) != len(golds):
+            raise ValueError(f"{len(preds)} predictions for {len(golds)} gold trees")
+        for pred, gold in zip(preds, golds):
+            if len(pred.heads) != len(gold.heads) or len(pred.rels) != len(gold.heads):
+                raise ValueError(f"prediction has {len(pred.heads)} heads and {len(pred.rels)} labels "
+                                 f"for {len(gold.heads)} words")
+            punct = gold.punct if gold.punct is not None else [False] * len(gold.heads)
+            for ph, pr, gh, gr, skip in zip(pred.heads, pred.rels, gold.heads, gold.rels, punct):
+                if skip:
+                    continue
+                self.total += 1
+                self.arcs += ph == gh
+                self.rels += ph == gh and pr == gr
+
+    def compute(self) -> dict[str, float]:
+        n = max(self.total, 1)
+        return {"uas": 100.0 * self.arcs / n, "las": 100.0 * self.rels / n, "words": float(self.total)}
+
+
+class BiaffineParser(Decoder):
+    """Biaffine dependency parser head (Dozat & Manning 2017).
+
+    Position 0 of ``words`` is the root ([CLS], ``with_root = True``). Scores:
+    ``s_arc[b, dep, head]`` ``[batch, 1 + n_words, 1 + n_words]`` and ``s_rel[b, dep, head, rel]``.
+
+    Args:
+        hidden_size: size of the word vectors.
+        labels: the relation vocabulary.
+        n_arc_mlp: size of the arc MLPs (default 500).
+        n_rel_mlp: size of the label MLPs (default 100).
+        mlp_dropout: dropout of the MLPs (default 0.33).
+        decode: "mst" (default; non-projective, Chu-Liu/Edmonds via supar ``MatrixTree``, one
+            root child) or "eisner" (projective, supar ``DependencyCRF``, one root child).
+    """
+
+    with_root = True
+
+    def __init__(self, hidden_size: int, labels: list[str], n_arc_mlp: int = 500, n_rel_mlp: int = 100,
+                 mlp_dropout: float = 0.33, decode: str = "mst"):
+        super().__init__()
+        if decode not in ("mst", "eisner"):
+            raise ValueError(f"unknown decode {decode!r}; expected 'mst' or 'eisner'")
+        if not labels:
+            raise ValueError("empty relation vocabulary; fit the task's labels first")
+        self.labels = labels
+        self.algorithm = decode
+        self.arc_mlp_d = MLP(hidden_size, n_arc_mlp, dropout=mlp_dropout)
+        self.arc_mlp_h = MLP(hidden_size, n_arc_mlp, dropout=mlp_dropout)
+        self.rel_mlp_d = MLP(hidden_size, n_rel_mlp, dropout=mlp_dropout)
+        self.rel_mlp_h = MLP(hidden_size, n_rel_mlp, dropout=mlp_dropout)
+        self.arc_attn = Biaffine(n_arc_mlp, 1, bias_x=True, bias_y=False)
+        self.rel_attn = Biaffine(n_rel_mlp, len(labels), bias_x=True, bias_y=True)
+
+    def forward(self, words: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``words`` ``[batch, 1 + n_words, hidden]``, ``mask`` ``[batch, 1 + n_words]`` (root
+        column True) -> ``(s_arc [batch, seq, seq], s_rel [batch, seq, seq, n_rels])``."""
+        s_arc = self.arc_attn(self.arc_mlp_d(words), self.arc_mlp_h(words)).float()  # [batch, seq, seq]
+        s_arc = s_arc.masked_fill(~mask.unsqueeze(1), MIN)  # padded heads impossible
+        s_rel = self.rel_attn(self.rel_mlp_d(words), self.rel_mlp_h(words)).permute(0, 2, 3, 1)  # [b, seq, seq, R]
+        return s_arc, s_rel
+
+    def loss(self, scores, targets: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy of each word's gold head plus of its gold label at the gold head, each
+        averaged over words (the root position excluded; labels -100 ignored).
+
+        Args:
+            targets: ``(heads, rels)``, each ``[batch, n_words]``; heads 1-based (0 = root).
+        """
+        s_arc, s_rel = scores
+        heads, rels = targets
+        words = mask[:, 1:] & heads.ge(0)  # [batch, n_words]
+        heads = heads.masked_fill(~words, 0)
+        s_arc = s_arc[:, 1:].float()  # [batch, n_words, seq]
+        s_rel = s_rel[:, 1:].float()  # [batch, n_words, seq, n_rels]
+        index = heads[..., None, None].expand(-1, -1, 1, s_rel.shape[-1])  # [batch, n_words, 1, n_rels]
+        s_rel = s_rel.gather(2, index).squeeze(2)  # [batch, n_words, n_rels]
+        arc_loss = nn.functional.cross_entropy(s_arc[words], heads[words])
+        rels = rels.masked_fill(~words, -100)
+        if rels.ge(0).any():
+            rel_loss = nn.functional.cross_entropy(s_rel.flatten(0, 1), rels.flatten(), ignore_index=-100)
+        else:
+            rel_loss = s_rel.sum() * 0.0
+        return arc_loss + rel_loss
+
+    def decode(self, scores, mask: torch.Tensor) -> list[Parse]:
+        """The best tree per sentence (``decode`` algorithm) and the best label on each arc."""
+        s_arc, s_rel = scores
+        s_arc = s_arc.detach().float()  # [batch, seq, seq]
+        lens = mask[:, 1:].sum(-1)  # [batch], words without the root
+        if self.algorithm == "mst":
+            arcs = MatrixTree(s_arc, lens).argmax  # [batch, seq]; column 0 = root, unused
+        else:
+            with torch.enable_grad():  # DependencyCRF's argmax differentiates the max score
+                arcs = DependencyCRF(s_arc, lens).argmax
+        rels = s_rel.detach().argmax(-1).gather(-1, arcs.unsqueeze(-1)).squeeze(-1)  # [batch, seq]
+        out = []
+        for row_arcs, row_rels, n in zip(arcs.tolist(), rels.tolist(), lens.tolist()):
+            out.append(Parse(row_arcs[1:n + 1], [self.labels[r] for r in row_rels[1:n + 1]]))
+        return out
+
+
+class DepTask(Task):
+    """Dependency parsing (labels: the relations seen in training).
+
+    Options (``task.dep``): ``n_arc_mlp`` (500), ``n_rel_mlp`` (100), ``mlp_dropout`` (0.33),
+    ``decode`` ("mst" or "eisner"; default "mst").
+    """
+
+    name = "dep"
+    needs = ("deps",)
+    main_metric = "las"
+
+    def label_counts(self, sentences: list[Sentence]) -> Counter:
+        return Counter(rel for s in sentences for rel in s.rels)
+
+    def gold(self, sentence: Sentence) -> Parse:
+        pos = sentence.pos or [None] * len(sentence.words)
+        return Parse(list(sentence.heads), list(sentence.rels), [is_punct(w, p) for w, p in zip(sentence.words, pos)])
+
+    def targets(self, sentences: list[Sentence], n_words: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(heads, rels)``, each ``[batch, n_words]`` padded with -100; raises DataError (at the
+        sentence's source) when a sentence's heads are not a tree or do not match its words."""
+        for i, s in enumerate(sentences):
+            where = s.source or f"sentence {i} of the batch"
+            if len(s.heads) != len(s.words) or len(s.rels) != len(s.words):
+                raise data_error(where, f"{len(s.heads)} heads and {len(s.rels)} relations for {len(s.words)} "
+                                        "words; expected one of each per word")
+            check_tree(s.heads, where)
+        heads = pad_ids([list(s.heads) for s in sentences], n_words)
+        rels = pad_ids([self.ids(s.rels) for s in sentences], n_words)
+        return heads, rels
+
+    def build_decoder(self, hidden_size: int) -> BiaffineParser:
+        get = self.options.get
+        return BiaffineParser(hidden_size, self.labels, n_arc_mlp=get("n_arc_mlp", 500),
+                              n_rel_mlp=get("n_rel_mlp", 100), mlp_dropout=get("mlp_dropout", 0.33),
+                              decode=get("decode", "mst"))
+
+    def metric(self) -> AttachmentScore:
+        return AttachmentScore()
