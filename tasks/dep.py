@@ -11,6 +11,7 @@ from typing import NamedTuple
 import torch
 from supar.modules import MLP, Biaffine
 from supar.structs import DependencyCRF, MatrixTree
+from supar.utils.transform import CoNLL
 from torch import nn
 
 from mtl_heads.data.errors import data_error
@@ -138,11 +139,18 @@ class BiaffineParser(Decoder):
         s_arc, s_rel = scores
         s_arc = s_arc.detach().float()  # [batch, seq, seq]
         lens = mask[:, 1:].sum(-1)  # [batch], words without the root
-        if self.algorithm == "mst":
-            arcs = MatrixTree(s_arc, lens).argmax  # [batch, seq]; column 0 = root, unused
-        else:
-            with torch.enable_grad():  # DependencyCRF's argmax differentiates the max score
-                arcs = DependencyCRF(s_arc, lens).argmax
+        arcs = s_arc.argmax(-1)  # [batch, seq]: each word's best head
+        # Where the greedy heads already form a (projective, for eisner) single-root tree they are
+        # the best tree; run the tree algorithm only on the other sentences (as supar does).
+        proj = self.algorithm == "eisner"
+        bad = torch.tensor([not CoNLL.istree(row[1:n + 1], proj) for row, n in zip(arcs.tolist(), lens.tolist())],
+                           dtype=torch.bool, device=arcs.device)
+        if bad.any():
+            if proj:
+                with torch.enable_grad():  # DependencyCRF's argmax differentiates the max score
+                    arcs[bad] = DependencyCRF(s_arc[bad], lens[bad]).argmax
+            else:
+                arcs[bad] = MatrixTree(s_arc[bad], lens[bad]).argmax  # column 0 = root, unused
         rels = s_rel.detach().argmax(-1).gather(-1, arcs.unsqueeze(-1)).squeeze(-1)  # [batch, seq]
         out = []
         for row_arcs, row_rels, n in zip(arcs.tolist(), rels.tolist(), lens.tolist()):
