@@ -38,3 +38,18 @@ def ewt() -> Path:
     if not (EWT / "en_ewt.dev.gold_conll").exists():
         pytest.skip("../shared/data/ewt is absent")
     return EWT
+
+
+def overfit(decoder, words, mask, targets, steps: int, lr: float = 1e-2) -> list[float]:
+    """Train ``decoder`` alone on one fixed batch with Adam; the loss of every step."""
+    import torch
+
+    optimizer = torch.optim.Adam(decoder.parameters(), lr=lr)
+    losses = []
+    for _ in range(steps):
+        optimizer.zero_grad()
+        loss = decoder.loss(decoder(words, mask), targets, mask)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses

@@ -15,6 +15,8 @@ from mtl_heads.data.demo import generate_demo
 from mtl_heads.data.sentence import Sentence
 from tasks.con import BracketF1, ConTask, CRFConstituencyDecoder, chart_to_tree, tree_to_chart
 
+from conftest import overfit
+
 EWT_DEV = Path(__file__).resolve().parents[2] / "shared/data/ewt/en_ewt.dev.gold_conll"
 T = nltk.Tree.fromstring
 
@@ -283,14 +285,7 @@ def test_loss_equals_brute_force_nll_and_overfits():
     expected = float((nll / 8 + ce).detach())
     assert float(decoder.loss((s_span, s_label), targets, mask).detach()) == pytest.approx(expected, rel=1e-4)
 
-    optimizer = torch.optim.Adam(decoder.parameters(), lr=1e-2)
-    losses = []
-    for _ in range(30):
-        optimizer.zero_grad()
-        loss = decoder.loss(decoder(words, mask), targets, mask)
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
+    losses = overfit(decoder, words, mask, targets, steps=30)
     assert losses[-1] < 0.2 * losses[0]
     decoder.eval()
     with torch.no_grad():

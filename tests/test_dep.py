@@ -10,6 +10,8 @@ from mtl_heads.data.errors import DataError
 from mtl_heads.data.sentence import Sentence
 from tasks.dep import AttachmentScore, BiaffineParser, DepTask, Parse, is_punct
 
+from conftest import overfit
+
 EWT = Path(__file__).resolve().parents[2] / "shared/data/ewt"
 
 
@@ -109,15 +111,8 @@ def test_loss_equals_hand_computation_and_decreases():
     assert torch.allclose(loss, expected, atol=1e-5)
 
     parser.train()
-    optimizer = torch.optim.Adam(parser.parameters(), lr=1e-2)
-    first = None
-    for _ in range(30):
-        optimizer.zero_grad()
-        loss = parser.loss(parser(words, mask), (heads, rels), mask)
-        loss.backward()
-        optimizer.step()
-        first = first if first is not None else loss.item()
-    assert loss.item() < 0.5 * first
+    losses = overfit(parser, words, mask, (heads, rels), steps=30)
+    assert losses[-1] < 0.5 * losses[0]
 
 
 def test_metric_against_supar_and_by_hand():

@@ -11,6 +11,8 @@ from supar.utils.metric import SpanMetric
 from mtl_heads.data.sentence import Sentence
 from tasks.srl import SpanSrlDecoder, SrlF1, SrlTask, greedy_arguments
 
+from conftest import overfit
+
 LABELS = ["ARG0", "ARG1", "ARGM-TMP", "C-ARG1", "R-ARG0"]
 
 
@@ -224,14 +226,7 @@ def test_overfit_tiny_batch_and_decode_recovers_gold():
     words = torch.randn(2, 6, 16)
     mask = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])
     targets = task.targets([s1, s2], 6)
-    optimizer = torch.optim.Adam(decoder.parameters(), lr=1e-2)
-    losses = []
-    for _ in range(100):
-        optimizer.zero_grad()
-        loss = decoder.loss(decoder(words, mask), targets, mask)
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
+    losses = overfit(decoder, words, mask, targets, steps=100)
     assert losses[-1] < 0.1 * losses[0]
     decoder.eval()
     with torch.no_grad():
