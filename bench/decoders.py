@@ -20,6 +20,7 @@ from nltk import Tree
 
 from mtl_heads.data.batching import collate, tokenize
 from mtl_heads.data.demo import generate_demo
+from mtl_heads.data.headrules import tree_to_dependencies
 from mtl_heads.data.sentence import Sentence
 from mtl_heads.encoder import GatedEncoder
 from mtl_heads.model import MultiTaskModel, decoder_mask
@@ -50,14 +51,9 @@ def join(parts: list[Sentence]) -> Sentence:
         arguments += [[(a + offset, b + offset, r) for a, b, r in args] for args in s.arguments]
         offset += len(s.words)
     tree = Tree("TOP", [child for s in parts for child in s.tree])
-    sentence = Sentence(words=words, pos=pos, tree=tree, entities=entities, predicates=predicates, arguments=arguments)
-    try:
-        from mtl_heads.data.headrules import tree_to_dependencies
-
-        sentence.heads, sentence.rels = tree_to_dependencies(tree)
-    except ImportError:
-        pass
-    return sentence
+    heads, rels = tree_to_dependencies(tree)
+    return Sentence(words=words, pos=pos, tree=tree, entities=entities, predicates=predicates, arguments=arguments,
+                    heads=heads, rels=rels)
 
 
 def sentences_of_length(n: int, words: int, seed: int = 0) -> list[Sentence]:

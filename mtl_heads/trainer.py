@@ -205,8 +205,8 @@ class Trainer:
 
     def _step(self, task: str, examples: list[Example]) -> float:
         batch = self._to_device(collate(examples, self.pad_id))
-        gold = self.tasks[task].targets([e.sentence for e in examples], batch["word_mask"].shape[1])
-        targets = move_to(gold, self.device)
+        targets = self.tasks[task].targets([e.sentence for e in examples], batch["word_mask"].shape[1])
+        targets = move_to(targets, self.device)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
             loss, _ = self.wrapped(batch, task, targets)
         if not torch.isfinite(loss):

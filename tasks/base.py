@@ -62,10 +62,10 @@ class Task:
 
     def fit_labels(self, sentences: list[Sentence]) -> None:
         """Build the label vocabulary from training sentences (sorted, so it is reproducible)."""
-        self.labels = sorted(self.label_counts(sentences))
-        self.index = {label: i for i, label in enumerate(self.labels)}
+        self.load_labels(sorted(self.label_counts(sentences)))
 
     def load_labels(self, labels: list[str]) -> None:
+        """Set the label vocabulary (from ``fit_labels`` or a saved run's ``labels.json``)."""
         self.labels = list(labels)
         self.index = {label: i for i, label in enumerate(self.labels)}
 

@@ -16,6 +16,7 @@ from supar.modules import MLP, Biaffine
 from supar.structs import LinearChainCRF
 from torch import nn
 
+from mtl_heads.config import ConfigError
 from mtl_heads.data.sentence import Sentence
 from tasks.base import Decoder, Metric, Task, pad_ids
 
@@ -173,26 +174,24 @@ class NerTask(Task):
     def gold(self, sentence: Sentence) -> list[str]:
         return spans_to_bio(sentence.entities, len(sentence.words))
 
-    @property
-    def types(self) -> list[str]:
-        return sorted({label[2:] for label in self.labels if label != "O"})
+    def load_labels(self, labels: list[str]) -> None:
+        super().load_labels(labels)
+        self.types = sorted({label[2:] for label in self.labels if label != "O"})  # entity types
+        self.type_index = {t: i + 1 for i, t in enumerate(self.types)}  # 0 = no entity
 
     def targets(self, sentences: list[Sentence], n_words: int) -> torch.Tensor:
         if self.decoder_name() == "crf":  # [batch, n_words] BIO tag ids
             return pad_ids([self.ids(spans_to_bio(s.entities, len(s.words))) for s in sentences], n_words)
         # biaffine: [batch, start, end] type ids (0 = no entity), -100 where unknown
-        index = {t: i + 1 for i, t in enumerate(self.types)}
         out = torch.zeros(len(sentences), n_words, n_words, dtype=torch.long)
         for b, s in enumerate(sentences):
             for start, end, label in s.entities:
-                out[b, start, end - 1] = index.get(label, -100)
+                out[b, start, end - 1] = self.type_index.get(label, -100)
         return out
 
     def decoder_name(self) -> str:
         name = self.options.get("decoder", "crf")
         if name not in DECODERS:
-            from mtl_heads.config import ConfigError
-
             raise ConfigError(f"config key 'task.ner.decoder': expected one of {', '.join(DECODERS)}, got {name!r}")
         return name
 
