@@ -13,7 +13,7 @@ import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
-PRESET_GROUPS = ("data", "encoder")  # `data=ewt` loads configs/data/ewt.yaml into `data`
+PRESET_GROUPS = ("data", "encoder", "prune")  # `data=ewt` loads configs/data/ewt.yaml into `data`
 
 
 class ConfigError(ValueError):

@@ -33,6 +33,11 @@ class HardConcreteGate(nn.Module):
             Default: 0.68.
         init_mean (float): centre of that interval. Default: 0.0 (the reference scripts; eval
             gates start near 0.5). A positive centre (e.g. 3.0) starts with the heads open.
+        eval_keep_expected (bool): eval rule for budget runs. Default: False (the reference rule:
+            a head is off when its deterministic gate is below 1e-3). True: keep exactly
+            ``round(sum of expected L0)`` heads, those with the largest ``log_alpha``, and set the
+            others to 0 (as CoFi does, Xia et al. 2022), so that a run that meets its budget in
+            expectation also meets it in the kept-head count.
 
     In training mode every call draws one fresh sample per head:
     ``u ~ U(0, 1)``, ``s = sigmoid((log u - log(1 - u) + log_alpha) / beta)``,
@@ -52,6 +57,7 @@ class HardConcreteGate(nn.Module):
         r: float = 1.1,
         init_range: float = 0.68,
         init_mean: float = 0.0,
+        eval_keep_expected: bool = False,
     ):
         super().__init__()
         if not (l < 0.0 < 1.0 < r):
@@ -60,6 +66,7 @@ class HardConcreteGate(nn.Module):
             raise ValueError(f"HardConcreteGate needs beta > 0, got {beta}")
         self.layers, self.heads = layers, heads
         self.beta, self.l, self.r = beta, l, r
+        self.eval_keep_expected = eval_keep_expected
         self.log_alpha = nn.Parameter(torch.empty(layers, heads).uniform_(init_mean - init_range, init_mean + init_range))
 
     def extra_repr(self) -> str:
@@ -74,7 +81,14 @@ class HardConcreteGate(nn.Module):
         return (s * (self.r - self.l) + self.l).clamp(0.0, 1.0)
 
     def _deterministic(self) -> torch.Tensor:
-        return (torch.sigmoid(self.log_alpha) * (self.r - self.l) + self.l).clamp(0.0, 1.0)
+        gates = (torch.sigmoid(self.log_alpha) * (self.r - self.l) + self.l).clamp(0.0, 1.0)  # [layers, heads]
+        if not self.eval_keep_expected:
+            return gates
+        keep = int(self.expected_l0().sum().round().item())
+        order = self.log_alpha.flatten().argsort(descending=True)
+        top = torch.zeros(gates.numel(), dtype=torch.bool, device=gates.device)
+        top[order[:keep]] = True
+        return gates * top.view_as(gates)
 
     def expected_l0(self) -> torch.Tensor:
         """P(gate != 0) per head ``[layers, heads]``: ``sigmoid(log_alpha - beta * log(-l / r))``."""
@@ -151,3 +165,8 @@ def build_gate(kind: str, layers: int, heads: int, **kwargs) -> nn.Module | None
             )
         return gate
     return cls(layers, heads, **kwargs)
+
+
+if __name__ == "__main__":  # `python -m mtl_heads.gates runs/...`: gate pictures and tables
+    from mtl_heads.gate_report import main
+    raise SystemExit(main())

@@ -13,15 +13,16 @@ class MultiTaskModel(nn.Module):
     Args:
         encoder: the shared gated encoder.
         tasks: ``{name: Task}`` with label vocabularies already built.
-        l0_lambda: weight of the gates' expected-L0 penalty added to every task loss (default 0).
+
+    The sparsity term of pruning is not part of the model: the trainer adds it
+    (``mtl_heads.sparsity``).
     """
 
-    def __init__(self, encoder: GatedEncoder, tasks: dict, l0_lambda: float = 0.0):
+    def __init__(self, encoder: GatedEncoder, tasks: dict):
         super().__init__()
         self.encoder = encoder
         self.tasks = tasks
         self.decoders = nn.ModuleDict({name: task.build_decoder(encoder.hidden_size) for name, task in tasks.items()})
-        self.l0_lambda = l0_lambda
 
     def forward(self, batch: dict, task: str, targets=None):
         """Scores of ``task`` for ``batch``; with ``targets``, returns ``(loss, scores)``.
@@ -37,10 +38,7 @@ class MultiTaskModel(nn.Module):
         scores = decoder(words, mask)  # [batch, n_words, ...]
         if targets is None:
             return scores
-        loss = decoder.loss(scores, targets, mask)
-        if self.l0_lambda:
-            loss = loss + self.l0_lambda * self.encoder.gate_penalty()
-        return loss, scores
+        return decoder.loss(scores, targets, mask), scores
 
     @torch.no_grad()
     def decode(self, batch: dict, task: str) -> list:

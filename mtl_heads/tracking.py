@@ -26,6 +26,19 @@ def resolve_mode(mode: str) -> str:
     return mode
 
 
+def job_type(cfg) -> str:
+    """``train``, or ``prune`` for a pruning run."""
+    return "prune" if OmegaConf.select(cfg, "prune.mode", default="none") != "none" else "train"
+
+
+def run_tags(cfg) -> list[str]:
+    """The user's ``wandb.tags`` plus tasks, prune mode, encoder and seed (for filtering in W&B)."""
+    auto = [*cfg.tasks, "mtl" if len(cfg.tasks) > 1 else "stl",
+            f"prune:{OmegaConf.select(cfg, 'prune.mode', default='none')}",
+            f"encoder:{cfg.encoder.name}"[:64], f"seed:{cfg.seed}"]
+    return list(dict.fromkeys([*cfg.wandb.tags, *auto]))
+
+
 class Tracker:
     """A W&B run tied to a run folder; every method is a no-op when logging is off.
 
@@ -47,7 +60,8 @@ class Tracker:
         id_file.write_text(run_id)
         self.run = wandb.init(
             project=cfg.wandb.project, entity=cfg.wandb.entity, name=cfg.wandb.name or run_dir.name,
-            tags=list(cfg.wandb.tags), dir=str(run_dir), id=run_id, resume="allow", mode=mode,
+            group=cfg.get("experiment"), job_type=job_type(cfg), tags=run_tags(cfg),
+            dir=str(run_dir), id=run_id, resume="allow", mode=mode,
             config=OmegaConf.to_container(cfg, resolve=True), settings=wandb.Settings(console="off", silent=True),
         )
 

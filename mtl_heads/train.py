@@ -4,6 +4,8 @@ Examples::
 
     python -m mtl_heads.train tasks=pos,ner                      # MTL on the embedded demo corpus
     python -m mtl_heads.train tasks=pos data=ewt train.epochs=2  # STL on ../shared/data/ewt
+    python -m mtl_heads.train tasks=dep prune=dynamic seeds=1,2,3  # dynamic pruning, three seeds
+    python -m mtl_heads.train prune=static init=runs/<run>       # static pruning of a trained run
     python -m mtl_heads.train run_dir=runs/x resume=true         # continue an interrupted run
     torchrun --nproc_per_node=2 -m mtl_heads.train tasks=pos     # DDP on 2 GPUs (gloo on CPU)
 
@@ -27,6 +29,8 @@ from mtl_heads.data.corpus import load_corpus
 from mtl_heads.data.errors import DataError
 from mtl_heads.encoder import EncoderNotFound, GatedEncoder
 from mtl_heads.model import MultiTaskModel
+from mtl_heads.runs import check_run_dir, load_run_weights, read_json
+from mtl_heads.sparsity import PRUNE_MODES
 from mtl_heads.tracking import Tracker
 from mtl_heads.trainer import (TrainingError, Trainer, atomic_write_text, format_scores, load_weights,
                                mean_score, seed_everything, write_json)
@@ -81,7 +85,7 @@ def prepare_run_dir(cfg: DictConfig, overrides: list[str]) -> tuple[DictConfig, 
             saved_cfg[key] = cfg[key]
         saved_cfg.train.progress = cfg.train.progress
         return saved_cfg, run_dir, True
-    run_dir = Path(cfg.run_dir) if cfg.run_dir else RUNS / f"{'-'.join(cfg.tasks)}-{datetime.now():%Y%m%d-%H%M%S}"
+    run_dir = Path(cfg.run_dir) if cfg.run_dir else RUNS / f"{setting_name(cfg)}-{datetime.now():%Y%m%d-%H%M%S}"
     if (run_dir / "config.yaml").exists():
         raise ConfigError(f"config key 'run_dir': {run_dir} already holds a run; pass resume=true to continue it "
                           "or choose another run_dir")
@@ -106,6 +110,52 @@ def newest_unfinished_run() -> Path:
     return candidates[-1]
 
 
+def setting_name(cfg: DictConfig) -> str:
+    """``dep``, ``pos-ner``, ``dep-dynamic``: the tasks and the prune mode, for folder and group names."""
+    mode = pruning(cfg)
+    return "-".join(cfg.tasks) + (f"-{mode}" if mode != "none" else "")
+
+
+# --- starting from a trained run (init=) --------------------------------------------------------
+# Sections taken from the init run unless the command line sets them: the model must match its weights.
+INHERITED = ("tasks", "encoder.name", "encoder.attn_implementation", "data", "task")
+
+
+def apply_init(cfg: DictConfig, overrides: list[str]) -> DictConfig:
+    """Check ``prune.mode`` and ``init``; with ``init=<run>``, copy ``INHERITED`` keys from that run
+    unless they were given on the command line. ``tasks`` may be a subset of the run's tasks."""
+    mode = pruning(cfg)
+    if mode not in PRUNE_MODES:
+        raise ConfigError(f"config key 'prune.mode': expected one of {', '.join(PRUNE_MODES)}, got {mode!r}")
+    if not cfg.init:
+        if mode == "static":
+            raise ConfigError("config key 'init': static pruning learns gates on a trained run; "
+                              "pass init=runs/<trained run>")
+        return cfg
+    saved = OmegaConf.load(check_run_dir(cfg.init, key="init") / "config.yaml")
+    given = [item.split("=", 1)[0].strip() for item in overrides]
+    for key in INHERITED:
+        value = OmegaConf.select(saved, key)
+        if value is not None and not any(g == key or g.startswith(key + ".") or key.startswith(g + ".") for g in given):
+            OmegaConf.update(cfg, key, value, merge=False)
+    extra = [t for t in cfg.tasks if t not in saved.tasks]
+    if extra:
+        raise ConfigError(f"config key 'tasks': {cfg.init} has no decoder for {', '.join(extra)} "
+                          f"(its tasks: {', '.join(saved.tasks)})")
+    return cfg
+
+
+def freeze(model: MultiTaskModel, cfg: DictConfig) -> None:
+    """Static pruning: the decoders are frozen, and the encoder too with ``prune.freeze_encoder``."""
+    if pruning(cfg) != "static":
+        return
+    for p in model.decoders.parameters():
+        p.requires_grad_(False)
+    if cfg.prune.freeze_encoder:
+        for p in model.param_groups()["encoder"]:
+            p.requires_grad_(False)
+
+
 # --- building ---------------------------------------------------------------------------------
 def build_tasks(cfg: DictConfig) -> dict:
     from tasks import TASKS
@@ -126,7 +176,8 @@ def build_encoder(cfg: DictConfig) -> GatedEncoder:
     enc = cfg.encoder
     kwargs = {}
     if enc.gate == "hard_concrete":
-        kwargs = {"init_range": enc.gate_init, "init_mean": enc.gate_init_mean}
+        kwargs = {"init_range": enc.gate_init, "init_mean": gate_init_mean(cfg),
+                  "eval_keep_expected": pruning(cfg) != "none" and OmegaConf.select(cfg, "prune.budget") is not None}
     elif enc.gate == "fixed":
         kwargs = {"mask": load_gate_mask(enc.gate_mask)}
     try:
@@ -136,6 +187,23 @@ def build_encoder(cfg: DictConfig) -> GatedEncoder:
         raise ConfigError(f"config key 'encoder.name': {err}") from None
     except ValueError as err:  # unknown architecture, slow tokenizer, bad gate kind or mask
         raise ConfigError(f"config key 'encoder' (name={enc.name}, gate={enc.gate}): {err}") from None
+
+
+def pruning(cfg: DictConfig) -> str:
+    """The prune mode of ``cfg`` (``none`` for runs saved before pruning existed)."""
+    return OmegaConf.select(cfg, "prune.mode", default="none")
+
+
+def gate_init_mean(cfg: DictConfig) -> float:
+    """``encoder.gate_init_mean``; ``auto`` = 0 when pruning (reference init, eval gates ~0.5),
+    else 3 (gates start open, so plain training behaves like fine-tuning)."""
+    value = cfg.encoder.gate_init_mean
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return 0.0 if pruning(cfg) != "none" else 3.0
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"config key 'encoder.gate_init_mean': expected a number or auto, got {value!r}") from None
 
 
 def load_gate_mask(value) -> torch.Tensor:
@@ -190,6 +258,8 @@ def run(overrides: list[str], on_step: Callable | None = None) -> dict:
     rank, world, device = setup_distributed(cfg)
     prepared = None
     if rank == 0:
+        if not cfg.resume:
+            cfg = apply_init(cfg, overrides)
         cfg, run_dir, resuming = prepare_run_dir(cfg, overrides)
         prepared = (OmegaConf.to_yaml(cfg), str(run_dir), resuming)
     if world > 1:  # every rank uses rank 0's run folder and config
@@ -211,9 +281,17 @@ def run(overrides: list[str], on_step: Callable | None = None) -> dict:
         run_dir.mkdir(parents=True, exist_ok=True)
         if not resuming:
             atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg))
+    init_labels = read_json(Path(cfg.init) / "labels.json") if cfg.init else None
     for name, task in tasks.items():
-        task.fit_labels([e.sentence for e in examples["train"][name]])
-    model = MultiTaskModel(encoder, tasks, l0_lambda=cfg.encoder.l0_lambda).to(device)
+        if init_labels is not None:  # the init run's decoders predict its label sets
+            task.load_labels(init_labels[name])
+        else:
+            task.fit_labels([e.sentence for e in examples["train"][name]])
+    model = MultiTaskModel(encoder, tasks)
+    if cfg.init and not resuming:  # pruning starts from fresh gates; plain training keeps the run's gates
+        load_run_weights(model, cfg.init, gate=pruning(cfg) == "none")
+    freeze(model, cfg)
+    model.to(device)
     wrapped = model
     if world > 1:
         wrapped = torch.nn.parallel.DistributedDataParallel(
@@ -222,6 +300,10 @@ def run(overrides: list[str], on_step: Callable | None = None) -> dict:
     trainer = Trainer(model, tasks, examples, cfg, run_dir, device, tracker, rank, world, wrapped, on_step)
     if resuming and trainer.load_checkpoint():
         log(f"resuming {run_dir} at epoch {trainer.state.epoch + 1}, step {trainer.state.step_in_epoch}")
+    if trainer.sparsity.active:
+        target = (f"budget {trainer.sparsity.controller.target} heads" if trainer.sparsity.controller is not None
+                  else f"lambda {trainer.sparsity.weight:g}")
+        log(f"{pruning(cfg)} pruning of {encoder.num_layers * encoder.num_heads} heads, {target}")
     log(f"training {', '.join(tasks)} on {device} ({world} process{'es' if world > 1 else ''}); run folder {run_dir}")
     try:
         trainer.fit()
@@ -243,6 +325,9 @@ def finish(trainer: Trainer, tasks: dict, cfg: DictConfig, run_dir: Path, rank: 
                "test": results["test"], "dev_mean": mean_score(results["dev"], tasks),
                "test_mean": mean_score(results["test"], tasks), "history": trainer.state.history,
                "sentences": {role: {t: len(ex) for t, ex in per.items()} for role, per in trainer.examples.items()},
+               "seed": cfg.seed, "experiment": cfg.experiment, "prune": pruning(cfg),
+               "heads_kept": int((trainer.model.encoder.gate_values() >= 1e-3).sum()),
+               "heads_total": trainer.model.encoder.num_layers * trainer.model.encoder.num_heads,
                "seconds": round(time.time() - started, 1)}
     if rank == 0:
         write_json(run_dir / "gates.json", gates_record(trainer.model.encoder))
@@ -250,11 +335,38 @@ def finish(trainer: Trainer, tasks: dict, cfg: DictConfig, run_dir: Path, rank: 
         write_json(run_dir / "metrics.json", metrics)
         trainer.tracker.summary({f"{role}/{t}/{k}": v for role in ("dev", "test") for t, m in results[role].items()
                                  for k, v in m.items()})
-        print(f"best epoch {trainer.state.best_epoch}")
+        print(f"{'best' if trainer.select == 'best' else 'last'} epoch {trainer.state.best_epoch}; "
+              f"heads kept {metrics['heads_kept']}/{metrics['heads_total']}")
         print(f"dev  {format_scores(results['dev'], tasks)}")
         print(f"test {format_scores(results['test'], tasks)}")
         print(f"run folder: {run_dir}")
     return metrics
+
+
+def run_seeds(overrides: list[str], on_step: Callable | None = None) -> list[dict]:
+    """``seeds=1,2,3``: the same setting once per seed, into ``<experiment folder>/seed<N>``
+    (``run_dir``, default ``runs/<experiment>``), all with the same ``experiment`` (W&B group).
+    With ``resume=true``, finished seeds are skipped and an unfinished one continues. Without
+    ``seeds``, one plain :func:`run`."""
+    cfg = load_config(overrides)
+    if not cfg.seeds:
+        return [run(overrides, on_step)]
+    if len(set(cfg.seeds)) != len(cfg.seeds):
+        raise ConfigError(f"config key 'seeds': a seed is listed twice: {list(cfg.seeds)}")
+    experiment = cfg.experiment or f"{setting_name(apply_init(cfg, overrides))}-{datetime.now():%Y%m%d-%H%M%S}"
+    parent = Path(cfg.run_dir) if cfg.run_dir else RUNS / experiment
+    results = []
+    for seed in cfg.seeds:
+        child = parent / f"seed{seed}"
+        if cfg.resume and (child / "metrics.json").exists():
+            print(f"seed {seed}: finished already ({child})")
+            results.append(read_json(child / "metrics.json"))
+            continue
+        resume = cfg.resume and (child / "config.yaml").exists()
+        extra = [f"seed={seed}", "seeds=[]", f"experiment={experiment}", f"run_dir={child}", f"resume={str(resume).lower()}"]
+        print(f"=== experiment {experiment}: seed {seed} -> {child}")
+        results.append(run([o for o in overrides if not o.startswith(("resume=", "run_dir="))] + extra, on_step))
+    return results
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -263,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
         print(__doc__)
         return 0
     try:
-        run(argv)
+        run_seeds(argv)
     except (ConfigError, DataError, TrainingError) as err:  # bad input: a message, no traceback
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -17,6 +17,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from mtl_heads.data.batching import Example, collate, epoch_plan, length_batches
+from mtl_heads.sparsity import sparsity_from_config
 
 
 class TrainingError(RuntimeError):
@@ -107,20 +108,37 @@ class Trainer:
         self.steps_per_epoch = sum(len(b) for b in self._train_batches(0).values())
         if self.steps_per_epoch == 0:
             raise TrainingError("no training batch: every task has an empty training set (see the data report)")
+        self.sparsity = sparsity_from_config(cfg, model.encoder.gate)
+        self.select = selection(cfg)
         self.optimizer = self._optimizer()
+        self.gate_optimizer = self._gate_optimizer()
+        if self.optimizer is None and self.gate_optimizer is None:
+            raise TrainingError("nothing to train: every parameter is frozen (see prune.freeze_encoder and encoder.gate)")
         self.scheduler = self._scheduler(self.tc.epochs * self.steps_per_epoch)
         self.checkpoint_dir = run_dir / "checkpoint"
 
     # --- setup ----------------------------------------------------------------------------
-    def _optimizer(self) -> torch.optim.Optimizer:
+    def _optimizer(self) -> torch.optim.Optimizer | None:
+        """AdamW over the trainable encoder and decoder weights (warmup + linear decay)."""
         groups = self.model.param_groups()
-        lrs = {"encoder": self.tc.lr_encoder, "decoder": self.tc.lr_decoder, "gate": self.tc.lr_gate}
-        decay = {"encoder": self.tc.weight_decay, "decoder": self.tc.weight_decay, "gate": 0.0}
-        params = [{"params": [p for p in groups[g] if p.requires_grad], "lr": lrs[g], "weight_decay": decay[g], "name": g}
-                  for g in ("encoder", "decoder", "gate") if groups[g]]
-        return torch.optim.AdamW(params)
+        lrs = {"encoder": self.tc.lr_encoder, "decoder": self.tc.lr_decoder}
+        params = [{"params": trainable, "lr": lrs[g], "weight_decay": self.tc.weight_decay, "name": g}
+                  for g in ("encoder", "decoder") if (trainable := [p for p in groups[g] if p.requires_grad])]
+        return torch.optim.AdamW(params) if params else None
 
-    def _scheduler(self, total: int) -> torch.optim.lr_scheduler.LambdaLR:
+    def _gate_optimizer(self) -> torch.optim.Optimizer | None:
+        """The gates' own Adam at a constant ``train.lr_gate`` (as in the reference scripts), plus
+        the budget controller's multipliers (ascending, see ``mtl_heads.sparsity``)."""
+        groups = [{"params": [p for p in self.model.param_groups()["gate"] if p.requires_grad],
+                   "lr": self.tc.lr_gate, "name": "gate"}]
+        if self.sparsity.parameters():
+            groups.append({"params": self.sparsity.parameters(), "lr": self.cfg.prune.lr_lagrangian, "name": "lagrangian"})
+        groups = [g for g in groups if g["params"]]
+        return torch.optim.Adam(groups) if groups else None
+
+    def _scheduler(self, total: int) -> torch.optim.lr_scheduler.LambdaLR | None:
+        if self.optimizer is None:
+            return None
         warmup = int(self.tc.warmup * total)
 
         def factor(step: int) -> float:
@@ -129,6 +147,9 @@ class Trainer:
             return max(0.0, (total - step) / max(1, total - warmup))
 
         return torch.optim.lr_scheduler.LambdaLR(self.optimizer, factor)
+
+    def _optimizers(self) -> list[torch.optim.Optimizer]:
+        return [o for o in (self.optimizer, self.gate_optimizer) if o is not None]
 
     def _train_batches(self, epoch: int) -> dict[str, list[list[int]]]:
         """Each task's batches for ``epoch`` (this rank's share under DDP). Deterministic in
@@ -152,7 +173,8 @@ class Trainer:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         save_weights(self.model, tmp / "model.safetensors")
-        torch.save({"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+        torch.save({"optimizer": _state(self.optimizer), "gate_optimizer": _state(self.gate_optimizer),
+                    "scheduler": _state(self.scheduler), "sparsity": self.sparsity.state_dict(),
                     "rng": rng_state(), "state": asdict(self.state)}, tmp / "state.pt")
         if self.checkpoint_dir.exists():
             os.replace(self.checkpoint_dir, old)
@@ -168,8 +190,10 @@ class Trainer:
             return False
         blob = torch.load(folder / "state.pt", map_location="cpu", weights_only=False)
         load_weights(self.model, folder / "model.safetensors")
-        self.optimizer.load_state_dict(blob["optimizer"])
-        self.scheduler.load_state_dict(blob["scheduler"])
+        for name in ("optimizer", "gate_optimizer", "scheduler"):
+            if getattr(self, name) is not None:
+                getattr(self, name).load_state_dict(blob[name])
+        self.sparsity.load_state_dict(blob.get("sparsity", {}))
         set_rng_state(blob["rng"])
         self.state = TrainState(**blob["state"])
         return True
@@ -195,8 +219,7 @@ class Trainer:
             bar.update(1)
             bar.set_postfix(task=task, loss=f"{loss:.3f}")
             if self.state.global_step % 20 == 0:
-                self.tracker.log({f"train/loss/{task}": loss, "train/lr": self.scheduler.get_last_lr()[0]},
-                                 step=self.state.global_step)
+                self.tracker.log({f"train/loss/{task}": loss, **self._train_stats()}, step=self.state.global_step)
             if self.tc.checkpoint_every and self.state.global_step % self.tc.checkpoint_every == 0:
                 self.save_checkpoint()
             if self.on_step is not None:
@@ -209,26 +232,47 @@ class Trainer:
         targets = move_to(targets, self.device)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
             loss, _ = self.wrapped(batch, task, targets)
+        penalty = self.sparsity.term()  # outside autocast: gate statistics stay in fp32
+        if penalty is not None:
+            loss = loss + penalty
         if not torch.isfinite(loss):
             raise TrainingError(
                 f"the loss of task '{task}' is {loss.item()} at epoch {self.state.epoch + 1}, step "
                 f"{self.state.step_in_epoch + 1}; stopping. The last good checkpoint is in {self.checkpoint_dir}. "
                 f"Try a lower learning rate (train.lr_encoder={self.tc.lr_encoder}, train.lr_decoder={self.tc.lr_decoder}) "
                 f"or gradient clipping (train.clip={self.tc.clip}).")
-        self.optimizer.zero_grad(set_to_none=True)
+        for optimizer in self._optimizers():
+            optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.tc.clip:
-            nn.utils.clip_grad_norm_(self.model.parameters(), self.tc.clip)
-        self.optimizer.step()
-        self.scheduler.step()
+            nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], self.tc.clip)
+        for optimizer in self._optimizers():
+            optimizer.step()
+        if self.scheduler is not None:
+            self.scheduler.step()
         return loss.item()
+
+    def _train_stats(self) -> dict[str, float]:
+        """Learning rate and, when pruning, the expected number of open heads and the multipliers."""
+        stats = {"train/lr": self.scheduler.get_last_lr()[0]} if self.scheduler is not None else {}
+        if self.sparsity.active:
+            stats["prune/expected_heads"] = self.sparsity.expected_heads()
+            stats["prune/kept_heads"] = int((self.model.encoder.gate_values() >= 1e-3).sum())
+            if self.sparsity.controller is not None:
+                stats["prune/lambda_1"] = self.sparsity.controller.lambda_1.item()
+                stats["prune/lambda_2"] = self.sparsity.controller.lambda_2.item()
+        return stats
 
     def _end_epoch(self) -> None:
         scores = self._broadcast(self.evaluate("dev") if self.rank == 0 else None)
         mean = mean_score(scores, self.tasks)
         record = {"epoch": self.state.epoch + 1, "dev": scores, "dev_mean": mean}
+        kept = int((self.model.encoder.gate_values() >= 1e-3).sum())
+        if self.sparsity.active:
+            record["heads_kept"] = kept
+            record["expected_heads"] = round(self.sparsity.expected_heads(), 2)
         self.state.history.append(record)
-        improved = mean > self.state.best_score
+        improved = mean > self.state.best_score if self.select == "best" else True
         if improved:
             self.state.best_score, self.state.best_epoch = mean, self.state.epoch + 1
             if self.rank == 0:
@@ -238,7 +282,8 @@ class Trainer:
             self.tracker.log({**flat, "dev/mean": mean, "epoch": self.state.epoch + 1}, step=self.state.global_step)
             self.tracker.log_gates(self.model.encoder.gate_values().cpu(), step=self.state.global_step)
             tqdm.write(f"epoch {self.state.epoch + 1}: dev " + format_scores(scores, self.tasks)
-                       + f" | mean {mean:.2f}" + (" (best)" if improved else ""))
+                       + f" | mean {mean:.2f}" + (f" | heads kept {kept}" if self.sparsity.active else "")
+                       + (" (best)" if improved and self.select == "best" else ""))
         self.state.epoch += 1
         self.state.step_in_epoch = 0
         self.save_checkpoint()
@@ -276,6 +321,25 @@ class Trainer:
     def _to_device(self, batch: dict) -> dict:
         return {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
 
+
+
+def selection(cfg) -> str:
+    """``train.select``: ``best`` (best mean dev score) or ``last`` epoch; ``auto`` = last when
+    pruning (the gates' end state is the result; earlier epochs keep more heads), else best."""
+    value = cfg.train.get("select", "auto")
+    if value == "auto":
+        from omegaconf import OmegaConf
+
+        return "last" if OmegaConf.select(cfg, "prune.mode", default="none") != "none" else "best"
+    if value not in ("best", "last"):
+        from mtl_heads.config import ConfigError
+
+        raise ConfigError(f"config key 'train.select': expected auto, best or last, got {value!r}")
+    return value
+
+
+def _state(obj) -> dict | None:
+    return obj.state_dict() if obj is not None else None
 
 
 def move_to(obj, device: torch.device):

@@ -123,8 +123,11 @@ class BiaffineSpanTagger(Decoder):
         return (mask.unsqueeze(2) & mask.unsqueeze(1)).triu()
 
     def loss(self, scores: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy summed over each sentence's candidate spans, averaged over sentences (a mean
+        over spans would let the null class drown the few entity spans)."""
         spans = self.span_mask(mask) & targets.ge(0)  # [batch, n_words, n_words]
-        return nn.functional.cross_entropy(scores[spans].float(), targets[spans])
+        total = nn.functional.cross_entropy(scores[spans].float(), targets[spans], reduction="sum")
+        return total / mask.shape[0]
 
     def decode(self, scores: torch.Tensor, mask: torch.Tensor) -> list[list[str]]:
         probs = scores.float().softmax(-1)  # [batch, start, end, n_types + 1]

@@ -187,8 +187,12 @@ class SpanSrlDecoder(Decoder):
 
     def loss(self, scores: dict[str, torch.Tensor], targets: dict[str, torch.Tensor],
              mask: torch.Tensor) -> torch.Tensor:
-        """Predicate BCE (mean over words) + role cross-entropy (mean over candidate spans of the
-        gold predicates; null for non-arguments)."""
+        """Predicate BCE (mean over words) + role cross-entropy summed over the candidate spans of
+        each gold predicate (null for non-arguments) and averaged over predicates.
+
+        Summing over spans (as He et al. 2018 do) rather than averaging keeps each argument's weight
+        independent of the ~``n_words x max_width`` null candidates; the mean drowned the arguments
+        (EWT: recall 21% after 2 epochs)."""
         logits = scores["predicates"].float()                              # [batch, n]
         pred_loss = nn.functional.binary_cross_entropy_with_logits(
             logits[mask], targets["predicates"][mask].float())
@@ -202,9 +206,9 @@ class SpanSrlDecoder(Decoder):
         role_scores = self.role_scores(scores, targets["predicate_index"])  # [batch, P, n, w, 1+R]
         keep = targets["predicate_mask"][:, :, None, None] & self.span_mask(mask, width)[:, None]
         roles = roles.masked_fill(~keep, -100)                             # [batch, P, n, w]
-        n_cells = roles.ne(-100).sum().clamp(min=1)
+        n_predicates = targets["predicate_mask"].sum().clamp(min=1)
         role_loss = nn.functional.cross_entropy(role_scores.flatten(0, 3), roles.flatten(),
-                                                ignore_index=-100, reduction="sum") / n_cells
+                                                ignore_index=-100, reduction="sum") / n_predicates
         return pred_loss + role_loss
 
     def decode(self, scores: dict[str, torch.Tensor], mask: torch.Tensor) -> list[list[Frame]]:

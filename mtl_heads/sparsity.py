@@ -1,0 +1,148 @@
+"""The sparsity objective that drives head pruning: a fixed L0 weight (lambda) or a head budget.
+
+Two ways to ask for sparse gates (``prune.*`` in ``configs/train.yaml``):
+
+- ``prune.lambda``: loss += lambda * (expected number of open heads per layer, averaged over
+  layers), the reference objective (Voita et al. 2019; He & Choi 2021). ``auto`` takes the
+  reference scripts' per-task values (``LAMBDA_DEFAULTS``; 0.001 for any multi-task run).
+- ``prune.budget``: a target number (int) or fraction (float in (0, 1)) of heads kept, reached
+  by a Lagrangian controller on the expected L0 (Wang et al. 2020, "Structured pruning of large
+  language models"; Xia et al. 2022, CoFi):
+  ``loss += l1 * (E - t) + l2 * (E - t)^2`` with ``E`` the expected fraction of open heads and
+  ``t`` the target fraction; the multipliers ``l1, l2`` are *maximised* (gradient ascent) while
+  everything else minimises, so the pressure grows until the gates meet the budget, whatever the
+  task's loss scale. That makes runs of different tasks comparable at equal sparsity.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from mtl_heads.config import ConfigError
+
+__all__ = ["LAMBDA_DEFAULTS", "MTL_LAMBDA", "LagrangianBudget", "resolve_lambda", "resolve_budget", "Sparsity",
+           "sparsity_from_config", "PRUNE_MODES"]
+
+# task -> L0 weight used by the reference scripts (background.md, section 1)
+LAMBDA_DEFAULTS: dict[str, float] = {"pos": 0.01, "dep": 0.01, "con": 0.01, "srl": 0.001, "ner": 0.0002}
+MTL_LAMBDA = 0.001  # the reference value for five-task MTL, used for any multi-task run
+PRUNE_MODES = ("none", "dynamic", "static")
+
+
+def resolve_lambda(value, tasks: list[str]) -> float:
+    """``prune.lambda``: a number, or ``auto`` for the per-task reference value (tasks without
+    one get 0.001)."""
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return LAMBDA_DEFAULTS.get(tasks[0], MTL_LAMBDA) if len(tasks) == 1 else MTL_LAMBDA
+    try:
+        weight = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"config key 'prune.lambda': expected a number or auto, got {value!r}") from None
+    if weight < 0:
+        raise ConfigError(f"config key 'prune.lambda': must be >= 0, got {weight}")
+    return weight
+
+
+def resolve_budget(value, n_heads: int) -> int | None:
+    """``prune.budget`` as a head count: an int in [1, n_heads], or a fraction in (0, 1)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"config key 'prune.budget': expected a head count or a fraction in (0, 1), got {value!r}")
+    if isinstance(value, float) and 0 < value < 1:
+        return max(1, round(value * n_heads))
+    if float(value).is_integer() and 1 <= value <= n_heads:
+        return int(value)
+    raise ConfigError(f"config key 'prune.budget': {value} is neither a fraction in (0, 1) nor a head count "
+                      f"in 1..{n_heads} (this encoder has {n_heads} heads)")
+
+
+class LagrangianBudget(nn.Module):
+    """Lagrangian penalty pulling the expected number of open heads to ``target``.
+
+    Args:
+        target: heads to keep (count).
+        total: heads in the encoder.
+
+    ``forward(expected_l0 [layers, heads]) -> scalar``. The multipliers are parameters whose
+    gradient is negated by a hook, so a normal (descending) optimiser step *raises* the penalty's
+    weight while the gates are off target: gradient ascent on the multipliers.
+    """
+
+    def __init__(self, target: int, total: int):
+        super().__init__()
+        self.target, self.total = target, total
+        self.lambda_1 = nn.Parameter(torch.zeros(()))
+        self.lambda_2 = nn.Parameter(torch.zeros(()))
+        for p in (self.lambda_1, self.lambda_2):
+            p.register_hook(torch.neg)
+
+    def gap(self, expected_l0: torch.Tensor) -> torch.Tensor:
+        """Expected minus target fraction of open heads (scalar)."""
+        return (expected_l0.sum() - self.target) / self.total
+
+    def forward(self, expected_l0: torch.Tensor) -> torch.Tensor:
+        gap = self.gap(expected_l0)
+        return self.lambda_1 * gap + self.lambda_2 * gap * gap
+
+
+class Sparsity:
+    """The sparsity term added to every task loss during pruning (nothing when not pruning).
+
+    Args:
+        gate: the encoder's gate module (needs ``penalty()`` and ``expected_l0()`` when active).
+        mode: ``none`` | ``dynamic`` | ``static`` (``prune.mode``).
+        weight: the L0 weight lambda (ignored when a budget is set).
+        budget: target heads kept, or None.
+    """
+
+    def __init__(self, gate: nn.Module | None, mode: str, weight: float = 0.0, budget: int | None = None):
+        self.gate, self.mode, self.weight = gate, mode, weight
+        self.controller = None
+        if mode == "none":
+            return
+        if gate is None or not hasattr(gate, "expected_l0"):
+            raise ConfigError(f"config key 'prune.mode': pruning ({mode}) needs learnt gates, "
+                              f"set encoder.gate=hard_concrete (it is {type(gate).__name__ if gate else 'none'})")
+        if budget is not None:
+            self.controller = LagrangianBudget(budget, gate.expected_l0().numel()).to(gate.log_alpha.device)
+
+    @property
+    def active(self) -> bool:
+        return self.mode != "none"
+
+    def parameters(self) -> list[nn.Parameter]:
+        """The Lagrange multipliers (empty without a budget)."""
+        return list(self.controller.parameters()) if self.controller is not None else []
+
+    def term(self) -> torch.Tensor | None:
+        """The scalar to add to the task loss, or None when not pruning."""
+        if not self.active:
+            return None
+        if self.controller is not None:
+            return self.controller(self.gate.expected_l0())
+        return self.weight * self.gate.penalty() if self.weight else None
+
+    def expected_heads(self) -> float:
+        return float(self.gate.expected_l0().detach().sum()) if self.active else float("nan")
+
+    def state_dict(self) -> dict:
+        return self.controller.state_dict() if self.controller is not None else {}
+
+    def load_state_dict(self, state: dict) -> None:
+        if self.controller is not None and state:
+            self.controller.load_state_dict(state)
+
+
+def sparsity_from_config(cfg, gate: nn.Module | None) -> Sparsity:
+    """The run's :class:`Sparsity` from ``cfg.prune`` (``mode none`` for configs without it)."""
+    from omegaconf import OmegaConf
+
+    mode = OmegaConf.select(cfg, "prune.mode", default="none")
+    if mode not in PRUNE_MODES:
+        raise ConfigError(f"config key 'prune.mode': expected one of {', '.join(PRUNE_MODES)}, got {mode!r}")
+    if mode == "none":
+        return Sparsity(gate, mode)
+    n_heads = gate.expected_l0().numel() if gate is not None and hasattr(gate, "expected_l0") else 0
+    budget = resolve_budget(cfg.prune.budget, n_heads) if n_heads else None
+    return Sparsity(gate, mode, resolve_lambda(cfg.prune["lambda"], list(cfg.tasks)), budget)

@@ -1,0 +1,224 @@
+"""Gate pictures and tables: hand-computed maps, correlations against numpy, the CLI on made-up runs."""
+import json
+import re
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from mtl_heads import gate_report
+from mtl_heads.config import ConfigError
+from mtl_heads.gate_report import (correlation_matrix, grey_mean, group_settings, kept_per_layer, main, read_runs,
+                                   rgb_overlap, write_report)
+
+from conftest import REPO
+
+
+def make_run(folder, values, tasks=("dep",), seed=1, **cfg):
+    """A made-up run folder: gates.json and config.yaml written by hand."""
+    folder.mkdir(parents=True)
+    values = np.asarray(values, dtype=float)
+    (folder / "gates.json").write_text(json.dumps({"kind": "HardConcreteGate", "layers": values.shape[0],
+                                                   "heads": values.shape[1], "values": values.tolist(),
+                                                   "kept": int((values >= 1e-3).sum())}))
+    (folder / "config.yaml").write_text(yaml.safe_dump({"tasks": list(tasks), "seed": seed, **cfg}))
+    return folder
+
+
+# --- pictures as arrays ------------------------------------------------------------------------
+def test_rgb_overlap_by_hand():
+    run1 = np.array([[1.0, 1.0], [0.0, 0.2]])
+    run2 = np.array([[0.0, 1.0], [0.0, 1.0]])
+    run3 = np.array([[1.0, 1.0], [0.0, 1.0]])
+    pixels = rgb_overlap([run1, run2, run3])
+    assert pixels.dtype == np.uint8 and pixels.shape == (2, 2, 3)
+    assert pixels[0, 0].tolist() == [0, 255, 0]       # kept in runs 1 and 3 only
+    assert pixels[0, 1].tolist() == [0, 0, 0]         # kept in all three: black
+    assert pixels[1, 0].tolist() == [255, 255, 255]   # pruned in all three: white
+    assert pixels[1, 1].tolist() == [204, 0, 0]       # 255 * (1 - 0.2)
+
+
+def test_rgb_overlap_needs_three_runs_of_one_shape():
+    with pytest.raises(ValueError, match="exactly 3"):
+        rgb_overlap([np.ones((2, 2))] * 2)
+    with pytest.raises(ValueError, match="one shape"):
+        rgb_overlap([np.ones((2, 2)), np.ones((2, 2)), np.ones((2, 3))])
+
+
+def test_grey_mean_by_hand():
+    a = np.array([[1.0, 0.0], [0.5, 1.0]])
+    b = np.array([[1.0, 0.0], [0.0, 0.0]])
+    # mean [[1, 0], [0.25, 0.5]] -> 255 * (1 - mean) = [[0, 255], [191.25, 127.5]]
+    assert grey_mean([a, b]).tolist() == [[0, 255], [191, 128]]
+    assert grey_mean([a, b]).dtype == np.uint8
+    assert grey_mean([b]).tolist() == [[0, 255], [255, 255]]
+
+
+def test_kept_per_layer_threshold():
+    gates = np.array([[1e-3, 9.99e-4, 0.5], [0.0, 0.0, 0.0]])
+    assert kept_per_layer(gates).tolist() == [2, 0]
+    assert kept_per_layer(gates, threshold=0.6).tolist() == [0, 0]
+    assert kept_per_layer([gates, np.ones((2, 3))]).tolist() == [[2, 0], [3, 3]]
+
+
+def test_correlation_matrix_against_numpy():
+    rng = np.random.default_rng(0)
+    settings = {"dep": [rng.random((3, 4)) for _ in range(3)], "pos+ner": [rng.random((3, 4)) for _ in range(2)],
+                "srl": [rng.random((3, 4))]}
+    table = correlation_matrix(settings)
+    assert list(table.index) == list(table.columns) == ["dep", "pos+ner", "srl"]
+    means = {k: np.mean(v, axis=0).ravel() for k, v in settings.items()}
+    for a in settings:
+        for b in settings:
+            if a != b:
+                assert table.loc[a, b] == pytest.approx(np.corrcoef(means[a], means[b])[0, 1])
+    dep = [g.ravel() for g in settings["dep"]]
+    pairs = [np.corrcoef(dep[i], dep[j])[0, 1] for i, j in ((0, 1), (0, 2), (1, 2))]
+    assert table.loc["dep", "dep"] == pytest.approx(np.mean(pairs))
+    pos_ner = [g.ravel() for g in settings["pos+ner"]]
+    assert table.loc["pos+ner", "pos+ner"] == pytest.approx(np.corrcoef(*pos_ner)[0, 1])
+    assert np.isnan(table.loc["srl", "srl"])  # one run: no run-to-run consistency
+
+
+def test_correlation_of_a_constant_setting_is_nan_without_warnings():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        table = correlation_matrix({"a": [np.ones((2, 2))] * 2, "b": [np.eye(2)] * 2})
+    assert np.isnan(table.loc["a", "b"]) and np.isnan(table.loc["a", "a"])
+    assert table.loc["b", "b"] == pytest.approx(1.0)
+
+
+# --- reading run folders ----------------------------------------------------------------------
+def test_read_runs_folders_globs_and_parents(tmp_path):
+    a = make_run(tmp_path / "runs" / "dep-a", np.ones((2, 3)), seed=2)
+    b = make_run(tmp_path / "runs" / "dep-b", np.zeros((2, 3)), seed=1)
+    deep = make_run(tmp_path / "nested" / "exp" / "seed3", np.ones((2, 3)), tasks=["pos", "ner"], seed=3)
+    (tmp_path / "runs" / "not-a-run").mkdir()
+    assert [r.path for r in read_runs([tmp_path / "runs"])] == [a.resolve(), b.resolve()]
+    assert [r.path for r in read_runs([str(tmp_path / "runs" / "dep-*"), a])] == [a.resolve(), b.resolve()]
+    [run] = read_runs([tmp_path / "nested"])  # no child is a run: searched deeper
+    assert run.path == deep.resolve() and run.tasks == ("pos", "ner") and run.seed == 3
+    assert run.setting == "pos+ner" and run.values.shape == (2, 3)
+
+
+def test_settings_group_seeds_and_keep_experiments_apart(tmp_path):
+    runs = read_runs([
+        make_run(tmp_path / "a", np.ones((1, 2)), tasks=["pos", "ner"], seed=2),
+        make_run(tmp_path / "b", np.ones((1, 2)), tasks=["dep"], seed=5),
+        make_run(tmp_path / "c", np.ones((1, 2)), tasks=["pos", "ner"], seed=1),
+        make_run(tmp_path / "d", np.ones((1, 2)), tasks=["dep"], seed=1, prune={"mode": "static", "lambda": 0.01}),
+        make_run(tmp_path / "e", np.ones((1, 2)), tasks=["dep"], seed=1, experiment="lam-0.1"),
+    ])
+    groups = group_settings(runs)
+    assert list(groups) == ["dep [default]", "dep [lam-0.1]", "dep (static)", "pos+ner"]
+    assert [r.seed for r in groups["pos+ner"]] == [1, 2]
+    assert [r.path.name for r in groups["dep (static)"]] == ["d"]
+
+
+# --- the report and the command line ----------------------------------------------------------
+@pytest.fixture
+def runs_dir(tmp_path):
+    """Three dep seeds (given out of order) and one pos+ner run on a 2 x 3 grid."""
+    parent = tmp_path / "runs"
+    make_run(parent / "dep-x", [[1, 1, 0], [1, 0, 0]], seed=3)
+    make_run(parent / "dep-y", [[1, 0, 0], [1, 1, 0]], seed=1)
+    make_run(parent / "dep-z", [[1, 1, 1], [0.5, 0, 0]], seed=2)
+    make_run(parent / "pn", [[0, 1, 1], [1, 1, 1e-4]], tasks=["pos", "ner"], seed=1)
+    return parent
+
+
+def test_cli_writes_the_expected_files(runs_dir, monkeypatch, capsys):
+    seen = []
+    monkeypatch.setattr(gate_report, "rgb_overlap", lambda gates: seen.append(gates) or rgb_overlap(gates))
+    assert main([str(runs_dir)]) == 0
+    out = runs_dir / "gate-report"
+    expected = {"gates-dep-seed1.png", "gates-dep-seed2.png", "gates-dep-seed3.png", "gates-pos+ner-seed1.png",
+                "overlap-dep.png", "mean-gates.png", "correlation.csv", "correlation.png", "kept-per-layer.csv",
+                "kept-dep.png", "kept-pos+ner.png"}
+    assert {p.name for p in out.iterdir()} == expected
+    assert str(out) in capsys.readouterr().out
+    # the overlap takes the first three runs by seed: 1, 2, 3
+    [gates] = seen
+    assert [g.tolist() for g in gates] == [[[1, 0, 0], [1, 1, 0]], [[1, 1, 1], [0.5, 0, 0]], [[1, 1, 0], [1, 0, 0]]]
+
+    kept = pd.read_csv(out / "kept-per-layer.csv")
+    assert kept[["setting", "seed", "L0", "L1", "total"]].values.tolist() == [
+        ["dep", 1, 1, 2, 3], ["dep", 2, 3, 1, 4], ["dep", 3, 2, 1, 3], ["pos+ner", 1, 2, 2, 4]]
+    corr = pd.read_csv(out / "correlation.csv", index_col="setting")
+    assert list(corr.index) == list(corr.columns) == ["dep", "pos+ner"]
+    assert np.isnan(corr.loc["pos+ner", "pos+ner"]) and not np.isnan(corr.loc["dep", "dep"])
+    assert corr.loc["dep", "pos+ner"] == pytest.approx(corr.loc["pos+ner", "dep"])
+
+
+def test_write_report_returns_paths_and_images_open(runs_dir, tmp_path):
+    import matplotlib.image
+
+    paths = write_report(read_runs([runs_dir]), tmp_path / "report")
+    assert set(paths) >= {"gates/dep-seed1", "overlap/dep", "mean", "correlation", "correlation_csv", "kept_csv",
+                          "kept/dep", "kept/pos+ner"}
+    assert all(p.parent == tmp_path / "report" and p.exists() for p in paths.values())
+    assert matplotlib.image.imread(paths["overlap/dep"]).ndim == 3
+
+
+def test_no_overlap_below_three_runs_and_out_option(tmp_path):
+    make_run(tmp_path / "r1", np.ones((2, 2)), seed=1)
+    make_run(tmp_path / "r2", np.eye(2), seed=2)
+    assert main([str(tmp_path / "r*"), "--out", str(tmp_path / "pics")]) == 0
+    names = {p.name for p in (tmp_path / "pics").iterdir()}
+    assert "gates-dep-seed2.png" in names and not any(n.startswith("overlap") for n in names)
+
+
+@pytest.mark.parametrize("content, message", [
+    ('{"values": [[1, 0.5],\n [0.2, }', r"gates.json:2: not valid JSON"),
+    ('{"values": [[1, 0.5], [0.2]]}', r"gates.json: 'values' must be a \[layers\]\[heads\] list"),
+    ('{"values": [[1, 1.5]]}', r"gates.json: gate values must lie in \[0, 1\]"),
+    ('{"values": [[1, 1]], "heads": 3}', r"gates.json: 'heads' is 3 but 'values' has 2"),
+    ('[[1, 1]]', r"gates.json: expected an object with key 'values'"),
+])
+def test_broken_gates_json_names_the_file(tmp_path, capsys, content, message):
+    run = make_run(tmp_path / "run", np.ones((1, 2)))
+    (run / "gates.json").write_text(content)
+    assert main([str(run)]) == 2
+    assert re.search(re.escape(str(run)) + r".*" + message, capsys.readouterr().err)
+
+
+def test_bad_inputs_give_clear_errors(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert main([str(tmp_path / "empty")]) == 2
+    assert "no run folders" in capsys.readouterr().err
+    assert main([str(tmp_path / "missing")]) == 2
+    assert "missing: no such file or folder" in capsys.readouterr().err
+    run = make_run(tmp_path / "notasks", np.ones((1, 2)))
+    (run / "config.yaml").write_text("seed: 1\n")
+    assert main([str(run)]) == 2
+    assert f"{run / 'config.yaml'}: config key 'tasks'" in capsys.readouterr().err
+    (run / "config.yaml").write_text("tasks: [dep]\nseed: [1\n")
+    assert main([str(run)]) == 2
+    assert f"{run / 'config.yaml'}:3: not valid YAML" in capsys.readouterr().err
+    make_run(tmp_path / "big", np.ones((2, 2)))
+    make_run(tmp_path / "small", np.ones((1, 2)))
+    with pytest.raises(ConfigError, match="different"):
+        write_report(read_runs([tmp_path / "big", tmp_path / "small"]), tmp_path / "out")
+
+
+def test_python_m_mtl_heads_gates(runs_dir):
+    done = subprocess.run([sys.executable, "-m", "mtl_heads.gates", str(runs_dir / "dep-*"), "--out", str(runs_dir / "o")],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "3 run(s) in 1 setting(s)" in done.stdout and (runs_dir / "o" / "overlap-dep.png").exists()
+
+
+def test_wandb_offline_logs_images_and_tables(runs_dir, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    assert main([str(runs_dir), "--wandb", "offline"]) == 0
+    [offline] = (runs_dir / "gate-report" / "wandb").glob("offline-run-*")
+    assert list(offline.glob("*.wandb"))
+    assert list(offline.rglob("files/media/images/**/*.png"))
+    assert list(offline.rglob("files/media/table/**/*.table.json"))
