@@ -90,7 +90,8 @@ def set_key(cfg: DictConfig, key: str, value: Any) -> None:
 
 def _free_form(key: str) -> bool:
     """Sections whose sub-keys are the user's own (split names, task options)."""
-    return key in {"data.unannotated", "data.demo_sizes", "data.splits"} or key.startswith("task.")
+    return (key in {"data.unannotated", "data.demo_sizes", "data.splits", "data.task_splits"}
+            or key.startswith(("task.", "data.task_splits.")))
 
 
 def _parse(text: str, default: Any, key: str) -> Any:

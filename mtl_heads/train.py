@@ -225,20 +225,45 @@ def load_gate_mask(value) -> torch.Tensor:
     return torch.tensor(OmegaConf.to_container(value) if not isinstance(value, list) else value, dtype=torch.float32)
 
 
-def prepare_examples(corpus: dict, tasks: dict, encoder: GatedEncoder, policy: str, log: Callable) -> dict:
+def prepare_examples(corpus: dict, tasks: dict, encoder: GatedEncoder, policy: str, log: Callable,
+                     task_splits: dict | None = None) -> dict:
     """``{role: {task: [Example]}}``: each role's sentences tokenised once; each task keeps those
-    that carry the layers it needs."""
-    examples = {}
+    that carry the layers it needs. ``task_splits`` (``data.task_splits``) lets one task read
+    another role's sentences, e.g. ``{ner: {train: dev}}`` (EWT annotates entities on dev/test only)."""
+    tokenised = {}
     for role, sentences in corpus.items():
-        tokenised, report = tokenize(sentences, encoder.tokenizer, encoder.max_length, policy)
+        tokenised[role], report = tokenize(sentences, encoder.tokenizer, encoder.max_length, policy)
         log(f"data {role}: " + "; ".join(report.lines()))
-        examples[role] = {}
+    remap = check_task_splits(task_splits, tasks, corpus)
+    examples = {role: {} for role in corpus}
+    for role in corpus:
         for name, task in tasks.items():
-            usable = [e for e in tokenised if task.usable(e.sentence)]
-            left_out = len(tokenised) - len(usable)
+            source = remap.get(name, {}).get(role, role)
+            usable = [e for e in tokenised[source] if task.usable(e.sentence)]
+            left_out = len(tokenised[source]) - len(usable)
             examples[role][name] = usable
-            log(f"  {name}: {len(usable)} sentences" + (f" ({left_out} without the '{'/'.join(task.needs)}' layer left out)" if left_out else ""))
+            log(f"  {role} {name}: {len(usable)} sentences" + (f" (from {source})" if source != role else "")
+                + (f" ({left_out} without the '{'/'.join(task.needs)}' layer left out)" if left_out else ""))
     return examples
+
+
+def check_task_splits(value, tasks: dict, corpus: dict) -> dict[str, dict[str, str]]:
+    """``data.task_splits`` as ``{task: {role: source role}}``, checked."""
+    remap = OmegaConf.to_container(value) if isinstance(value, DictConfig) else dict(value or {})
+    for name, roles in remap.items():
+        if name not in tasks:
+            raise ConfigError(f"config key 'data.task_splits.{name}': {name} is not among the tasks {', '.join(tasks)}")
+        if not isinstance(roles, dict) or any(r not in corpus or s not in corpus for r, s in roles.items()):
+            raise ConfigError(f"config key 'data.task_splits.{name}': expected {{role: role}} with roles "
+                              f"{', '.join(corpus)}, got {roles!r}")
+    return remap
+
+
+def selection_tasks(cfg: DictConfig, tasks: dict) -> dict:
+    """The tasks whose dev score selects the model: a task that trains on the dev sentences
+    (``data.task_splits``) would only report its fit to its own training data."""
+    remap = OmegaConf.select(cfg, "data.task_splits", default=None) or {}
+    return {n: t for n, t in tasks.items() if remap.get(n, {}).get("train") != "dev"} or tasks
 
 
 def gates_record(encoder: GatedEncoder) -> dict:
@@ -276,7 +301,8 @@ def run(overrides: list[str], on_step: Callable | None = None) -> dict:
     corpus = load_corpus(cfg.data, {layer for task in tasks.values() for layer in task.needs})
     seed_everything(cfg.seed)
     encoder = build_encoder(cfg)
-    examples = prepare_examples(corpus, tasks, encoder, cfg.data.long_policy, log)
+    examples = prepare_examples(corpus, tasks, encoder, cfg.data.long_policy, log,
+                                OmegaConf.select(cfg, "data.task_splits", default=None))
     if rank == 0:
         run_dir.mkdir(parents=True, exist_ok=True)
         if not resuming:
@@ -322,7 +348,7 @@ def finish(trainer: Trainer, tasks: dict, cfg: DictConfig, run_dir: Path, rank: 
         load_weights(trainer.model, best)
     results = trainer._broadcast({role: trainer.evaluate(role) for role in ("dev", "test")} if rank == 0 else None)
     metrics = {"tasks": list(tasks), "best_epoch": trainer.state.best_epoch, "dev": results["dev"],
-               "test": results["test"], "dev_mean": mean_score(results["dev"], tasks),
+               "test": results["test"], "dev_mean": mean_score(results["dev"], selection_tasks(cfg, tasks)),
                "test_mean": mean_score(results["test"], tasks), "history": trainer.state.history,
                "sentences": {role: {t: len(ex) for t, ex in per.items()} for role, per in trainer.examples.items()},
                "seed": cfg.seed, "experiment": cfg.experiment, "prune": pruning(cfg),

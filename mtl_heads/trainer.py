@@ -265,7 +265,9 @@ class Trainer:
 
     def _end_epoch(self) -> None:
         scores = self._broadcast(self.evaluate("dev") if self.rank == 0 else None)
-        mean = mean_score(scores, self.tasks)
+        from mtl_heads.train import selection_tasks
+
+        mean = mean_score(scores, selection_tasks(self.cfg, self.tasks))
         record = {"epoch": self.state.epoch + 1, "dev": scores, "dev_mean": mean}
         kept = int((self.model.encoder.gate_values() >= 1e-3).sum())
         if self.sparsity.active:

@@ -132,3 +132,16 @@ def test_ddp_two_processes_gloo(base, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     metrics = json.loads((out / "metrics.json").read_text())
     assert set(metrics["test"]) == {"pos", "ner"}
+
+
+def test_task_splits_let_one_task_train_on_another_role(base, tmp_path):
+    metrics = run(base + ["tasks=pos,ner", "train.epochs=1", "data.task_splits={ner: {train: dev}}",
+                          f"run_dir={tmp_path / 'r'}"])
+    assert metrics["sentences"]["train"]["ner"] == metrics["sentences"]["dev"]["ner"] == 16
+    assert metrics["sentences"]["train"]["pos"] == 48
+    # NER's dev score is its own training data: model selection uses POS alone
+    assert metrics["dev_mean"] == pytest.approx(metrics["dev"]["pos"]["accuracy"])
+    with pytest.raises(ConfigError, match="data.task_splits.dep"):
+        run(base + ["tasks=pos", "data.task_splits={dep: {train: dev}}", f"run_dir={tmp_path / 'x'}"])
+    with pytest.raises(ConfigError, match="data.task_splits.pos"):
+        run(base + ["tasks=pos", "data.task_splits={pos: {train: validation}}", f"run_dir={tmp_path / 'y'}"])
