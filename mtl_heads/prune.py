@@ -428,20 +428,12 @@ def load_pruned(folder: str | Path, device: str | torch.device = "cpu", attn_imp
 
 def _multitask(folder: Path, encoder: PrunedEncoder) -> nn.Module:
     from mtl_heads.model import MultiTaskModel
-    from mtl_heads.runs import read_json
-    from mtl_heads.train import build_tasks
+    from mtl_heads.runs import tasks_with_labels
 
     for name in ("config.yaml", "labels.json"):
         if not (folder / name).exists():
             raise ConfigError(f"{folder}: {name} is missing (a pruned multi-task model needs it)")
-    cfg = OmegaConf.load(folder / "config.yaml")
-    tasks = build_tasks(cfg)
-    labels = read_json(folder / "labels.json")
-    for name, task in tasks.items():
-        if name not in labels:
-            raise ConfigError(f"{folder / 'labels.json'}: no labels for task '{name}'")
-        task.load_labels(labels[name])
-    return MultiTaskModel(encoder, tasks)
+    return MultiTaskModel(encoder, tasks_with_labels(OmegaConf.load(folder / "config.yaml"), folder / "labels.json"))
 
 
 # ---------------------------------------------------------------------- checking and the CLI

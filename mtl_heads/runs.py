@@ -15,7 +15,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from mtl_heads.config import ConfigError
 
-__all__ = ["LoadedRun", "is_run_dir", "load_run", "load_run_weights", "read_json", "check_run_dir"]
+__all__ = ["LoadedRun", "is_run_dir", "load_run", "load_run_weights", "read_json", "check_run_dir",
+           "tasks_with_labels"]
 
 REQUIRED = ("config.yaml", "labels.json", "model.safetensors")
 
@@ -86,6 +87,21 @@ def load_run_weights(model: torch.nn.Module, path: str | Path, gate: bool = True
     model.load_state_dict(state, strict=False)
 
 
+def tasks_with_labels(cfg: DictConfig, labels_file: Path) -> dict:
+    """``{name: Task}`` of ``cfg.tasks`` with the label vocabularies saved in ``labels_file``."""
+    from mtl_heads.train import build_tasks
+
+    tasks = build_tasks(cfg)
+    labels = read_json(labels_file)
+    if labels is None:
+        raise ConfigError(f"{labels_file}: missing (the label vocabularies of the trained decoders)")
+    for name, task in tasks.items():
+        if name not in labels:
+            raise ConfigError(f"{labels_file}: no labels for task '{name}'")
+        task.load_labels(labels[name])
+    return tasks
+
+
 def load_run(path: str | Path, device: str | torch.device = "cpu", gate: str | None = None) -> LoadedRun:
     """Rebuild a run's model from its folder and load the best weights.
 
@@ -96,19 +112,14 @@ def load_run(path: str | Path, device: str | torch.device = "cpu", gate: str | N
             ``encoder.gate``); the saved gate parameters are loaded when the kinds match.
     """
     from mtl_heads.model import MultiTaskModel
-    from mtl_heads.train import build_encoder, build_tasks
+    from mtl_heads.train import build_encoder
 
     path = check_run_dir(path)
     cfg = OmegaConf.load(path / "config.yaml")
     same_gate = gate is None or gate == cfg.encoder.gate
     if gate is not None:
         cfg.encoder.gate = gate
-    tasks = build_tasks(cfg)
-    labels = read_json(path / "labels.json")
-    for name, task in tasks.items():
-        if name not in labels:
-            raise ConfigError(f"{path / 'labels.json'}: no labels for task '{name}'")
-        task.load_labels(labels[name])
+    tasks = tasks_with_labels(cfg, path / "labels.json")
     encoder = build_encoder(cfg)
     model = MultiTaskModel(encoder, tasks)
     load_run_weights(model, path, gate=same_gate)
