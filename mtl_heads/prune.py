@@ -521,6 +521,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threshold", type=float, default=THRESHOLD, help="remove heads whose gate is below this")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N (default cpu)")
     parser.add_argument("--check-sentences", type=int, default=16, help="dev sentences for the output check")
+    parser.add_argument("--wandb", default="auto", choices=("auto", "online", "offline", "disabled"),
+                        help="W&B mode (default auto: WANDB_MODE, else online with WANDB_API_KEY, else offline)")
+    parser.add_argument("--project", default="mtl-heads", help="W&B project (default mtl-heads)")
     args = parser.parse_args(argv)
     try:
         run = load_run(args.run, device=args.device)
@@ -538,6 +541,19 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(_report(run.model.encoder, pruned.encoder)))
     print(f"max |gated - pruned| on {source}: " + ", ".join(f"{k} {v:.2e}" for k, v in diffs.items()))
     print(f"max |pruned - reloaded from {out}|: {reload_diff:.2e}")
+    from mtl_heads.tracking import log_head_removal, wandb_section
+
+    gated, kept = run.model.encoder, pruned.encoder
+    numbers = {"heads_kept": sum(kept.heads_per_layer), "heads_total": kept.num_layers * kept.num_heads,
+               "encoder_params_before": count_parameters(gated.model),
+               "encoder_params_after": count_parameters(kept.model),
+               "attention_params_before": attention_parameters(gated),
+               "attention_params_after": attention_parameters(kept),
+               **{f"max_diff/{k}": v for k, v in diffs.items()}, "max_diff/reloaded": reload_diff}
+    wandb_id = log_head_removal(wandb_section(args.wandb, args.project), run.path, run.cfg, out, gated.gate_values(),
+                                kept.heads_per_layer, numbers, {"threshold": args.threshold, "check": source})
+    if wandb_id:
+        print(f"W&B run {wandb_id} ({out / 'wandb'})")
     return 0
 
 

@@ -1,27 +1,49 @@
-"""Weights & Biases logging: config, per-epoch metrics and gate values.
+"""Weights & Biases logging with one layout for every command: config, per-epoch metrics, gates.
 
-``wandb.mode=auto`` logs online when ``WANDB_API_KEY`` is set and offline otherwise (sync later
-with ``wandb sync <run_dir>/wandb/offline-run-*``); ``disabled`` turns it off. The W&B run id is
-kept in the run folder so that a resumed run continues the same W&B run.
+Every W&B run made by this project (``python -m mtl_heads.train``, ``python -m mtl_heads.prune``,
+``python -m mtl_heads.probe``) is started by :func:`start_run` and so has:
+
+- name: the run (or report) folder's name unless ``wandb.name`` is set;
+- group: the experiment (config ``experiment``; without one, the setting name ``pos-ner``,
+  ``dep-dynamic``), so the seeds of one setting and their pruned models and probes sit together;
+- job_type: ``train`` (plain training), ``prune`` (training with gates pruned, ``prune.mode`` static
+  or dynamic, and the head removal of ``python -m mtl_heads.prune``, tagged ``removal``), ``probe``;
+- tags: ``wandb.tags`` plus the tasks, ``stl``/``mtl``, ``prune:<mode>``, ``encoder:<name>``, ``seed:<n>``;
+- config: the run folder's resolved config.
+
+Training logs ``dev/<task>/<metric>``, ``dev/mean`` and ``epoch`` once per epoch, ``train/loss/<task>``
+every 20 steps, and the gates once per epoch: ``gates/L<l>H<h>`` scalars, ``gates/table`` (a table of
+layer, head, gate), ``gates/heatmap`` (an image) and ``gates/kept``.
+
+``wandb.mode=auto`` follows the ``WANDB_MODE`` environment variable when it is set, else logs online
+when ``WANDB_API_KEY`` is set and offline otherwise (no key needed; upload later with
+``wandb sync <folder>/wandb/offline-run-*``); ``disabled`` turns it off. The W&B run id is kept in
+the run folder so that a resumed run continues the same W&B run.
 """
 from __future__ import annotations
 
 import os
+import tempfile
 import uuid
 from pathlib import Path
 
 import torch
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 MODES = ("auto", "online", "offline", "disabled")
+JOB_TYPES = ("train", "prune", "probe")
 
 
 def resolve_mode(mode: str) -> str:
+    """``online``, ``offline`` or ``disabled`` for a ``wandb.mode`` value (``auto`` resolved, see module doc)."""
     if mode not in MODES:
         from mtl_heads.config import ConfigError
 
         raise ConfigError(f"config key 'wandb.mode': expected one of {', '.join(MODES)}, got {mode!r}")
     if mode == "auto":
+        env = os.environ.get("WANDB_MODE", "").strip().lower()
+        if env in ("online", "offline", "disabled", "dryrun"):
+            return "offline" if env == "dryrun" else env
         return "online" if os.environ.get("WANDB_API_KEY") else "offline"
     return mode
 
@@ -31,12 +53,96 @@ def job_type(cfg) -> str:
     return "prune" if OmegaConf.select(cfg, "prune.mode", default="none") != "none" else "train"
 
 
+def _prune_mode(cfg) -> str:
+    return OmegaConf.select(cfg, "prune.mode", default="none") or "none"
+
+
+def run_group(cfg) -> str:
+    """The W&B group of a run: its ``experiment``, else its setting name (``pos-ner``, ``dep-dynamic``)."""
+    experiment = OmegaConf.select(cfg, "experiment", default=None)
+    if experiment:
+        return str(experiment)
+    mode = _prune_mode(cfg)
+    return "-".join(cfg.tasks) + (f"-{mode}" if mode != "none" else "")
+
+
 def run_tags(cfg) -> list[str]:
     """The user's ``wandb.tags`` plus tasks, prune mode, encoder and seed (for filtering in W&B)."""
-    auto = [*cfg.tasks, "mtl" if len(cfg.tasks) > 1 else "stl",
-            f"prune:{OmegaConf.select(cfg, 'prune.mode', default='none')}",
-            f"encoder:{cfg.encoder.name}"[:64], f"seed:{cfg.seed}"]
-    return list(dict.fromkeys([*cfg.wandb.tags, *auto]))
+    encoder = Path(str(OmegaConf.select(cfg, "encoder.name", default="?"))).name  # a local folder: its name
+    auto = [*cfg.tasks, "mtl" if len(cfg.tasks) > 1 else "stl", f"prune:{_prune_mode(cfg)}",
+            f"encoder:{encoder}"[:64], f"seed:{OmegaConf.select(cfg, 'seed', default='?')}"]
+    user = OmegaConf.select(cfg, "wandb.tags", default=None) or []
+    return list(dict.fromkeys([*user, *auto]))
+
+
+def start_run(wandb_cfg, folder: Path, job: str, config: dict, run_cfg=None, name: str | None = None,
+              extra_tags: tuple[str, ...] = (), run_id: str | None = None):
+    """Start a W&B run with the project's layout; None when the mode resolves to ``disabled``.
+
+    Args:
+        wandb_cfg: a ``wandb`` config section (mode, project, entity, name, tags).
+        folder: the output folder; W&B files go to ``folder/wandb``.
+        job: ``train``, ``prune`` or ``probe``.
+        config: the W&B run config (the run folder's resolved config, plus the command's options).
+        run_cfg: the training run's config that names group and tags (tasks, prune mode, encoder,
+            seed); None (e.g. a probe of a pretrained encoder): group ``<job>``, tags ``wandb.tags``.
+        name: the run name; default ``wandb.name``, else ``folder``'s name.
+        extra_tags: added after the layout's tags (e.g. ``removal``, ``compare``).
+        run_id: a fixed W&B id (resume); default a new one.
+    """
+    if job not in JOB_TYPES:
+        raise ValueError(f"job must be one of {', '.join(JOB_TYPES)}, got {job!r}")
+    mode = resolve_mode(wandb_cfg.mode)
+    if mode == "disabled":
+        return None
+    import wandb
+
+    user_tags = list(wandb_cfg.get("tags") or [])
+    tags = run_tags(run_cfg) if run_cfg is not None else user_tags
+    group = run_group(run_cfg) if run_cfg is not None else job
+    return wandb.init(project=wandb_cfg.project, entity=wandb_cfg.get("entity"), dir=str(folder), mode=mode,
+                      name=wandb_cfg.get("name") or name or folder.name, group=group, job_type=job,
+                      tags=list(dict.fromkeys([*user_tags, *tags, *extra_tags])), config=config, id=run_id,
+                      resume="allow" if run_id else None, settings=wandb.Settings(console="off", silent=True))
+
+
+def gate_table(values: torch.Tensor):
+    """Gate values ``[layers, heads]`` as a ``wandb.Table`` with columns layer, head, gate."""
+    import wandb
+
+    rows = [[layer, head, float(v)] for layer, row in enumerate(values.tolist()) for head, v in enumerate(row)]
+    return wandb.Table(columns=["layer", "head", "gate"], data=rows)
+
+
+def gate_scalars(values: torch.Tensor) -> dict[str, float]:
+    """``{gates/L<l>H<h>: value}`` for gate values ``[layers, heads]``."""
+    return {f"gates/L{layer}H{head}": float(v)
+            for layer, row in enumerate(values.tolist()) for head, v in enumerate(row)}
+
+
+def log_gate_pictures(run, values: torch.Tensor, title: str, step: int | None = None, prefix: str = "gates") -> None:
+    """Log ``<prefix>/table`` (layer, head, gate), ``<prefix>/heatmap`` (the layer x head picture of
+    :func:`mtl_heads.gate_report.plot_gate_map`) and ``<prefix>/kept`` (heads with gate >= 1e-3).
+
+    Args:
+        run: a W&B run (None: nothing is logged).
+        values: gate values ``[layers, heads]`` in [0, 1].
+        title: the picture's title (its kept count is appended).
+        step: the W&B step (default: W&B's own counter).
+        prefix: the key prefix (default ``gates``).
+    """
+    if run is None:
+        return
+    import numpy as np
+    import wandb
+
+    from mtl_heads.gate_report import KEEP_THRESHOLD, plot_gate_map
+
+    array = np.clip(values.detach().cpu().double().numpy(), 0.0, 1.0)  # [layers, heads]
+    with tempfile.TemporaryDirectory() as tmp:
+        picture = plot_gate_map(array, title, Path(tmp) / "gates.png")
+        run.log({f"{prefix}/table": gate_table(values), f"{prefix}/heatmap": wandb.Image(str(picture)),
+                 f"{prefix}/kept": int((array >= KEEP_THRESHOLD).sum())}, step=step)
 
 
 class Tracker:
@@ -53,32 +159,23 @@ class Tracker:
         mode = resolve_mode(cfg.wandb.mode)
         if not enabled or mode == "disabled":
             return
-        import wandb
-
         id_file = run_dir / "wandb_id"
         run_id = id_file.read_text().strip() if id_file.exists() else uuid.uuid4().hex[:12]
         id_file.write_text(run_id)
-        self.run = wandb.init(
-            project=cfg.wandb.project, entity=cfg.wandb.entity, name=cfg.wandb.name or run_dir.name,
-            group=cfg.get("experiment"), job_type=job_type(cfg), tags=run_tags(cfg),
-            dir=str(run_dir), id=run_id, resume="allow", mode=mode,
-            config=OmegaConf.to_container(cfg, resolve=True), settings=wandb.Settings(console="off", silent=True),
-        )
+        self.name = cfg.wandb.name or run_dir.name
+        self.run = start_run(cfg.wandb, run_dir, job_type(cfg), OmegaConf.to_container(cfg, resolve=True),
+                             run_cfg=cfg, name=self.name, run_id=run_id)
 
     def log(self, metrics: dict, step: int) -> None:
         if self.run is not None:
             self.run.log(metrics, step=step)
 
     def log_gates(self, values: torch.Tensor, step: int) -> None:
-        """Gate values ``[layers, heads]`` as one scalar per head plus a table."""
+        """Gate values ``[layers, heads]``: one scalar per head, a table, a heatmap image, the kept count."""
         if self.run is None:
             return
-        import wandb
-
-        flat = {f"gates/L{l}H{h}": float(v) for l, row in enumerate(values.tolist()) for h, v in enumerate(row)}
-        table = wandb.Table(columns=["layer", "head", "gate"],
-                            data=[[l, h, float(v)] for l, row in enumerate(values.tolist()) for h, v in enumerate(row)])
-        self.run.log({**flat, "gates/table": table, "gates/kept": int((values >= 1e-3).sum())}, step=step)
+        self.run.log(gate_scalars(values), step=step)
+        log_gate_pictures(self.run, values, f"{self.name}, step {step}", step=step)
 
     def summary(self, metrics: dict) -> None:
         if self.run is not None:
@@ -88,3 +185,49 @@ class Tracker:
         if self.run is not None:
             self.run.finish()
             self.run = None
+
+
+def log_head_removal(wandb_cfg, run_path: Path, run_cfg, out: Path, gates: torch.Tensor,
+                     heads_per_layer: list[int], numbers: dict, options: dict) -> str | None:
+    """Log ``python -m mtl_heads.prune`` (job_type ``prune``, tag ``removal``, the trained run's group
+    and tags) to a W&B run in ``out/wandb``; returns its id (None when disabled or when W&B fails,
+    which is reported on stderr: the pruned folder is written either way).
+
+    Args:
+        wandb_cfg: a ``wandb`` section (see :func:`wandb_section`).
+        run_path: the trained run folder; run_cfg: its config (the W&B config, under ``removal``
+            the command's ``options`` and ``run_path``).
+        out: the pruned model folder.
+        gates: the run's gate values ``[layers, heads]`` (logged as ``gates/table`` and ``gates/heatmap``).
+        heads_per_layer: heads kept in each layer (logged as the table ``removal/heads_per_layer``).
+        numbers: scalars for the summary (heads kept, parameter counts, output differences).
+    """
+    import sys
+
+    config = {**OmegaConf.to_container(run_cfg, resolve=True),
+              "removal": {**options, "run": str(run_path), "out": str(out)}}
+    try:
+        run = start_run(wandb_cfg, out, "prune", config, run_cfg=run_cfg, name=f"{Path(run_path).name}-pruned",
+                        extra_tags=("removal",))
+        if run is None:
+            return None
+        import wandb
+
+        try:
+            run.log({"removal/heads_per_layer": wandb.Table(columns=["layer", "kept"], data=[
+                [i, k] for i, k in enumerate(heads_per_layer)])}, commit=False)  # one history row with the gates
+            log_gate_pictures(run, gates, f"{Path(run_path).name}: gates before removal")
+            run.summary.update(numbers)
+            return run.id
+        finally:
+            run.finish()
+    except Exception as err:  # noqa: BLE001 -- W&B's own errors (no network, bad key) must not undo the pruning
+        print(f"warning: W&B logging ({wandb_cfg.mode}) failed: {err}", file=sys.stderr)
+        return None
+
+
+def wandb_section(mode: str = "auto", project: str = "mtl-heads", entity: str | None = None,
+                  name: str | None = None, tags: list[str] | None = None) -> DictConfig:
+    """A ``wandb`` config section for commands configured by flags rather than a config file."""
+    return OmegaConf.create({"mode": mode, "project": project, "entity": entity, "name": name,
+                             "tags": list(tags or [])})

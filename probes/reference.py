@@ -1,0 +1,315 @@
+"""Plain, slow reference implementations of every probe: Python loops over sentences, layers,
+heads and units on per-sentence numpy arrays, written from the definitions in
+``docs/background.md`` (section 3) without the vectorised helpers of the fast probes.
+
+The tests check the fast probes against these on fixtures; ``bench/probe_speed.py`` times them.
+Each function returns a table in the fast probe's format (layer, head, label, score, count, and the
+same extra columns), so the two can be merged and compared row by row.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from mtl_heads.data.sentence import Sentence
+from probes.attention import VERB_ROLES
+from probes.base import is_punctuation
+from probes.clark import DIRECTIONS, OFFSETS
+from probes.clustering import lowest_phrases
+from probes.voita import MAX_OFFSET, POSITIONAL, RARE, SYNTACTIC
+
+__all__ = ["Captured", "split_batch", "slots_of", "word_map", "ref_dep", "ref_srl", "ref_clustering", "ref_clark",
+           "ref_voita", "UNITS"]
+
+
+@dataclass
+class Captured:
+    """One sentence after a forward pass with capture (no padding).
+
+    word_index: per sub-word, the word (-1 for specials); attentions: ``[L, H, T, T]`` float64;
+    head_contexts: ``[T, L, H, d]`` float64.
+    """
+
+    sentence: Sentence
+    word_index: list[int]
+    attentions: np.ndarray
+    head_contexts: np.ndarray
+
+
+def split_batch(batch) -> list[Captured]:
+    """Per-sentence records of a :class:`probes.base.ProbeBatch` (its padding cut off)."""
+    out = []
+    for i, sentence in enumerate(batch.sentences):
+        t = int(batch.attention_mask[i].sum())
+        attn = batch.attentions[i, :, :, :t, :t].double().cpu().numpy() if batch.has_attentions else None
+        ctx = batch.head_contexts[i, :t].double().cpu().numpy() if batch.has_head_contexts else None
+        out.append(Captured(sentence, batch.word_index[i, :t].tolist(), attn, ctx))
+    return out
+
+
+# ---------------------------------------------------------------------- word-level maps
+def slots_of(word_index: list[int], n_words: int) -> list[int]:
+    """Slot per sub-word: 0 before the first word ([CLS]), w + 1 for word w, n + 1 after ([SEP])."""
+    slots, seen = [], False
+    for w in word_index:
+        if w >= 0:
+            seen = True
+            slots.append(w + 1)
+        else:
+            slots.append(n_words + 1 if seen else 0)
+    return slots
+
+
+def word_map(attn: np.ndarray, slots: list[int], n_slots: int) -> np.ndarray:
+    """One head's word-level map: average the rows of a slot's pieces, sum the columns."""
+    out = np.zeros((n_slots, n_slots))
+    for i in range(n_slots):
+        rows = [t for t, s in enumerate(slots) if s == i]
+        for j in range(n_slots):
+            cols = [u for u, s in enumerate(slots) if s == j]
+            if rows:
+                out[i, j] = sum(sum(attn[t, u] for u in cols) for t in rows) / len(rows)
+    return out
+
+
+def first_argmax(row: np.ndarray, candidates) -> int | None:
+    """The candidate with the largest value (the first one when tied), None without candidates."""
+    best = None
+    for j in candidates:
+        if best is None or row[j] > row[best]:
+            best = j
+    return best
+
+
+def _maps(record: Captured) -> list[list[np.ndarray]]:
+    n = len(record.sentence.words)
+    slots = slots_of(record.word_index, n)
+    L, H = record.attentions.shape[:2]
+    return [[word_map(record.attentions[l, h], slots, n + 2) for h in range(H)] for l in range(L)]
+
+
+def _table(hits: dict, counts: Counter, L: int, H: int, scale: float = 100.0, **extra) -> pd.DataFrame:
+    rows = []
+    for label in hits:
+        for l in range(L):
+            for h in range(H):
+                row = {"layer": l, "head": h, "label": label, "score": scale * hits[label][l][h] / counts[label],
+                       "count": counts[label]}
+                row.update({k: v[label] for k, v in extra.items()})
+                rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _grid(L: int, H: int) -> list[list[float]]:
+    return [[0.0] * H for _ in range(L)]
+
+
+# ---------------------------------------------------------------------- DEP / SRL
+def ref_dep(records: list[Captured]) -> pd.DataFrame:
+    """DEP attention probe: argmax over [CLS] + words (self included); root arcs use [CLS]."""
+    hits, counts = {}, Counter()
+    L = H = 0
+    for record in records:
+        s = record.sentence
+        if not s.has("deps"):
+            continue
+        L, H = record.attentions.shape[:2]
+        maps, n = _maps(record), len(s.words)
+        for d, (head, rel) in enumerate(zip(s.heads, s.rels)):
+            counts[rel] += 1
+            hits.setdefault(rel, _grid(L, H))
+            for l in range(L):
+                for h in range(H):
+                    m = maps[l][h]
+                    if first_argmax(m[d + 1], range(n + 1)) == head or first_argmax(m[head], range(n + 1)) == d + 1:
+                        hits[rel][l][h] += 1
+    return _table(hits, counts, L, H)
+
+
+def ref_srl(records: list[Captured]) -> pd.DataFrame:
+    """SRL attention probe: a span is found if one of its words attends to the predicate or the
+    predicate to one of its words."""
+    hits, counts = {}, Counter()
+    L = H = 0
+    for record in records:
+        s = record.sentence
+        if not s.has("srl"):
+            continue
+        L, H = record.attentions.shape[:2]
+        maps, n = _maps(record), len(s.words)
+        for p, arguments in zip(s.predicates, s.arguments):
+            for start, end, role in arguments:
+                if role in VERB_ROLES:
+                    continue
+                counts[role] += 1
+                hits.setdefault(role, _grid(L, H))
+                for l in range(L):
+                    for h in range(H):
+                        m = maps[l][h]
+                        found = any(first_argmax(m[w + 1], range(n + 1)) == p + 1 for w in range(start, end))
+                        found = found or start + 1 <= first_argmax(m[p + 1], range(n + 1)) < end + 1
+                        hits[role][l][h] += found
+    return _table(hits, counts, L, H)
+
+
+# ---------------------------------------------------------------------- clustering
+UNITS = {
+    "pos": lambda s: [(i, i + 1, t) for i, t in enumerate(s.pos)] if s.has("pos") else [],
+    "ner": lambda s: list(s.entities) if s.has("entities") else [],
+    "con": lambda s: lowest_phrases(s.tree) if s.has("tree") else [],
+}
+
+
+def _unit_features(record: Captured, start: int, end: int) -> np.ndarray:
+    pieces = [t for t, w in enumerate(record.word_index) if start <= w < end]
+    return sum(record.head_contexts[t] for t in pieces) / len(pieces)  # [L, H, d]
+
+
+def _cosine(x: np.ndarray, y: np.ndarray) -> float:
+    nx, ny = np.sqrt((x * x).sum()), np.sqrt((y * y).sum())
+    return float((x * y).sum() / (nx * ny)) if nx > 0 and ny > 0 else 0.0
+
+
+def ref_clustering(fit_records: list[Captured], records: list[Captured], kind: str) -> pd.DataFrame:
+    """Pseudo-clustering probe ``kind`` (pos | ner | con): centroids from ``fit_records``, nearest
+    centroid by cosine on ``records``; a zero feature is a miss."""
+    units = UNITS[kind]
+    sums, sizes = {}, Counter()
+    for record in fit_records:
+        for start, end, label in units(record.sentence):
+            x = _unit_features(record, start, end)
+            sums[label] = sums.get(label, 0) + x
+            sizes[label] += 1
+    centroids = {label: sums[label] / sizes[label] for label in sums}
+    order = list(centroids)
+    hits, counts = {}, Counter()
+    L = H = 0
+    for record in records:
+        for start, end, label in units(record.sentence):
+            x = _unit_features(record, start, end)
+            L, H = x.shape[:2]
+            counts[label] += 1
+            hits.setdefault(label, _grid(L, H))
+            for l in range(L):
+                for h in range(H):
+                    if not np.any(x[l, h]):
+                        continue
+                    sims = [_cosine(x[l, h], centroids[c][l, h]) for c in order]
+                    hits[label][l][h] += order[int(np.argmax(sims))] == label
+    return _table(hits, counts, L, H)
+
+
+# ---------------------------------------------------------------------- Clark et al.
+def _relation_hits(records: list[Captured]):
+    """Per relation: hits[direction][l][h], offset hits, counts (root arcs left out)."""
+    hits, base, counts = {}, {}, Counter()
+    L = H = 0
+    for record in records:
+        s = record.sentence
+        if not s.has("deps"):
+            continue
+        L, H = record.attentions.shape[:2]
+        maps, n = _maps(record), len(s.words)
+        for d, (head, rel) in enumerate(zip(s.heads, s.rels)):
+            if head == 0:
+                continue
+            counts[rel] += 1
+            hits.setdefault(rel, [_grid(L, H), _grid(L, H)])
+            base.setdefault(rel, [0] * len(OFFSETS))
+            others = [j for j in range(1, n + 1) if j != d + 1]
+            for l in range(L):
+                for h in range(H):
+                    m = maps[l][h]
+                    hits[rel][0][l][h] += first_argmax(m[d + 1], others) == head
+                    hits[rel][1][l][h] += first_argmax(m[:, d + 1], others) == head
+            for k, o in enumerate(OFFSETS):
+                base[rel][k] += max(0, min(d + 1 + o, n)) == head
+    return hits, base, counts, L, H
+
+
+def _relation_table(records: list[Captured]) -> pd.DataFrame:
+    hits, base, counts, L, H = _relation_hits(records)
+    best = {r: max(range(len(OFFSETS)), key=lambda k: (base[r][k], -k)) for r in base}
+    baseline = {r: 100.0 * base[r][best[r]] / counts[r] for r in base}
+    offset = {r: OFFSETS[best[r]] for r in base}
+    parts = [_table({r: hits[r][k] for r in hits}, counts, L, H, direction={r: name for r in hits},
+                    baseline=baseline, baseline_offset=offset) for k, name in enumerate(DIRECTIONS)]
+    return pd.concat(parts, ignore_index=True) if hits else pd.DataFrame()
+
+
+def ref_clark(records: list[Captured], start_name: str = "to [CLS]", end_name: str = "to [SEP]") -> pd.DataFrame:
+    """Clark et al.: relation accuracy in both directions vs the best offset, plus attention to
+    [CLS] / [SEP] / punctuation and entropy per sentence (token level), averaged over sentences."""
+    table = _relation_table(records)
+    L, H = records[0].attentions.shape[:2]
+    sums = {name: _grid(L, H) for name in (start_name, end_name, "to punct", "entropy")}
+    for record in records:
+        s = record.sentence
+        slots = slots_of(record.word_index, len(s.words))
+        T = len(slots)
+        kinds = {start_name: [u for u in range(T) if slots[u] == 0],
+                 end_name: [u for u in range(T) if slots[u] == len(s.words) + 1],
+                 "to punct": [u for u in range(T) if record.word_index[u] >= 0 and is_punctuation(s.words[record.word_index[u]])]}
+        for l in range(L):
+            for h in range(H):
+                a = record.attentions[l, h]
+                for name, keys in kinds.items():
+                    sums[name][l][h] += sum(sum(a[q, k] for k in keys) for q in range(T)) / T
+                entropy = 0.0
+                for q in range(T):
+                    entropy -= sum(p * np.log(p) for p in a[q] if p > 0)
+                sums["entropy"][l][h] += entropy / T
+    n = len(records)
+    extra = pd.DataFrame([{"layer": l, "head": h, "label": name, "score": sums[name][l][h] / n, "count": n}
+                          for name in sums for l in range(L) for h in range(H)])
+    return pd.concat([table, extra], ignore_index=True)
+
+
+# ---------------------------------------------------------------------- Voita et al.
+def ref_voita(records: list[Captured], frequencies: Counter, min_arcs: int = 100) -> pd.DataFrame:
+    """Voita et al.: confidence, positional, rare-word (word queries, argmax over [CLS] + words +
+    [SEP]) and syntactic heads (better direction vs the best offset)."""
+    L, H = records[0].attentions.shape[:2]
+    confidence, rare = _grid(L, H), _grid(L, H)
+    positions = [[Counter() for _ in range(H)] for _ in range(L)]
+    words = 0
+    for record in records:
+        s = record.sentence
+        n = len(s.words)
+        maps = _maps(record)
+        freq = [frequencies.get(w, 0) for w in s.words]
+        rarest = {i + 1 for i in range(n) if freq[i] == min(freq)}
+        words += n
+        for l in range(L):
+            for h in range(H):
+                m = maps[l][h]
+                for q in range(1, n + 1):
+                    confidence[l][h] += max(m[q])
+                    j = first_argmax(m[q], range(n + 2))
+                    if 1 <= j <= n:
+                        positions[l][h][j - q] += 1
+                    rare[l][h] += j in rarest
+    rows = []
+    for l in range(L):
+        for h in range(H):
+            counts = [positions[l][h][o] for o in range(-MAX_OFFSET, MAX_OFFSET + 1)]
+            best = max(range(len(counts)), key=lambda k: (counts[k], -k))
+            share = 100.0 * counts[best] / words
+            rows.append({"layer": l, "head": h, "label": "confidence", "score": confidence[l][h] / words, "count": words,
+                         "offset": np.nan, "found": False})
+            rows.append({"layer": l, "head": h, "label": "positional", "score": share, "count": words,
+                         "offset": best - MAX_OFFSET, "found": share >= POSITIONAL})
+            rows.append({"layer": l, "head": h, "label": "rare", "score": 100.0 * rare[l][h] / words, "count": words,
+                         "offset": np.nan, "found": 100.0 * rare[l][h] / words > RARE})
+    roles = pd.DataFrame(rows)
+    relations = _relation_table(records)
+    if relations.empty:
+        return roles
+    better = relations.sort_values("score", ascending=False, kind="stable").drop_duplicates(["label", "layer", "head"])
+    better = better.drop(columns="baseline_offset")
+    better["found"] = [score >= baseline + SYNTACTIC and count >= min_arcs
+                       for score, baseline, count in zip(better["score"], better["baseline"], better["count"])]
+    return pd.concat([roles, better], ignore_index=True)

@@ -1,0 +1,259 @@
+"""The report folder of one probed model: tables, heatmaps, ``report.md`` and ``report.json``.
+
+Layout (``<folder>/``):
+
+- ``<probe>.csv``: the full table, one row per (layer, head, label) (+ ``direction`` for Clark);
+- ``<probe>_summary.csv``: the best head per label with its score and count (+ baseline);
+- ``<probe>-<family>.png``: a layer x head heatmap per label of the family (most frequent first);
+- ``report.json``: what was probed (model, data, split, sentence and token counts, variants, time);
+- ``report.md``: a self-contained summary naming all of the above, with the best-head tables.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["write_report", "read_report", "is_report_dir", "Report", "heatmap_grid", "draw_heatmaps", "markdown_table",
+           "head_name", "safe_name"]
+
+
+def head_name(layer, head) -> str:
+    """``L<layer>H<head>`` (0-based)."""
+    return f"L{int(layer)}H{int(head)}"
+
+
+def safe_name(text: str) -> str:
+    """A file-name-safe version of ``text``."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", str(text)).strip("_") or "x"
+
+
+def markdown_table(frame: pd.DataFrame) -> str:
+    """``frame`` as a GitHub markdown table (floats: one decimal from 10 up, else 3 significant
+    digits; NaN as blank)."""
+    def cell(v):
+        if isinstance(v, (float, np.floating)):
+            return "" if math.isnan(v) else f"{v:.1f}" if abs(v) >= 10 else f"{v:.3g}"
+        return str(v).replace("|", "\\|")
+
+    lines = ["| " + " | ".join(map(str, frame.columns)) + " |", "|" + "---|" * len(frame.columns)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def heatmap_grid(table: pd.DataFrame, label: str, layers: int, heads: int) -> np.ndarray:
+    """``[layers, heads]`` scores of ``label`` (the best direction where a table has several)."""
+    rows = table[table["label"] == label]
+    grid = np.full((layers, heads), np.nan)
+    best = rows.groupby(["layer", "head"])["score"].max()
+    for (layer, head), score in best.items():
+        grid[int(layer), int(head)] = score
+    return grid
+
+
+def _limits(grids: list[np.ndarray], unit: str) -> tuple[float, float]:
+    if unit == "%":
+        return 0.0, 100.0
+    values = np.concatenate([g[np.isfinite(g)] for g in grids]) if grids else np.zeros(1)
+    low, high = (float(values.min()), float(values.max())) if values.size else (0.0, 1.0)
+    return (low, high) if high > low else (low, low + 1e-9)
+
+
+def draw_heatmaps(panels: list[list[tuple[str, np.ndarray]]], unit: str, path: Path, suptitle: str = "",
+                  shared_rows: bool = False) -> Path:
+    """Draw rows of layer x head heatmaps into ``path`` (PNG, matplotlib Agg).
+
+    Args:
+        panels: rows of ``(title, grid [layers, heads])``.
+        unit: ``%`` gives a fixed 0..100 scale; otherwise each panel (or row) is scaled to its data.
+        shared_rows: one colour scale per row (side-by-side comparisons).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n_rows, n_cols = len(panels), max(len(r) for r in panels)
+    layers, heads = panels[0][0][1].shape
+    fixed = unit == "%"  # one colour bar for the figure; otherwise one per panel (or per row)
+    width, height = 0.28 * heads + (0.9 if fixed else 1.5), 0.28 * layers + 1.1
+    fig, axes = plt.subplots(n_rows, n_cols, figsize=(width * n_cols + (0.8 if fixed else 0), height * n_rows),
+                             squeeze=False)
+    image = None
+    for r, row in enumerate(panels):
+        row_limits = _limits([g for _, g in row], unit) if shared_rows else None
+        for c in range(n_cols):
+            ax = axes[r][c]
+            if c >= len(row):
+                ax.axis("off")
+                continue
+            title, grid = row[c]
+            vmin, vmax = row_limits or _limits([grid], unit)
+            image = ax.imshow(grid, cmap="viridis", vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest")
+            if np.isfinite(grid).any() and np.nanmax(grid) > np.nanmin(grid):
+                layer, head = np.unravel_index(np.nanargmax(grid), grid.shape)
+                ax.add_patch(plt.Rectangle((head - 0.5, layer - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=1.5))
+            ax.set_title(title, fontsize=8)
+            ax.set_xticks(range(0, heads, max(1, heads // 12)))
+            ax.set_yticks(range(0, layers, max(1, layers // 12)))
+            ax.tick_params(labelsize=6, length=2)
+            if c == 0:
+                ax.set_ylabel("layer", fontsize=7)
+            if r == n_rows - 1:
+                ax.set_xlabel("head", fontsize=7)
+            if not fixed and (not shared_rows or c == len(row) - 1):
+                fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04).ax.tick_params(labelsize=6)
+    top = 1 - (0.85 if suptitle else 0.5) / (height * n_rows)  # room for two-line titles (and the suptitle)
+    fig.subplots_adjust(left=0.06, right=0.9 if fixed else 0.95, bottom=0.3 / n_rows, top=top, wspace=0.35,
+                        hspace=0.6)
+    if fixed and image is not None:
+        fig.colorbar(image, cax=fig.add_axes([0.92, 0.15, 0.012, 0.7])).ax.tick_params(labelsize=7)
+    if suptitle:
+        fig.suptitle(suptitle, fontsize=10)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _panel_title(summary: pd.DataFrame, label: str, unit: str) -> str:
+    row = summary[summary["label"] == label]
+    if row.empty:
+        return label
+    row = row.iloc[0]
+    value = f"{row.score:.1f}" if unit == "%" else f"{row.score:.3g}"
+    return f"{label} (n={int(row['count'])})\nbest {head_name(row.layer, row['head'])} {value}"
+
+
+def write_report(folder: Path, probes: dict, meta: dict, panels: int = 16) -> dict:
+    """Write every probe's tables and heatmaps, ``report.json`` and ``report.md`` into ``folder``.
+
+    Args:
+        probes: ``{name: Probe}`` after the passes.
+        meta: what was probed (model, data, split, counts, ...), written to ``report.json``.
+        panels: at most this many labels per heatmap figure (the most frequent).
+
+    Returns:
+        ``{"tables": {name: full table}, "summaries": {name: summary}, "images": {key: path}}``.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    tables, summaries, images, families = {}, {}, {}, {}
+    for name, probe in probes.items():
+        table, summary = probe.result(), probe.summary()
+        tables[name], summaries[name] = table, summary
+        table.to_csv(folder / f"{name}.csv", index=False)
+        summary.to_csv(folder / f"{name}_summary.csv", index=False)
+        for key, extra in probe.extra_tables().items():
+            extra.to_csv(folder / f"{name}_{safe_name(key)}.csv", index=False)
+        families[name] = {}
+        for family, (labels, unit) in probe.families().items():
+            labels = [x for x in labels if x in set(table["label"])][:panels]
+            families[name][family] = {"labels": labels, "unit": unit}
+            if not labels:
+                continue
+            grids = [(_panel_title(summary, x, unit), heatmap_grid(table, x, probe.layers, probe.heads)) for x in labels]
+            cols = min(4, len(grids))
+            rows = [grids[i:i + cols] for i in range(0, len(grids), cols)]
+            path = folder / f"{name}-{safe_name(family)}.png"
+            draw_heatmaps(rows, unit, path, f"{meta.get('model_name', '')}: {name} / {family} ({unit})")
+            images[f"{name}/{family}"] = path
+    meta = {**meta, "families": families, "files": sorted(p.name for p in folder.iterdir() if p.is_file())
+            + ["report.json", "report.md"]}
+    (folder / "report.json").write_text(json.dumps(meta, indent=1, default=str))
+    (folder / "report.md").write_text(report_markdown(meta, summaries, images, probes))
+    return {"tables": tables, "summaries": summaries, "images": images, "meta": meta}
+
+
+def _summary_columns(summary: pd.DataFrame) -> pd.DataFrame:
+    out = summary.copy()
+    out["best head"] = [head_name(l, h) for l, h in zip(out["layer"], out["head"])]
+    first = ["label", "count", "best head", "score"]
+    return out[first + [c for c in out.columns if c not in first + ["layer", "head"]]]
+
+
+def report_markdown(meta: dict, summaries: dict, images: dict, probes: dict) -> str:
+    """The text of ``report.md``."""
+    lines = [f"# Head probes: {meta.get('model_name', meta.get('model'))}", "",
+             "| | |", "|---|---|"]
+    for key, value in _meta_rows(meta):
+        lines.append(f"| {key} | {value} |")
+    lines += ["", "Layers and heads are numbered from 0 (`L3H5` = layer 3, head 5). Accuracies are in %; "
+              "each probe's full grid is in `<probe>.csv`, its best head per label in `<probe>_summary.csv`.", ""]
+    for name, summary in summaries.items():
+        probe = probes[name]
+        info = meta["probes"].get(name, {})
+        lines += [f"## {name}: {probe.title}", ""]
+        used = f"sentences used: {info.get('sentences', '?')}"
+        if "variant_text" in info:
+            used += f"; variant: {info['variant']} ({info['variant_text']})"
+        lines += [used, ""]
+        if "found" in info:
+            for role, heads in info["found"].items():
+                lines.append(f"- {role} heads ({len(heads)}): {', '.join(heads) or 'none'}")
+            lines.append("")
+        if summary.empty:
+            lines += ["(no units in this split)", ""]
+            continue
+        lines += [markdown_table(_summary_columns(summary)), ""]
+        for key, path in images.items():
+            if key.startswith(f"{name}/"):
+                lines += [f"![{key}]({path.name})", ""]
+    return "\n".join(lines)
+
+
+def _meta_rows(meta: dict) -> list[tuple[str, str]]:
+    data = meta.get("data", {})
+    data_text = ", ".join(f"{k}={data[k]}" for k in ("format", "path", "deps") if data.get(k) is not None)
+    rows = [("model", f"`{meta.get('model')}` ({meta.get('model_kind')})"),
+            ("encoder", f"{meta.get('encoder')}: {meta.get('layers')} layers x {meta.get('heads')} heads"),
+            ("gates", meta.get("gates_text", "none")),
+            ("data", data_text), ("split", meta.get("split")),
+            ("sentences", meta.get("sentences")), ("tokens (words)", meta.get("words")),
+            ("sub-words", meta.get("subwords")),
+            ("clustering variant", meta.get("clustering_variant", "-")),
+            ("tokenisation", "; ".join(meta.get("tokenize", []))),
+            ("device, probing time", f"{meta.get('device')}, {meta.get('seconds')} s (loading included), "
+                                     f"{meta.get('created')}")]
+    return [(k, str(v)) for k, v in rows]
+
+
+@dataclass
+class Report:
+    """A report folder read back: ``meta`` (report.json), full ``tables`` and ``summaries`` per probe."""
+
+    folder: Path
+    meta: dict
+    tables: dict
+    summaries: dict
+
+
+def is_report_dir(path) -> bool:
+    return Path(path).is_dir() and (Path(path) / "report.json").exists()
+
+
+def read_report(folder) -> Report:
+    """Read a report folder written by :func:`write_report`; errors name the missing file."""
+    folder = Path(folder)
+    path = folder / "report.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: not a probe report folder (no report.json)")
+    try:
+        meta = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from None
+    tables, summaries = {}, {}
+    for name in meta.get("probes", {}):
+        for kind, store in (("", tables), ("_summary", summaries)):
+            csv = folder / f"{name}{kind}.csv"
+            if not csv.exists():
+                raise FileNotFoundError(f"{csv}: missing (listed in {path})")
+            try:
+                store[name] = pd.read_csv(csv, keep_default_na=False, na_values=[""], dtype={"label": str})
+            except pd.errors.EmptyDataError:
+                store[name] = pd.DataFrame(columns=["layer", "head", "label", "score", "count"])
+    return Report(folder, meta, tables, summaries)

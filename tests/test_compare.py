@@ -1,0 +1,190 @@
+"""Comparing runs: made-up run folders, hand-computed means and standard deviations, the CLI."""
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from mtl_heads.compare import compare_runs, find_runs, flatten_config, main, run_table, summarise
+from mtl_heads.config import ConfigError
+
+MAIN = {"pos": "accuracy", "ner": "f1", "dep": "las"}
+
+
+def make_run(folder, tasks=("pos",), seed=1, dev=None, test=None, heads_kept=72, seconds=10.0, gates=None,
+             lr=1e-4, metrics_extra=None, **cfg):
+    """A made-up finished run folder: config.yaml, metrics.json and gates.json written by hand.
+
+    dev/test: {task: main metric value}; gates: [layers][heads] (default 2 x 3, all open).
+    """
+    folder.mkdir(parents=True)
+    dev = dev or {t: 50.0 for t in tasks}
+    test = test or dev
+    config = {"tasks": list(tasks), "seed": seed, "run_dir": str(folder), "experiment": f"exp-{folder.parent.name}",
+              "resume": False, "prune": {"mode": "none", "lambda": "auto"},
+              "encoder": {"name": "tiny", "gate": "hard_concrete"},
+              "train": {"epochs": 2, "lr_encoder": lr, "progress": seed % 2 == 0},
+              "wandb": {"mode": "offline", "name": f"run-{seed}", "tags": [str(seed)]}}
+    for key, value in cfg.items():  # dotted overrides: prune__mode -> prune.mode
+        *parents, last = key.split("__")
+        node = config
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[last] = value
+    (folder / "config.yaml").write_text(yaml.safe_dump(config))
+    scores = lambda d: {t: {MAIN.get(t, "f1"): v, "extra": 1.0} for t, v in d.items()}  # noqa: E731
+    metrics = {"tasks": list(tasks), "dev": scores(dev), "test": scores(test),
+               "dev_mean": float(np.mean(list(dev.values()))), "test_mean": float(np.mean(list(test.values()))),
+               "seed": seed, "heads_kept": heads_kept, "heads_total": 72, "seconds": seconds, **(metrics_extra or {})}
+    (folder / "metrics.json").write_text(json.dumps(metrics))
+    values = np.asarray(gates if gates is not None else np.ones((2, 3)), dtype=float)
+    (folder / "gates.json").write_text(json.dumps({"values": values.tolist(), "layers": values.shape[0],
+                                                   "heads": values.shape[1], "kept": int((values >= 1e-3).sum())}))
+    return folder
+
+
+@pytest.fixture
+def runs_dir(tmp_path):
+    """Three settings: STL pos (3 seeds), MTL pos+ner (2 seeds), STL pos with another lr (1 seed)."""
+    root = tmp_path / "runs"
+    for seed, (acc, secs, kept) in enumerate([(90.0, 10.0, 72), (92.0, 20.0, 70), (97.0, 30.0, 68)], start=1):
+        make_run(root / "stl-pos" / f"seed{seed}", ("pos",), seed, dev={"pos": 91.0}, test={"pos": acc},
+                 heads_kept=kept, seconds=secs, gates=[[1, 1, 0], [1, 0.5 * seed / 3, 1]])
+    for seed, (acc, f1) in enumerate([(95.0, 80.0), (96.0, 84.0)], start=1):
+        make_run(root / "mtl" / f"seed{seed}", ("pos", "ner"), seed, dev={"pos": acc, "ner": f1},
+                 test={"pos": acc, "ner": f1}, gates=[[1, 0, 0], [1, 1, seed / 2]])
+    make_run(root / "low-lr" / "seed1", ("pos",), 1, dev={"pos": 85.0}, test={"pos": 88.0}, lr=5e-5)
+    return root
+
+
+def row(summary, setting):
+    [index] = np.flatnonzero(summary["setting"] == setting)
+    return summary.iloc[index]
+
+
+def test_settings_pool_seeds_and_keep_only_differing_keys(runs_dir):
+    comparison = compare_runs([str(runs_dir)])
+    summary = comparison.summary
+    assert summary.attrs["config_columns"] == ["train.lr_encoder"]  # seed, run_dir, experiment, wandb, progress ignored
+    assert list(summary["setting"]) == ["pos [train.lr_encoder=0.0001]", "pos [train.lr_encoder=5e-05]", "pos+ner"]
+    assert list(summary["n"]) == [3, 1, 2]
+    stl = row(summary, "pos [train.lr_encoder=0.0001]")
+    assert stl["test pos accuracy mean"] == pytest.approx(93.0)
+    assert stl["test pos accuracy std"] == pytest.approx(math.sqrt(13.0))  # ((-3)^2 + (-1)^2 + 4^2) / 2
+    assert stl["dev pos accuracy std"] == pytest.approx(0.0)
+    assert stl["seconds mean"] == pytest.approx(20.0) and stl["seconds std"] == pytest.approx(10.0)
+    assert stl["heads kept mean"] == pytest.approx(70.0) and stl["heads kept std"] == pytest.approx(2.0)
+    assert stl["seeds"] == "1,2,3"
+    mtl = row(summary, "pos+ner")
+    assert mtl["test ner f1 mean"] == pytest.approx(82.0) and mtl["test ner f1 std"] == pytest.approx(math.sqrt(8.0))
+    assert mtl["test score mean"] == pytest.approx(np.mean([87.5, 90.0]))
+    single = row(summary, "pos [train.lr_encoder=5e-05]")
+    assert single["test pos accuracy mean"] == 88.0 and math.isnan(single["test pos accuracy std"])
+    assert math.isnan(single["test ner f1 mean"])  # an STL run has no ner column value
+
+
+def test_the_run_table_equals_each_runs_metrics(runs_dir):
+    runs = compare_runs([str(runs_dir)]).runs
+    for _, r in runs.iterrows():
+        metrics = json.loads((runs_dir / r["run"] / "metrics.json").read_text())
+        for task in metrics["tasks"]:
+            for role in ("dev", "test"):
+                assert r[f"{role} {task} {MAIN[task]}"] == metrics[role][task][MAIN[task]]
+        assert r["seconds"] == metrics["seconds"] and r["heads kept"] == metrics["heads_kept"]
+    assert sorted(runs["seed"][runs["setting"] == "pos+ner"]) == [1, 2]
+
+
+def test_display_and_files(runs_dir, tmp_path, capsys):
+    out = tmp_path / "cmp"
+    assert main([str(runs_dir / "stl-pos"), str(runs_dir / "mtl" / "*"), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "93.00 ± 3.61" in printed and "82.00 ± 2.83" in printed
+    assert "train.lr_encoder" not in printed  # one lr among these runs: no config column
+    saved = pd.read_csv(out / "compare.csv")
+    assert saved.loc[saved["setting"] == "pos", "test pos accuracy mean"].item() == pytest.approx(93.0)
+    assert len(pd.read_csv(out / "compare-runs.csv")) == 5
+    md = (out / "compare.md").read_text()
+    assert "| pos | 3 | 91.00 ± 0.00 |" in md and "| pos+ner | 2 |" in md
+
+
+def test_experiment_name_resolves_to_its_seeds(runs_dir, tmp_path):
+    out = tmp_path / "cmp"
+    assert main(["mtl", "--root", str(runs_dir), "--out", str(out)]) == 0
+    saved = pd.read_csv(out / "compare.csv")
+    assert list(saved["setting"]) == ["pos+ner"] and saved["n"].item() == 2
+
+
+def test_plots(runs_dir, tmp_path):
+    out = tmp_path / "cmp"
+    assert main([str(runs_dir / "stl-pos"), str(runs_dir / "mtl"), "--out", str(out), "--plot"]) == 0
+    assert (out / "score-vs-heads.png").stat().st_size > 1000 and (out / "gate-correlation.png").exists()
+    corr = pd.read_csv(out / "gate-correlation.csv", index_col=0)
+    mean_pos = np.mean([[1, 1, 0, 1, s / 6, 1] for s in (1, 2, 3)], axis=0)
+    mean_mtl = np.mean([[1, 0, 0, 1, 1, s / 2] for s in (1, 2)], axis=0)
+    assert corr.loc["pos", "pos+ner"] == pytest.approx(np.corrcoef(mean_pos, mean_mtl)[0, 1], abs=1e-4)
+
+
+def test_static_pruning_of_each_seed_is_one_setting(tmp_path):
+    for seed in (1, 2):
+        make_run(tmp_path / "sp" / f"seed{seed}", ("dep",), seed, init=f"runs/dep/seed{seed}", prune__mode="static")
+    make_run(tmp_path / "dp" / "seed1", ("dep",), 1, prune__mode="dynamic")
+    summary = compare_runs([str(tmp_path / "sp"), str(tmp_path / "dp")]).summary
+    assert list(summary["setting"]) == ["dep (dynamic)", "dep (static)"]
+    assert list(summary["n"]) == [1, 2]
+    assert set(summary.attrs["config_columns"]) == {"prune.mode", "init"}
+
+
+def test_older_runs_and_pruned_folders(tmp_path):
+    from safetensors.torch import save_file
+    import torch
+
+    old = make_run(tmp_path / "old", gates=[[1, 0, 0], [0, 0, 1]])
+    metrics = json.loads((old / "metrics.json").read_text())
+    for key in ("heads_kept", "heads_total", "seconds", "dev_mean"):
+        metrics.pop(key)
+    (old / "metrics.json").write_text(json.dumps(metrics))
+    new = make_run(tmp_path / "new", seed=2)
+    (new / "pruned").mkdir()
+    (new / "pruned" / "heads.json").write_text(json.dumps({"kept": 5, "weights": "pruned.safetensors"}))
+    save_file({"encoder.model.w": torch.zeros(4, 8), "encoder.model.b": torch.zeros(3),
+               "encoder.gate.log_alpha": torch.zeros(2, 3), "decoders.pos.w": torch.zeros(10)},
+              str(new / "pruned" / "pruned.safetensors"))
+    runs = run_table([old, new]).set_index("seed")
+    assert runs.loc[1, "heads kept"] == 2 and runs.loc[1, "heads total"] == 6  # from gates.json
+    assert math.isnan(runs.loc[1, "seconds"]) and math.isnan(runs.loc[1, "dev score"])
+    assert runs.loc[2, "pruned heads"] == 5 and runs.loc[2, "pruned params"] == 35  # 4 * 8 + 3, gates/decoders left out
+    assert summarise(run_table([old, new]))["n"].tolist() == [2]
+
+
+def test_flatten_config():
+    assert flatten_config({"tasks": ["pos", "ner"], "train": {"lr": 1e-4, "x": {"y": None}}}) == \
+        {"tasks": "pos,ner", "train.lr": 1e-4, "train.x.y": None}
+
+
+def test_unfinished_runs(runs_dir, tmp_path, capsys):
+    running = runs_dir / "mtl" / "seed3"
+    running.mkdir()
+    (running / "config.yaml").write_text("tasks: [pos]\nseed: 3\n")
+    found, skipped = find_runs([str(runs_dir / "mtl")])
+    assert len(found) == 2 and skipped == [running.resolve()]
+    assert main([str(runs_dir / "mtl"), "--out", str(tmp_path / "o")]) == 0
+    assert "skipped (unfinished" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="no metrics.json"):
+        find_runs([str(running)])
+
+
+def test_bad_input_exits_2_naming_the_file(runs_dir, tmp_path, capsys):
+    assert main([str(tmp_path / "nothing-here"), "--out", str(tmp_path / "o")]) == 2
+    assert "nothing-here: no such run folder, glob or experiment" in capsys.readouterr().err
+    assert main([str(tmp_path / "empty-*"), "--out", str(tmp_path / "o")]) == 2
+    assert "no finished runs" in capsys.readouterr().err
+    broken = runs_dir / "mtl" / "seed2" / "metrics.json"
+    broken.write_text('{"tasks": ["pos"],\n "dev": oops}')
+    assert main([str(runs_dir / "mtl"), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert f"{broken}:2: not valid JSON" in err and "Traceback" not in err
+    broken.write_text('{"tasks": ["pos"], "dev": [1, 2]}')
+    assert main([str(runs_dir / "mtl"), "--out", str(tmp_path / "o")]) == 2
+    assert "'dev' must map each task" in capsys.readouterr().err

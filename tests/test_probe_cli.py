@@ -1,0 +1,137 @@
+"""``python -m mtl_heads.probe`` end to end on the demo corpus with a tiny random encoder: the
+report folder, a trained run as the model (its LoadedRun reaches probes that need it), comparisons
+and clear errors on bad input."""
+from __future__ import annotations
+
+import json
+import pandas as pd
+import pytest
+
+from mtl_heads.probe import main, run
+from probes import PROBES
+from probes.base import Probe
+
+SIZES = "data.demo_sizes={train: 24, dev: 12, test: 16}"
+
+
+@pytest.fixture
+def base(tiny_encoder_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("MTL_HEADS_CACHE", str(tmp_path / "cache"))
+    return [f"model={tiny_encoder_dir}", SIZES, "wandb.mode=disabled", "progress=false", "batch_size=8",
+            "report.panels=4", "report.compare_panels=2"]
+
+
+def test_report_folder_of_all_probes(base, tmp_path, tiny_encoder_dir):
+    out = run(base + [f"out={tmp_path / 'report'}"], log=lambda *_: None)
+    meta = json.loads((out / "report.json").read_text())
+    assert meta["sentences"] == 16 and meta["split"] == "test" and meta["model_kind"] == "pretrained encoder"
+    assert meta["words"] > 16 and meta["subwords"] >= meta["words"] + 2 * 16
+    assert meta["clustering_variant"].startswith("same_split")
+    for name in [n for n, cls in PROBES.items() if not getattr(cls, "needs_run", False)]:  # no trained run here
+        table = pd.read_csv(out / f"{name}.csv", keep_default_na=False, na_values=[""])
+        assert {"layer", "head", "label", "score", "count"} <= set(table.columns), name
+        assert set(table.layer) == {0, 1} and set(table["head"]) == {0, 1, 2, 3}, name
+        summary = pd.read_csv(out / f"{name}_summary.csv", keep_default_na=False, na_values=[""])
+        assert len(summary) == table.label.nunique(), name
+        assert any(p.name.startswith(f"{name}-") and p.suffix == ".png" for p in out.iterdir()), name
+    assert "baseline" in pd.read_csv(out / "clark_summary.csv").columns
+    text = (out / "report.md").read_text()
+    for needle in (str(tiny_encoder_dir), "format=demo", "| split | test |", "| sentences | 16 |", "same_split",
+                   "## voita", "positional heads", "![dep/dep](dep-dep.png)"):
+        assert needle in text, needle
+
+
+def test_main_held_out_variant(base, tmp_path, capsys):
+    out = tmp_path / "held"
+    assert main(base + ["probes=dep,pos", f"out={out}", "clustering.variant=held_out"]) == 0
+    assert "report folder" in capsys.readouterr().out
+    meta = json.loads((out / "report.json").read_text())
+    assert meta["probes"]["pos"]["centroid_split"] == "dev" and meta["clustering_variant"].startswith("held_out")
+    assert [p["purpose"] for p in meta["passes"]] == ["fit", "update"] and meta["passes"][0]["role"] == "dev"
+
+
+class RunProbe(Probe):
+    """A probe that needs the trained run (like importance/ablation) and records what it got."""
+
+    name = "needsrun"
+    needs_run = True
+    streamed = False
+    got = None
+
+    def compute(self, context):
+        RunProbe.got = context.run
+
+    def result(self):
+        return pd.DataFrame({"layer": [0], "head": [0], "label": ["x"], "score": [1.0], "count": [1]})
+
+
+class External:
+    """Per-task scores of a trained run, in the style of probes.importance (not a Probe subclass)."""
+
+    name = "external"
+    needs_run = True
+
+    def __init__(self, scale: float = 1.0):
+        self.scale = scale
+        self.curve = pd.DataFrame({"k": [3], "heads": ["L0H0"], "label": ["pos"], "metric": [1.0]})
+
+    def run(self, loaded_run, examples_by_task, batch_size=32):
+        n = len(examples_by_task["pos"])
+        return pd.DataFrame({"layer": [0, 1], "head": [0, 0], "label": ["pos", "pos"],
+                             "score": [self.scale * n, 0.0], "count": [n, n]})
+
+
+@pytest.fixture
+def trained_run(tiny_encoder_dir, tmp_path, monkeypatch):
+    from mtl_heads.train import run as train
+
+    monkeypatch.setenv("MTL_HEADS_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "runs" / "pos"
+    train([f"encoder.name={tiny_encoder_dir}", SIZES, "tasks=pos", "train.epochs=1", "train.batch_size=8",
+           "wandb.mode=disabled", "train.progress=false", f"run_dir={folder}"])
+    return folder
+
+
+def test_run_folder_model_and_comparisons(base, trained_run, tmp_path, tiny_encoder_dir, monkeypatch):
+    monkeypatch.setitem(PROBES, RunProbe.name, RunProbe)
+    monkeypatch.setitem(PROBES, External.name, External)
+    quiet = lambda *_: None  # noqa: E731
+    external = run(base + [f"model={trained_run}", "probes=external", f"out={tmp_path / 'external'}"], log=quiet)
+    table = pd.read_csv(external / "external.csv")
+    assert table.score.tolist() == [16.0, 0.0]  # run() got the 16 test sentences of the run's task
+    assert (external / "external_curve.csv").exists()
+    before = run(base + ["probes=pos,dep", f"out={tmp_path / 'before'}"], log=quiet)
+    after = run(base + [f"model={trained_run}", "probes=pos,dep,needsrun", f"out={tmp_path / 'after'}"], log=quiet)
+    assert RunProbe.got is not None and RunProbe.got.path == trained_run  # the LoadedRun reached the probe
+    meta = json.loads((after / "report.json").read_text())
+    assert meta["model_kind"] == "run" and meta["run_tasks"] == ["pos"] and "kept" in meta["gates_text"]
+
+    # two report folders
+    out = run(base + [f"compare={before},{after}", f"out={tmp_path / 'cmp'}"], log=quiet)
+    table = pd.read_csv(out / "compare-pos.csv", keep_default_na=False, na_values=[""])
+    names = json.loads((out / "compare.json").read_text())["names"]
+    first, second = f"score:{names[0]}", f"score:{names[1]}"
+    assert list(table.columns[:2]) == ["label", "count"] and f"delta:{names[1]}" in table.columns
+    assert ((table[second] - table[first]) - table[f"delta:{names[1]}"]).abs().max() < 1e-9
+    assert (out / "compare-pos-pos.png").exists() and (out / "compare-dep-dep.png").exists()
+    assert "needsrun" not in json.loads((out / "compare.json").read_text())["probes"]  # not in both reports
+    assert "# Probe comparison" in (out / "compare.md").read_text()
+
+    # a report folder and a model, probed on the fly into the comparison folder
+    out = run(base + [f"compare={before},{tiny_encoder_dir}", "probes=pos", f"out={tmp_path / 'cmp2'}"], log=quiet)
+    assert (out / "compare-pos.csv").exists() and any((p / "report.json").exists() for p in out.iterdir() if p.is_dir())
+
+
+@pytest.mark.parametrize("override, key", [
+    ("probes=dep,nope", "'probes'"),
+    ("split=valid", "'split'"),
+    ("model=/no/such/encoder", "'model'"),
+    ("compare=/tmp", "'compare'"),
+    ("clustering.variant=other", "'clustering.variant'"),
+    ("probes=needsrun", "needs a trained run"),
+    ("batch_size=0", "'batch_size'"),
+])
+def test_bad_input_is_a_message_naming_the_key(base, override, key, capsys, monkeypatch):
+    monkeypatch.setitem(PROBES, RunProbe.name, RunProbe)
+    assert main(base + [override]) == 2
+    assert key in capsys.readouterr().err
