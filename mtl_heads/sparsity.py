@@ -21,12 +21,20 @@ from torch import nn
 from mtl_heads.config import ConfigError
 
 __all__ = ["LAMBDA_DEFAULTS", "MTL_LAMBDA", "LagrangianBudget", "resolve_lambda", "resolve_budget", "Sparsity",
-           "sparsity_from_config", "PRUNE_MODES"]
+           "sparsity_from_config", "PRUNE_MODES", "prune_mode"]
 
 # task -> L0 weight used by the reference scripts (background.md, section 1)
 LAMBDA_DEFAULTS: dict[str, float] = {"pos": 0.01, "dep": 0.01, "con": 0.01, "srl": 0.001, "ner": 0.0002}
 MTL_LAMBDA = 0.001  # the reference value for five-task MTL, used for any multi-task run
 PRUNE_MODES = ("none", "dynamic", "static")
+
+
+def prune_mode(cfg) -> str:
+    """``prune.mode`` of a run config: none | dynamic | static (``none`` for runs saved before
+    pruning existed)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.select(cfg, "prune.mode", default="none") or "none"
 
 
 def resolve_lambda(value, tasks: list[str]) -> float:
@@ -136,9 +144,7 @@ class Sparsity:
 
 def sparsity_from_config(cfg, gate: nn.Module | None) -> Sparsity:
     """The run's :class:`Sparsity` from ``cfg.prune`` (``mode none`` for configs without it)."""
-    from omegaconf import OmegaConf
-
-    mode = OmegaConf.select(cfg, "prune.mode", default="none")
+    mode = prune_mode(cfg)
     if mode not in PRUNE_MODES:
         raise ConfigError(f"config key 'prune.mode': expected one of {', '.join(PRUNE_MODES)}, got {mode!r}")
     if mode == "none":

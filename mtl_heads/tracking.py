@@ -30,6 +30,8 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from mtl_heads.sparsity import prune_mode
+
 MODES = ("auto", "online", "offline", "disabled")
 JOB_TYPES = ("train", "prune", "probe")
 
@@ -50,11 +52,7 @@ def resolve_mode(mode: str) -> str:
 
 def job_type(cfg) -> str:
     """``train``, or ``prune`` for a pruning run."""
-    return "prune" if OmegaConf.select(cfg, "prune.mode", default="none") != "none" else "train"
-
-
-def _prune_mode(cfg) -> str:
-    return OmegaConf.select(cfg, "prune.mode", default="none") or "none"
+    return "prune" if prune_mode(cfg) != "none" else "train"
 
 
 def run_group(cfg) -> str:
@@ -62,14 +60,14 @@ def run_group(cfg) -> str:
     experiment = OmegaConf.select(cfg, "experiment", default=None)
     if experiment:
         return str(experiment)
-    mode = _prune_mode(cfg)
+    mode = prune_mode(cfg)
     return "-".join(cfg.tasks) + (f"-{mode}" if mode != "none" else "")
 
 
 def run_tags(cfg) -> list[str]:
     """The user's ``wandb.tags`` plus tasks, prune mode, encoder and seed (for filtering in W&B)."""
     encoder = Path(str(OmegaConf.select(cfg, "encoder.name", default="?"))).name  # a local folder: its name
-    auto = [*cfg.tasks, "mtl" if len(cfg.tasks) > 1 else "stl", f"prune:{_prune_mode(cfg)}",
+    auto = [*cfg.tasks, "mtl" if len(cfg.tasks) > 1 else "stl", f"prune:{prune_mode(cfg)}",
             f"encoder:{encoder}"[:64], f"seed:{OmegaConf.select(cfg, 'seed', default='?')}"]
     user = OmegaConf.select(cfg, "wandb.tags", default=None) or []
     return list(dict.fromkeys([*user, *auto]))

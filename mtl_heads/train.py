@@ -30,10 +30,10 @@ from mtl_heads.data.errors import DataError
 from mtl_heads.encoder import EncoderNotFound, GatedEncoder
 from mtl_heads.model import MultiTaskModel
 from mtl_heads.runs import check_run_dir, load_run_weights, read_json
-from mtl_heads.sparsity import PRUNE_MODES
+from mtl_heads.sparsity import PRUNE_MODES, prune_mode
 from mtl_heads.tracking import Tracker
 from mtl_heads.trainer import (TrainingError, Trainer, atomic_write_text, format_scores, load_weights,
-                               mean_score, seed_everything, write_json)
+                               mean_score, seed_everything, selection_tasks, write_json)
 
 RUNS = Path("runs")
 # keys that may differ when resuming (everything else must match the saved config)
@@ -112,7 +112,7 @@ def newest_unfinished_run() -> Path:
 
 def setting_name(cfg: DictConfig) -> str:
     """``dep``, ``pos-ner``, ``dep-dynamic``: the tasks and the prune mode, for folder and group names."""
-    mode = pruning(cfg)
+    mode = prune_mode(cfg)
     return "-".join(cfg.tasks) + (f"-{mode}" if mode != "none" else "")
 
 
@@ -124,7 +124,7 @@ INHERITED = ("tasks", "encoder.name", "encoder.attn_implementation", "data", "ta
 def apply_init(cfg: DictConfig, overrides: list[str]) -> DictConfig:
     """Check ``prune.mode`` and ``init``; with ``init=<run>``, copy ``INHERITED`` keys from that run
     unless they were given on the command line. ``tasks`` may be a subset of the run's tasks."""
-    mode = pruning(cfg)
+    mode = prune_mode(cfg)
     if mode not in PRUNE_MODES:
         raise ConfigError(f"config key 'prune.mode': expected one of {', '.join(PRUNE_MODES)}, got {mode!r}")
     if not cfg.init:
@@ -147,7 +147,7 @@ def apply_init(cfg: DictConfig, overrides: list[str]) -> DictConfig:
 
 def freeze(model: MultiTaskModel, cfg: DictConfig) -> None:
     """Static pruning: the decoders are frozen, and the encoder too with ``prune.freeze_encoder``."""
-    if pruning(cfg) != "static":
+    if prune_mode(cfg) != "static":
         return
     for p in model.decoders.parameters():
         p.requires_grad_(False)
@@ -177,7 +177,7 @@ def build_encoder(cfg: DictConfig) -> GatedEncoder:
     kwargs = {}
     if enc.gate == "hard_concrete":
         kwargs = {"init_range": enc.gate_init, "init_mean": gate_init_mean(cfg),
-                  "eval_keep_expected": pruning(cfg) != "none" and OmegaConf.select(cfg, "prune.budget") is not None}
+                  "eval_keep_expected": prune_mode(cfg) != "none" and OmegaConf.select(cfg, "prune.budget") is not None}
     elif enc.gate == "fixed":
         kwargs = {"mask": load_gate_mask(enc.gate_mask)}
     try:
@@ -189,17 +189,12 @@ def build_encoder(cfg: DictConfig) -> GatedEncoder:
         raise ConfigError(f"config key 'encoder' (name={enc.name}, gate={enc.gate}): {err}") from None
 
 
-def pruning(cfg: DictConfig) -> str:
-    """The prune mode of ``cfg`` (``none`` for runs saved before pruning existed)."""
-    return OmegaConf.select(cfg, "prune.mode", default="none")
-
-
 def gate_init_mean(cfg: DictConfig) -> float:
     """``encoder.gate_init_mean``; ``auto`` = 0 when pruning (reference init, eval gates ~0.5),
     else 3 (gates start open, so plain training behaves like fine-tuning)."""
     value = cfg.encoder.gate_init_mean
     if isinstance(value, str) and value.strip().lower() == "auto":
-        return 0.0 if pruning(cfg) != "none" else 3.0
+        return 0.0 if prune_mode(cfg) != "none" else 3.0
     try:
         return float(value)
     except (TypeError, ValueError):
@@ -259,13 +254,6 @@ def check_task_splits(value, tasks: dict, corpus: dict) -> dict[str, dict[str, s
     return remap
 
 
-def selection_tasks(cfg: DictConfig, tasks: dict) -> dict:
-    """The tasks whose dev score selects the model: a task that trains on the dev sentences
-    (``data.task_splits``) would only report its fit to its own training data."""
-    remap = OmegaConf.select(cfg, "data.task_splits", default=None) or {}
-    return {n: t for n, t in tasks.items() if remap.get(n, {}).get("train") != "dev"} or tasks
-
-
 def gates_record(encoder: GatedEncoder) -> dict:
     values = encoder.gate_values().cpu()
     record = {"kind": type(encoder.gate).__name__ if encoder.gate is not None else "none",
@@ -315,7 +303,7 @@ def run(overrides: list[str], on_step: Callable | None = None) -> dict:
             task.fit_labels([e.sentence for e in examples["train"][name]])
     model = MultiTaskModel(encoder, tasks)
     if cfg.init and not resuming:  # pruning starts from fresh gates; plain training keeps the run's gates
-        load_run_weights(model, cfg.init, gate=pruning(cfg) == "none")
+        load_run_weights(model, cfg.init, gate=prune_mode(cfg) == "none")
     freeze(model, cfg)
     model.to(device)
     wrapped = model
@@ -329,7 +317,7 @@ def run(overrides: list[str], on_step: Callable | None = None) -> dict:
     if trainer.sparsity.active:
         target = (f"budget {trainer.sparsity.controller.target} heads" if trainer.sparsity.controller is not None
                   else f"lambda {trainer.sparsity.weight:g}")
-        log(f"{pruning(cfg)} pruning of {encoder.num_layers * encoder.num_heads} heads, {target}")
+        log(f"{prune_mode(cfg)} pruning of {encoder.num_layers * encoder.num_heads} heads, {target}")
     log(f"training {', '.join(tasks)} on {device} ({world} process{'es' if world > 1 else ''}); run folder {run_dir}")
     try:
         trainer.fit()
@@ -351,7 +339,7 @@ def finish(trainer: Trainer, tasks: dict, cfg: DictConfig, run_dir: Path, rank: 
                "test": results["test"], "dev_mean": mean_score(results["dev"], selection_tasks(cfg, tasks)),
                "test_mean": mean_score(results["test"], tasks), "history": trainer.state.history,
                "sentences": {role: {t: len(ex) for t, ex in per.items()} for role, per in trainer.examples.items()},
-               "seed": cfg.seed, "experiment": cfg.experiment, "prune": pruning(cfg),
+               "seed": cfg.seed, "experiment": cfg.experiment, "prune": prune_mode(cfg),
                "heads_kept": int((trainer.model.encoder.gate_values() >= 1e-3).sum()),
                "heads_total": trainer.model.encoder.num_layers * trainer.model.encoder.num_heads,
                "seconds": round(time.time() - started, 1)}

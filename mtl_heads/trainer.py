@@ -17,7 +17,10 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from mtl_heads.data.batching import Example, collate, epoch_plan, length_batches
-from mtl_heads.sparsity import sparsity_from_config
+from omegaconf import OmegaConf
+
+from mtl_heads.config import ConfigError
+from mtl_heads.sparsity import prune_mode, sparsity_from_config
 
 
 class TrainingError(RuntimeError):
@@ -265,8 +268,6 @@ class Trainer:
 
     def _end_epoch(self) -> None:
         scores = self._broadcast(self.evaluate("dev") if self.rank == 0 else None)
-        from mtl_heads.train import selection_tasks
-
         mean = mean_score(scores, selection_tasks(self.cfg, self.tasks))
         record = {"epoch": self.state.epoch + 1, "dev": scores, "dev_mean": mean}
         kept = int((self.model.encoder.gate_values() >= 1e-3).sum())
@@ -330,12 +331,8 @@ def selection(cfg) -> str:
     pruning (the gates' end state is the result; earlier epochs keep more heads), else best."""
     value = cfg.train.get("select", "auto")
     if value == "auto":
-        from omegaconf import OmegaConf
-
-        return "last" if OmegaConf.select(cfg, "prune.mode", default="none") != "none" else "best"
+        return "last" if prune_mode(cfg) != "none" else "best"
     if value not in ("best", "last"):
-        from mtl_heads.config import ConfigError
-
         raise ConfigError(f"config key 'train.select': expected auto, best or last, got {value!r}")
     return value
 
@@ -353,6 +350,13 @@ def move_to(obj, device: torch.device):
     if isinstance(obj, (list, tuple)):
         return type(obj)(move_to(v, device) for v in obj)
     return obj
+
+
+def selection_tasks(cfg, tasks: dict) -> dict:
+    """The tasks whose dev score selects the model: a task that trains on the dev sentences
+    (``data.task_splits``) would only report its fit to its own training data."""
+    remap = OmegaConf.select(cfg, "data.task_splits", default=None) or {}
+    return {n: t for n, t in tasks.items() if remap.get(n, {}).get("train") != "dev"} or tasks
 
 
 def mean_score(scores: dict[str, dict[str, float]], tasks: dict) -> float:
