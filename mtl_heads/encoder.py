@@ -15,14 +15,16 @@ import functools
 import inspect
 import logging
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Iterator
 
 import torch
 import transformers
 from huggingface_hub.errors import HFValidationError
 from torch import nn
 
-from mtl_heads.gates import build_gate
+from mtl_heads.gates import MaskedGate, build_gate
 
 __all__ = ["Adapter", "ADAPTERS", "EncoderOutput", "EncoderNotFound", "GatedEncoder", "pool_words"]
 
@@ -307,6 +309,28 @@ class GatedEncoder(nn.Module):
         return super().train(mode)
 
     # ------------------------------------------------------------------ gates
+    @contextmanager
+    def mask_heads(self, mask: torch.Tensor) -> Iterator["MaskedGate"]:
+        """Within the block, head ``(l, h)`` is multiplied by ``mask[l, h]`` on top of its gate.
+
+        ``mask``: ``[layers, heads]``; it may require grad (gradient head importance, Michel et al.)
+        or be changed in place between forward passes (ablation). The original gate, and the hooks of
+        a gate-less encoder, are restored on exit. Yields the temporary :class:`MaskedGate`.
+        """
+        expected = (self.num_layers, self.num_heads)
+        if tuple(mask.shape) != expected:
+            raise ValueError(f"head mask has shape {tuple(mask.shape)}, the encoder has {expected}")
+        original = self.gate
+        extra_hooks = self._register_hooks() if original is None else []  # a gate-less encoder has none
+        self.gate = MaskedGate(original, mask)
+        try:
+            yield self.gate
+        finally:
+            self.gate = original
+            self._gate_rows = None  # drop the masked rows kept for gradient checkpointing
+            for handle in extra_hooks:
+                handle.remove()
+
     def gate_values(self) -> torch.Tensor:
         """Deterministic gate values ``[layers, heads]`` (ones without a gate)."""
         if self.gate is None:

@@ -19,7 +19,7 @@ import math
 import torch
 from torch import nn
 
-__all__ = ["HardConcreteGate", "FixedGate", "GATES", "build_gate"]
+__all__ = ["HardConcreteGate", "FixedGate", "MaskedGate", "GATES", "build_gate"]
 
 
 class HardConcreteGate(nn.Module):
@@ -132,6 +132,31 @@ class FixedGate(nn.Module):
 
     def values(self) -> torch.Tensor:
         return self.mask.detach().clone()
+
+
+class MaskedGate(nn.Module):
+    """A gate multiplied by a mask: ``forward() = base() * mask`` (see ``GatedEncoder.mask_heads``).
+
+    Args:
+        base: the encoder's gate module, or None for an encoder without gates (values 1).
+        mask: ``[layers, heads]`` tensor.
+    """
+
+    def __init__(self, base: nn.Module | None, mask: torch.Tensor):
+        super().__init__()
+        self.base = base
+        self.mask = mask
+
+    def forward(self) -> torch.Tensor:
+        values = self.base() if self.base is not None else torch.ones_like(self.mask)  # [layers, heads]
+        return values * self.mask
+
+    def penalty(self) -> torch.Tensor:
+        return self.base.penalty() if self.base is not None else self.mask.new_zeros(())
+
+    def values(self) -> torch.Tensor:
+        base = self.base.values() if self.base is not None else torch.ones_like(self.mask)
+        return (base * self.mask).detach()
 
 
 # kind -> class; "none" builds no gate, so the encoder installs no hook at all.

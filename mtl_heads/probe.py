@@ -32,7 +32,7 @@ from mtl_heads.data.corpus import ROLES, load_corpus
 from mtl_heads.data.errors import DataError
 from mtl_heads.encoder import EncoderNotFound, GatedEncoder
 from mtl_heads.runs import is_run_dir, load_run
-from mtl_heads.tracking import resolve_mode
+from mtl_heads.tracking import resolve_mode, start_run
 from mtl_heads.train import pick_device
 
 REPORTS = Path("probe-reports")
@@ -149,7 +149,8 @@ def probe_model(cfg: DictConfig, spec: str, out: Path | None, log: Callable = pr
             "created": datetime.now().isoformat(timespec="seconds"), "config": OmegaConf.to_container(cfg)}
     written = write_report(folder, probes, meta, cfg.report.panels)
     drawn = time.time()
-    run_id = log_to_wandb(cfg, folder, "probe", written["meta"], written["summaries"], written["tables"], written["images"])
+    run_id = log_to_wandb(cfg, folder, "probe", written["meta"], written["summaries"], written["tables"], written["images"],
+                          run_cfg=loaded.cfg if loaded is not None else None)
     log(f"report folder: {folder}" + (f" (W&B run {run_id})" if run_id else "")
         + f"; probing {meta['seconds']} s, report {drawn - started - meta['seconds']:.1f} s"
         + (f", W&B {time.time() - drawn:.1f} s" if run_id else ""))
@@ -191,18 +192,20 @@ def run_compare(cfg: DictConfig, log: Callable = print) -> Path:
 
 # --- W&B --------------------------------------------------------------------------------------
 def log_to_wandb(cfg: DictConfig, folder: Path, job_type: str, meta: dict, summaries: dict, tables: dict,
-                 images: dict, compare: bool = False) -> str | None:
-    """Log the report to a W&B run (``wandb.mode``; disabled: nothing); returns the run id."""
-    mode = resolve_mode(cfg.wandb.mode)
-    if mode == "disabled":
-        return None
+                 images: dict, compare: bool = False, run_cfg: DictConfig | None = None) -> str | None:
+    """Log the report to a W&B run (``wandb.mode``; disabled: nothing); returns the run id.
+
+    ``run_cfg`` is the probed training run's config (None for a pretrained encoder or a comparison):
+    it names the W&B group and tags, so a probe sits beside the run it probed.
+    """
     import wandb
 
-    run = wandb.init(project=cfg.wandb.project, entity=cfg.wandb.entity, name=cfg.wandb.name or folder.name,
-                     tags=list(cfg.wandb.tags) + (["compare"] if compare else []), dir=str(folder), job_type=job_type,
-                     mode=mode, config={"probe": OmegaConf.to_container(cfg),
-                                        "meta": {k: v for k, v in meta.items() if k not in ("config", "passes")}},
-                     settings=wandb.Settings(console="off", silent=True))
+    config = {"probe": OmegaConf.to_container(cfg),
+              "meta": {k: v for k, v in meta.items() if k not in ("config", "passes")}}
+    run = start_run(cfg.wandb, folder, job_type, config, run_cfg=run_cfg,
+                    extra_tags=("compare",) if compare else ())
+    if run is None:
+        return None
     try:
         logged = {f"{name}/{'compare' if compare else 'summary'}": wandb.Table(dataframe=t.astype(object))
                   for name, t in summaries.items()}

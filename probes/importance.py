@@ -13,8 +13,8 @@
   ablation (``rank_by="ablation"``) or, as Michel does, by importance recomputed with the heads
   already masked (``rank_by="importance"``).
 
-The mask is applied by temporarily replacing ``encoder.gate`` with :class:`MaskedGate` (the run's
-gate times the mask), so the encoder's own hook does the work; no attention code is copied.
+The mask is applied with ``GatedEncoder.mask_heads`` (the run's gate times the mask, through the
+encoder's own output-projection hook); no attention code is copied.
 Results are pandas frames with columns (layer, head, label, score, count): label is the task name
 (plus ``"mean"`` over tasks for multi-task runs), count the number of sentences.
 """
@@ -35,7 +35,7 @@ from mtl_heads.data.corpus import load_corpus
 from mtl_heads.trainer import move_to
 from mtl_heads.train import prepare_examples
 
-__all__ = ["MaskedGate", "head_mask", "eval_mode", "open_heads", "split_examples", "task_batches",
+__all__ = ["eval_mode", "open_heads", "split_examples", "task_batches",
            "gradient_importance", "normalise_per_layer", "task_score", "masked_scores", "single_head_ablation",
            "check_ks", "pruning_curve", "head_frame", "Importance", "Ablation", "PRUNING_KS", "CLOSED_BELOW"]
 
@@ -44,53 +44,6 @@ logger = logging.getLogger(__name__)
 PRUNING_KS = (3, 10, 20, 30)  # numbers of masked heads in Song's study
 CLOSED_BELOW = 1e-3           # a gate below this counts as pruned (background.md, section 1)
 RANKINGS = ("ablation", "importance")
-
-
-# --- masking heads ------------------------------------------------------------------------------
-class MaskedGate(nn.Module):
-    """The run's gate multiplied by a mask: ``forward() = base() * mask``.
-
-    Args:
-        base: the encoder's gate module, or None for an encoder without gates (values 1).
-        mask: ``[layers, heads]`` tensor; may require grad (gradient importance) or be changed in
-            place between forward passes (ablation).
-    """
-
-    def __init__(self, base: nn.Module | None, mask: torch.Tensor):
-        super().__init__()
-        self.base = base
-        self.mask = mask
-
-    def forward(self) -> torch.Tensor:
-        values = self.base() if self.base is not None else torch.ones_like(self.mask)  # [layers, heads]
-        return values * self.mask
-
-    def penalty(self) -> torch.Tensor:
-        return self.base.penalty() if self.base is not None else self.mask.new_zeros(())
-
-    def values(self) -> torch.Tensor:
-        base = self.base.values() if self.base is not None else torch.ones_like(self.mask)
-        return (base * self.mask).detach()
-
-
-@contextmanager
-def head_mask(encoder: nn.Module, mask: torch.Tensor) -> Iterator[MaskedGate]:
-    """Within the block, every head ``(l, h)`` of ``encoder`` (a ``GatedEncoder``) is multiplied by
-    ``mask[l, h]`` on top of its own gate; the original gate (and hooks) are restored on exit."""
-    original = encoder.gate
-    expected = (encoder.num_layers, encoder.num_heads)
-    if tuple(mask.shape) != expected:
-        raise ValueError(f"head mask has shape {tuple(mask.shape)}, the encoder has {expected}")
-    # a gate-less encoder installs no hooks; add them for the duration (as capture=True does)
-    extra_hooks = encoder._register_hooks() if original is None else []
-    encoder.gate = MaskedGate(original, mask)
-    try:
-        yield encoder.gate
-    finally:
-        encoder.gate = original
-        encoder._gate_rows = None  # drop the masked rows kept for gradient checkpointing
-        for handle in extra_hooks:
-            handle.remove()
 
 
 @contextmanager
@@ -173,7 +126,7 @@ def gradient_importance(model: nn.Module, task: str, batches: list[tuple[dict, l
         mask = torch.ones_like(encoder.gate_values())
     mask = mask.detach().clone().requires_grad_(True)  # [layers, heads]
     total = torch.zeros_like(mask, requires_grad=False)
-    with eval_mode(model), head_mask(encoder, mask):
+    with eval_mode(model), encoder.mask_heads(mask):
         for batch, sentences in batches:
             targets = move_to(spec.targets(sentences, batch["word_mask"].shape[1]), mask.device)
             loss, _ = model(batch, task, targets)
@@ -204,7 +157,7 @@ def task_score(model: nn.Module, task: str, batches: list[tuple[dict, list]]) ->
 
 def masked_scores(model: nn.Module, batches_by_task: dict, mask: torch.Tensor) -> dict[str, float]:
     """``{task: main metric}`` with heads multiplied by ``mask`` ``[layers, heads]``, in eval mode."""
-    with eval_mode(model), head_mask(model.encoder, mask.detach().clone()):
+    with eval_mode(model), model.encoder.mask_heads(mask.detach().clone()):
         return {task: task_score(model, task, batches) for task, batches in batches_by_task.items()}
 
 
@@ -228,7 +181,7 @@ def single_head_ablation(model: nn.Module, batches_by_task: dict, skip_closed: b
     deltas = {task: torch.zeros_like(ones, dtype=torch.float64) for task in batches_by_task}  # metric points
     candidates = open_heads(encoder) if skip_closed else torch.ones_like(ones, dtype=torch.bool)
     mask = ones.clone()
-    with eval_mode(model), head_mask(encoder, mask):  # the gate reads ``mask`` at every forward
+    with eval_mode(model), encoder.mask_heads(mask):  # the gate reads ``mask`` at every forward
         for layer, head in tqdm(candidates.nonzero().tolist(), desc="ablation", disable=not progress):
             mask.fill_(1.0)
             mask[layer, head] = 0.0

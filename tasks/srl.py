@@ -244,9 +244,9 @@ class SrlTask(Task):
     """End-to-end span SRL. Options (``task.srl``): ``max_width`` (30), ``n_mlp`` (300),
     ``mlp_dropout`` (0.2), ``unique_core`` (False).
 
-    Gold arguments wider than ``max_width`` cannot be predicted; ``targets`` counts them in
-    ``self.too_wide`` (out of ``self.n_arguments`` seen) and warns once. The metric still counts
-    them as gold, so recall reflects them.
+    Gold arguments wider than ``max_width`` cannot be predicted: ``targets`` leaves them out, and
+    ``fit_labels`` counts them once over the training sentences in ``self.too_wide`` (out of
+    ``self.n_arguments``) and warns. The metric still counts them as gold, so recall reflects them.
     """
 
     name = "srl"
@@ -262,6 +262,17 @@ class SrlTask(Task):
     def label_counts(self, sentences: list[Sentence]) -> Counter:
         return Counter(role for s in sentences for args in s.arguments for _, _, role in args
                        if role not in VERB_ROLES)
+
+    def fit_labels(self, sentences: list[Sentence]) -> None:
+        """The role vocabulary, and the count of training arguments wider than ``max_width``."""
+        super().fit_labels(sentences)
+        widths = [end - start for s in sentences for _, args in self.gold(s) for start, end, _ in args]
+        self.n_arguments = len(widths)
+        self.too_wide = sum(w > self.max_width for w in widths)
+        if self.too_wide:
+            logger.warning("srl: %d of %d training arguments are wider than max_width=%d and cannot be "
+                           "predicted; they still count as gold in the metric",
+                           self.too_wide, self.n_arguments, self.max_width)
 
     def gold(self, sentence: Sentence) -> list[Frame]:
         if not sentence.has("srl"):
@@ -290,21 +301,14 @@ class SrlTask(Task):
         index = torch.zeros(len(sentences), n_preds, dtype=torch.long)
         pmask = torch.zeros(len(sentences), n_preds, dtype=torch.bool)
         roles = torch.zeros(len(sentences), n_preds, n_words, width, dtype=torch.long)
-        too_wide = 0
         for b, sentence_frames in enumerate(frames):
             for k, (p, args) in enumerate(sentence_frames):
                 predicates[b, p], index[b, k], pmask[b, k] = 1, p, True
                 for start, end, role in args:
-                    if end - start > self.max_width:
-                        too_wide += 1
+                    if end - start > self.max_width:  # cannot be predicted (counted by fit_labels)
                         continue
                     role_id = self.index[role] + 1 if role in self.index else -100  # unseen: ignored
                     roles[b, k, start, end - start - 1] = role_id
-                self.n_arguments += len(args)
-        if too_wide and not self.too_wide:
-            logger.warning("srl: %d gold argument(s) wider than max_width=%d cannot be predicted; "
-                           "they still count as gold in the metric", too_wide, self.max_width)
-        self.too_wide += too_wide
         return {"predicates": predicates, "predicate_index": index, "predicate_mask": pmask, "roles": roles}
 
     def build_decoder(self, hidden_size: int) -> SpanSrlDecoder:

@@ -273,6 +273,30 @@ def test_capture_without_gate_leaves_no_hooks():
     assert all(len(p._forward_pre_hooks) == 0 for p in enc.out_projs)
 
 
+@pytest.mark.parametrize("with_gate", [False, True])
+def test_mask_heads_multiplies_the_gate_and_restores_it(with_gate):
+    """Inside ``mask_heads`` the encoder equals one gated by gate * mask; outside, the original
+    encoder (same gate object; a gate-less encoder has no hooks left)."""
+    model = tiny_model("bert")
+    gate = torch.rand(LAYERS, HEADS, generator=torch.Generator().manual_seed(1))
+    mask = torch.ones(LAYERS, HEADS)
+    mask[0, 1] = mask[1, 3] = 0
+    enc = gated(model, gate) if with_gate else GatedEncoder(copy.deepcopy(model)).eval()
+    original = enc.gate
+    ids, attn = padded_batch(model)
+    before = enc(ids, attn).hidden
+    with enc.mask_heads(mask) as masked:
+        inside = enc(ids, attn).hidden
+        torch.testing.assert_close(masked.values(), (gate if with_gate else 1) * mask)
+    expected = gated(model, (gate if with_gate else torch.ones(LAYERS, HEADS)) * mask)(ids, attn).hidden
+    torch.testing.assert_close(inside, expected, atol=1e-6, rtol=0)
+    assert not torch.allclose(inside, before)
+    assert enc.gate is original
+    torch.testing.assert_close(enc(ids, attn).hidden, before, atol=0, rtol=0)
+    if not with_gate:
+        assert all(len(p._forward_pre_hooks) == 0 for p in enc.out_projs)
+
+
 def test_bf16_autocast_keeps_dtype():
     enc = GatedEncoder(tiny_model("bert", "sdpa"), HardConcreteGate(LAYERS, HEADS)).train()
     ids, mask = padded_batch(enc.model)

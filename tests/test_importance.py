@@ -6,7 +6,7 @@ import torch
 from mtl_heads.data.batching import collate
 from mtl_heads.runs import load_run
 from mtl_heads.train import run
-from probes.importance import (Ablation, Importance, gradient_importance, head_mask, masked_scores,
+from probes.importance import (Ablation, Importance, gradient_importance, masked_scores,
                                normalise_per_layer, single_head_ablation, split_examples, task_batches)
 
 CLOSED = -30.0  # log_alpha that clamps a Hard Concrete gate to exactly 0
@@ -181,7 +181,7 @@ def test_bad_input_is_named(loaded, examples):
     with pytest.raises(ValueError, match="rank_by"):
         Ablation(rank_by="random")
     with pytest.raises(ValueError, match="shape"):
-        with head_mask(loaded.model.encoder, torch.ones(3, 4)):
+        with loaded.model.encoder.mask_heads(torch.ones(3, 4)):
             pass
     with pytest.raises(ValueError, match="no examples"):
         Importance().run(loaded, {"pos": []})

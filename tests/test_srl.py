@@ -90,7 +90,9 @@ def test_targets_and_too_wide_spans_counted():
     assert roles[0, 1, 7, 0] == -100                       # unseen role
     assert roles[1, 0, 1, 1] == 2
     assert (roles > 0).sum() == 6                           # nothing else, no V, no wide span
-    assert task.too_wide == 1 and task.n_arguments == 8
+    counted = SrlTask({"max_width": 2})
+    counted.fit_labels([s, wide])
+    assert counted.too_wide == 1 and counted.n_arguments == 8
     # the metric still counts the wide span as gold: a perfect decoder gets recall 7/8
     m = SrlF1()
     golds = [task.gold(s), task.gold(wide)]
@@ -282,6 +284,7 @@ def test_ewt_dev_targets_and_gold():
     sentences = [s for s in read_conll2012(path) if s.has("srl")]
     task = SrlTask()
     task.fit_labels(sentences)
+    counts = (task.too_wide, task.n_arguments)
     assert "V" not in task.labels and "C-ARG1" in task.labels and "R-ARG0" in task.labels
     wide = sum(e - s > 30 for x in sentences for p, args in task.gold(x) for s, e, _ in args)
     n = 0
@@ -290,7 +293,8 @@ def test_ewt_dev_targets_and_gold():
         t = task.targets(batch, max(len(s.words) for s in batch))
         n += int((t["roles"] > 0).sum())
     total = sum(len(args) for x in sentences for _, args in task.gold(x))
-    assert task.too_wide == wide and task.n_arguments == total and n == total - wide
+    assert counts == (wide, total) and n == total - wide
+    assert (task.too_wide, task.n_arguments) == counts  # counted once, not again per batch or epoch
     m = task.metric()
     golds = [task.gold(s) for s in sentences]
     m.update(golds, golds)

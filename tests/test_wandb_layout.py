@@ -160,3 +160,21 @@ def test_auto_mode_follows_the_environment(monkeypatch):
     assert resolve_mode("auto") == "offline"
     monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
     assert resolve_mode("auto") == "online"
+
+
+def test_probe_run_layout(trained, tmp_path):
+    """A probe of a training run joins the run's group and carries its tags; its summary holds the
+    report's per-label scores."""
+    from mtl_heads.probe import run as probe
+
+    folder = probe([f"model={trained}", "data.demo_sizes={train: 8, dev: 8, test: 8}", "probes=[pos,dep]",
+                    "progress=false", "batch_size=8", f"out={tmp_path / 'probe'}", "wandb.mode=offline"])
+    logged = read_offline_run(folder)
+    assert logged["id"] == (folder / "wandb_id").read_text().strip()
+    assert logged["group"] == "exp-x" and logged["job_type"] == "probe" and logged["name"] == "probe"
+    assert {"mine", "pos", "stl", "seed:3"} <= set(logged["tags"])
+    assert logged["config"]["probe"]["model"] == str(trained)
+    assert json.loads((folder / "report.json").read_text())["model_kind"] == "run"
+    assert any(key.startswith("pos/") for key in logged["summary"]) and any(k.startswith("dep/") for k in logged["summary"])
+    row = next(r for r in logged["history"] if "pos/summary._type" in r)
+    assert row["pos/summary._type"] == "table-file" and row["dep/dep/heatmap._type"] == "image-file"
