@@ -5,6 +5,7 @@ metric: UAS/LAS over non-punctuation words."""
 from __future__ import annotations
 
 import unicodedata
+import warnings
 from collections import Counter
 from typing import NamedTuple
 
@@ -150,7 +151,11 @@ class BiaffineParser(Decoder):
                 with torch.enable_grad():  # DependencyCRF's argmax differentiates the max score
                     arcs[bad] = DependencyCRF(s_arc[bad], lens[bad]).argmax
             else:
-                arcs[bad] = MatrixTree(s_arc[bad], lens[bad]).argmax  # column 0 = root, unused
+                # supar's pad indexes with a list of slices, which torch flags as deprecated; the
+                # result is right (MST is checked against brute force in tests), so keep logs clean.
+                with warnings.catch_warnings():
+                    warnings.filterwarnings("ignore", "Using a non-tuple sequence", UserWarning)
+                    arcs[bad] = MatrixTree(s_arc[bad], lens[bad]).argmax  # column 0 = root, unused
         rels = s_rel.detach().argmax(-1).gather(-1, arcs.unsqueeze(-1)).squeeze(-1)  # [batch, seq]
         out = []
         for row_arcs, row_rels, n in zip(arcs.tolist(), rels.tolist(), lens.tolist()):
