@@ -351,7 +351,8 @@ def finish(trainer: Trainer, tasks: dict, cfg: DictConfig, run_dir: Path, rank: 
                                  for k, v in m.items()})
         print(f"{'best' if trainer.select == 'best' else 'last'} epoch {trainer.state.best_epoch}; "
               f"heads kept {metrics['heads_kept']}/{metrics['heads_total']}")
-        print(f"dev  {format_scores(results['dev'], tasks)}")
+        trained_on = tuple(set(tasks) - set(selection_tasks(cfg, tasks)))
+        print(f"dev  {format_scores(results['dev'], tasks, trained_on)}")
         print(f"test {format_scores(results['test'], tasks)}")
         print(f"run folder: {run_dir}")
     return metrics

@@ -284,7 +284,8 @@ class Trainer:
             flat = {f"dev/{t}/{k}": v for t, m in scores.items() for k, v in m.items()}
             self.tracker.log({**flat, "dev/mean": mean, "epoch": self.state.epoch + 1}, step=self.state.global_step)
             self.tracker.log_gates(self.model.encoder.gate_values().cpu(), step=self.state.global_step)
-            tqdm.write(f"epoch {self.state.epoch + 1}: dev " + format_scores(scores, self.tasks)
+            trained_on = tuple(set(self.tasks) - set(selection_tasks(self.cfg, self.tasks)))
+            tqdm.write(f"epoch {self.state.epoch + 1}: dev " + format_scores(scores, self.tasks, trained_on)
                        + f" | mean {mean:.2f}" + (f" | heads kept {kept}" if self.sparsity.active else "")
                        + (" (best)" if improved and self.select == "best" else ""))
         self.state.epoch += 1
@@ -365,9 +366,11 @@ def mean_score(scores: dict[str, dict[str, float]], tasks: dict) -> float:
     return float(sum(values) / len(values)) if values else float("-inf")
 
 
-def format_scores(scores: dict[str, dict[str, float]], tasks: dict) -> str:
+def format_scores(scores: dict[str, dict[str, float]], tasks: dict, trained_on: tuple[str, ...] = ()) -> str:
+    """``task metric value`` per task; a task in ``trained_on`` (its score is on its own training
+    sentences, see ``selection_tasks``) is marked ``(train data)``."""
     return "  ".join(f"{t} {tasks[t].main_metric} {scores[t][tasks[t].main_metric]:.2f}"
-                     for t in sorted(tasks) if scores.get(t))
+                     + (" (train data)" if t in trained_on else "") for t in sorted(tasks) if scores.get(t))
 
 
 def write_json(path: Path, obj) -> None:

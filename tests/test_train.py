@@ -1,5 +1,6 @@
 """End-to-end training on a tiny random encoder and a tiny demo corpus."""
 import json
+import re
 import os
 import subprocess
 import sys
@@ -134,9 +135,14 @@ def test_ddp_two_processes_gloo(base, tmp_path):
     assert set(metrics["test"]) == {"pos", "ner"}
 
 
-def test_task_splits_let_one_task_train_on_another_role(base, tmp_path):
+def test_task_splits_let_one_task_train_on_another_role(base, tmp_path, capsys):
     metrics = run(base + ["tasks=pos,ner", "train.epochs=1", "data.task_splits={ner: {train: dev}}",
                           f"run_dir={tmp_path / 'r'}"])
+    # the printed dev scores mark NER's as measured on its training data, and POS's not
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith(("epoch 1: dev", "dev "))]
+    assert len(lines) == 2
+    for line in lines:
+        assert re.search(r"ner f1 [\d.]+ \(train data\)", line) and re.search(r"pos accuracy [\d.]+( \||$)", line)
     assert metrics["sentences"]["train"]["ner"] == metrics["sentences"]["dev"]["ner"] == 16
     assert metrics["sentences"]["train"]["pos"] == 48
     # NER's dev score is its own training data: model selection uses POS alone
