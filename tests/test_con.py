@@ -12,6 +12,7 @@ from supar.utils.metric import SpanMetric
 from supar.utils.transform import Tree as SuparTree
 
 from mtl_heads.data.demo import generate_demo
+from mtl_heads.data.errors import DataError
 from mtl_heads.data.sentence import Sentence
 from tasks.con import BracketF1, ConTask, CRFConstituencyDecoder, chart_to_tree, tree_to_chart
 
@@ -81,6 +82,12 @@ def test_unary_chain_and_duplicates_are_a_multiset():
     pred = "(TOP (NP (NP (NP (NN x))) (PP (IN of) (NP (NN y)))))"  # an extra NP(0,1)
     s = score(pred, gold)
     assert (s["precision"], s["recall"]) == (pytest.approx(80.0), pytest.approx(100.0))
+
+
+def test_chart_rejects_tree_that_does_not_match_the_words():
+    s = Sentence(words=["a", "c"], tree=T("(TOP (S (NN a) (NN b)))"), source="f.conll:3")
+    with pytest.raises(DataError, match="^f.conll:3: tree leaves"):
+        ConTask().chart(s)
 
 
 def test_metric_rejects_length_mismatch():

@@ -8,6 +8,7 @@ import pytest
 import torch
 from supar.utils.metric import SpanMetric
 
+from mtl_heads.data.errors import DataError
 from mtl_heads.data.sentence import Sentence
 from tasks.srl import SpanSrlDecoder, SrlF1, SrlTask, greedy_arguments
 
@@ -103,10 +104,11 @@ def test_targets_and_too_wide_spans_counted():
 
 def test_task_bad_input():
     task = SrlTask()
-    with pytest.raises(ValueError, match="no SRL layer"):
+    with pytest.raises(DataError, match="^<sentence>: sentence has no SRL layer"):
         task.gold(Sentence(words=["a"]))
-    with pytest.raises(ValueError, match="outside"):
-        task.gold(Sentence(words=["a", "b"], predicates=[0], arguments=[[(0, 1, "V"), (1, 3, "ARG1")]]))
+    with pytest.raises(DataError, match="^f.conll:7: SRL frame of predicate 0 lies outside"):
+        task.gold(Sentence(words=["a", "b"], predicates=[0], arguments=[[(0, 1, "V"), (1, 3, "ARG1")]],
+                           source="f.conll:7"))
     task.load_labels(["ARG1"])
     with pytest.raises(ValueError, match="longer"):
         task.targets([sentence()], 5)
