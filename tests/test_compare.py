@@ -188,3 +188,12 @@ def test_bad_input_exits_2_naming_the_file(runs_dir, tmp_path, capsys):
     broken.write_text('{"tasks": ["pos"], "dev": [1, 2]}')
     assert main([str(runs_dir / "mtl"), "--out", str(tmp_path / "o")]) == 2
     assert "'dev' must map each task" in capsys.readouterr().err
+
+
+def test_integer_key_missing_in_some_runs_stays_an_integer(tmp_path):
+    root = tmp_path / "runs"
+    make_run(root / "subset", ("pos",), 1, data__max_sentences=4000)
+    make_run(root / "full", ("pos",), 1)
+    comparison = compare_runs([str(root / "subset"), str(root / "full")])
+    shown = comparison.shown.set_index("setting")
+    assert sorted(shown["data.max_sentences"]) == ["", "4000"]
