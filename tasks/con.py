@@ -217,8 +217,8 @@ class ConTask(Task):
     def chart(self, sentence: Sentence) -> list[Span]:
         """The binarised labelled spans of the sentence's tree (:func:`tree_to_chart`)."""
         if sentence.tree.leaves() != list(sentence.words):
-            raise DataError(f"{sentence.source or '<sentence>'}: tree leaves {sentence.tree.leaves()} differ from the words "
-                             f"{list(sentence.words)}; expected leaves == words")
+            raise DataError(f"{sentence.source or '<sentence>'}: tree leaves {sentence.tree.leaves()} differ "
+                            f"from the words {list(sentence.words)}; expected leaves == words")
         return tree_to_chart(sentence.tree)
 
     def label_counts(self, sentences: list[Sentence]) -> Counter:
