@@ -21,7 +21,7 @@ from supar.structs import ConstituencyCRF
 from supar.utils.transform import Tree as SuparTree
 from torch import nn
 
-from mtl_heads.data.errors import DataError
+from mtl_heads.data.errors import data_error
 from mtl_heads.data.sentence import Sentence
 from tasks.base import Decoder, Metric, Task
 
@@ -217,8 +217,8 @@ class ConTask(Task):
     def chart(self, sentence: Sentence) -> list[Span]:
         """The binarised labelled spans of the sentence's tree (:func:`tree_to_chart`)."""
         if sentence.tree.leaves() != list(sentence.words):
-            raise DataError(f"{sentence.source or '<sentence>'}: tree leaves {sentence.tree.leaves()} differ "
-                            f"from the words {list(sentence.words)}; expected leaves == words")
+            raise data_error(sentence.source or "<sentence>", f"tree leaves {sentence.tree.leaves()} differ "
+                             f"from the words {list(sentence.words)}; expected leaves == words")
         return tree_to_chart(sentence.tree)
 
     def label_counts(self, sentences: list[Sentence]) -> Counter:

@@ -22,7 +22,7 @@ import torch
 from supar.modules import MLP, Biaffine
 from torch import nn
 
-from mtl_heads.data.errors import DataError
+from mtl_heads.data.errors import data_error
 from mtl_heads.data.sentence import Sentence
 from tasks.base import Decoder, Metric, Task
 
@@ -278,15 +278,15 @@ class SrlTask(Task):
     def gold(self, sentence: Sentence) -> list[Frame]:
         where = sentence.source or "<sentence>"
         if not sentence.has("srl"):
-            raise DataError(f"{where}: sentence has no SRL layer (predicates/arguments are None)")
+            raise data_error(where, "sentence has no SRL layer (predicates/arguments are None)")
         if len(sentence.predicates) != len(sentence.arguments):
-            raise DataError(f"{where}: sentence has {len(sentence.predicates)} predicates but "
-                            f"{len(sentence.arguments)} argument lists")
+            raise data_error(where, f"sentence has {len(sentence.predicates)} predicates but "
+                                    f"{len(sentence.arguments)} argument lists")
         n = len(sentence.words)
         frames = []
         for p, args in zip(sentence.predicates, sentence.arguments):
             if not 0 <= p < n or any(not 0 <= s < e <= n for s, e, _ in args):
-                raise DataError(f"{where}: SRL frame of predicate {p} lies outside the {n}-word sentence: {args}")
+                raise data_error(where, f"SRL frame of predicate {p} lies outside the {n}-word sentence: {args}")
             frames.append((p, sorted((s, e, r) for s, e, r in args if r not in VERB_ROLES)))
         return sorted(frames)
 
