@@ -241,10 +241,10 @@ def run_table(paths: list[Path]) -> pd.DataFrame:
     varying = _varying(flats)
     names = _setting_names(rows, flats, varying)
     config_columns = [k for k in varying if k != "tasks"]
-    table = pd.DataFrame([{"setting": n, **{k: f.get(k) for k in config_columns}, **r}
-                          for n, f, r in zip(names, flats, rows)])
-    for k in config_columns:  # as object: an int key missing in some runs must not turn 4000 into 4000.0
-        table[k] = pd.Series([f.get(k) for f in flats], dtype=object)
+    table = pd.DataFrame([{"setting": n, **r} for n, r in zip(names, rows)])
+    # object dtype: an int key absent from some runs stays 4000, not 4000.0
+    for i, k in enumerate(config_columns, start=1):
+        table.insert(i, k, pd.Series([f.get(k) for f in flats], dtype=object))
     table = table[_ordered(list(table.columns))]
     table["_tasks"] = table["tasks"].str.count(r"\+")
     table = table.sort_values(["_tasks", "setting", "seed"], kind="stable").drop(columns="_tasks")
