@@ -2,18 +2,25 @@
 
 Every key that can be set is in ``configs/train.yaml`` with its default and a comment. An override
 naming a key that is not there, or giving a value of the wrong type, raises :class:`ConfigError`
-naming the key (and the valid keys at that level).
+naming the key (and the valid keys at that level). Values are then range-checked against
+:data:`RULES` (counts >= 1, rates > 0, fractions in [0, 1), choices from their list): the one place
+that says which values a key accepts. Task and probe options are checked by their own modules.
+
+This module imports no torch, transformers or wandb, so that a mistyped command fails at once.
 """
 from __future__ import annotations
 
+import math
+import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
-PRESET_GROUPS = ("data", "encoder", "prune")  # `data=ewt` loads configs/data/ewt.yaml into `data`
+PRESET_GROUPS = ("data", "encoder", "prune")
+PRECISIONS = ("auto", "fp32", "bf16")  # `precision`: see mtl_heads.precision  # `data=ewt` loads configs/data/ewt.yaml into `data`
 
 
 class ConfigError(ValueError):
@@ -21,7 +28,8 @@ class ConfigError(ValueError):
 
 
 def load_config(overrides: list[str] | None = None, base: str | Path = CONFIG_DIR / "train.yaml") -> DictConfig:
-    """Load ``base`` and apply command-line ``overrides`` (``["tasks=pos,ner", "train.epochs=2"]``)."""
+    """Load ``base`` and apply command-line ``overrides`` (``["tasks=pos,ner", "train.epochs=2"]``);
+    the result is checked with :func:`validate`."""
     cfg = OmegaConf.load(base)
     for item in overrides or []:
         key, value = _split(item)
@@ -29,6 +37,28 @@ def load_config(overrides: list[str] | None = None, base: str | Path = CONFIG_DI
             _apply_preset(cfg, key, value)
         else:
             set_key(cfg, key, value)
+    validate(cfg)
+    return cfg
+
+
+def load_saved_config(path: str | Path) -> DictConfig:
+    """A run folder's ``config.yaml`` (someone else's, perhaps): YAML read safely, a broken file
+    named with its line, values checked with :func:`validate`."""
+    path = Path(path)
+    try:
+        cfg = OmegaConf.load(path)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{path}{line}: not valid YAML ({getattr(err, 'problem', None) or err})") from None
+    except (UnicodeDecodeError, OSError) as err:
+        raise ConfigError(f"{path}: cannot be read as a YAML config ({err})") from None
+    if not isinstance(cfg, DictConfig):
+        raise ConfigError(f"{path}: expected a YAML mapping of config keys, got a list")
+    try:
+        validate(cfg)
+    except ConfigError as err:
+        raise ConfigError(f"{path}: {err}") from None
     return cfg
 
 
@@ -77,6 +107,8 @@ def set_key(cfg: DictConfig, key: str, value: Any) -> None:
     last = parts[-1]
     default = node[last]
     parsed = _parse(value, default, key) if isinstance(value, str) else value
+    if isinstance(parsed, dict):
+        _check_mapping_shape(parsed, key, value)
     if isinstance(default, DictConfig) and isinstance(parsed, dict) and _free_form(key):
         node[last] = parsed
     elif isinstance(default, DictConfig):
@@ -86,6 +118,16 @@ def set_key(cfg: DictConfig, key: str, value: Any) -> None:
             set_key(cfg, f"{key}.{sub}", sub_value)
     else:
         node[last] = _check_type(parsed, default, key, value)
+
+
+def _check_mapping_shape(parsed: dict, key: str, raw: Any) -> None:
+    """YAML reads ``{train:20}`` (no space after the colon) as the key ``'train:20'`` with no value;
+    say so with the form that was meant."""
+    glued = [k for k, v in parsed.items() if v is None and isinstance(k, str) and ":" in k]
+    if glued:
+        meant = ", ".join(f"{k.split(':', 1)[0]}: {k.split(':', 1)[1]}" for k in glued)
+        raise ConfigError(f"config key '{key}': {raw!r} reads as keys without values ({', '.join(map(repr, glued))}); "
+                          f"YAML needs a space after each colon: {key}={{{meant}}}")
 
 
 def _free_form(key: str) -> bool:
@@ -147,3 +189,138 @@ def _float_or_same(value: Any) -> Any:
 
 def to_yaml(cfg: DictConfig) -> str:
     return OmegaConf.to_yaml(cfg)
+
+
+# --- value rules ------------------------------------------------------------------------------
+# Each rule returns None for a good value, else what was expected. Types are already checked
+# against the defaults by set_key; these check ranges and choices. Keys absent from a config
+# (probe.yaml lacks train.*) are skipped.
+Rule = Callable[[Any], "str | None"]
+
+
+def choice(*values: str) -> Rule:
+    return lambda v: None if v in values else f"one of {', '.join(values)}"
+
+
+def count(minimum: int = 1, optional: bool = False) -> Rule:
+    def rule(v):
+        if v is None and optional:
+            return None
+        ok = isinstance(v, int) and not isinstance(v, bool) and v >= minimum
+        return None if ok else f"an integer >= {minimum}" + (" or null" if optional else "")
+    return rule
+
+
+def number(low: float = 0.0, low_open: bool = True, high: float | None = None, high_open: bool = True,
+           auto: bool = False) -> Rule:
+    """A number in the interval from ``low`` to ``high`` (open or closed ends), or ``auto``."""
+    def rule(v):
+        if auto and isinstance(v, str) and v.strip().lower() == "auto":
+            return None
+        v = _float_or_same(v)
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        ok = ok and (v > low if low_open else v >= low)
+        ok = ok and (high is None or (v < high if high_open else v <= high))
+        interval = ("(" if low_open else "[") + f"{low:g}, " + (f"{high:g}" if high is not None else "inf") + (
+            ")" if high_open or high is None else "]")
+        return None if ok else f"a number in {interval}" + (" or auto" if auto else "")
+    return rule
+
+
+def _device(v) -> str | None:
+    return None if isinstance(v, str) and re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", v) else "auto, cpu, cuda or cuda:N"
+
+
+def _seed(v) -> str | None:
+    ok = isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**32
+    return None if ok else "an integer in [0, 2**32)"
+
+
+def _seeds(v) -> str | None:
+    return None if all(_seed(x) is None for x in v) else "a list of integers in [0, 2**32), e.g. seeds=1,2,3"
+
+
+def _budget(v) -> str | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return "null, a head count (36) or a fraction in (0, 1) (0.5)"
+    return None if (isinstance(v, int) and v >= 1) or (isinstance(v, float) and (0 < v < 1 or v.is_integer() and v >= 1)) \
+        else "null, a head count >= 1 or a fraction in (0, 1)"
+
+
+def _mapping(values: Rule, example: str) -> Rule:
+    def rule(v):
+        items = OmegaConf.to_container(v) if isinstance(v, DictConfig) else v
+        if not isinstance(items, dict) or any(not isinstance(k, str) or values(x) for k, x in items.items()):
+            return f"a mapping like {example}"
+        return None
+    return rule
+
+
+RULES: dict[str, Rule] = {
+    "seed": _seed,
+    "seeds": _seeds,
+    "device": _device,
+    "precision": choice(*PRECISIONS),
+    "prune.mode": choice("none", "dynamic", "static"),
+    "prune.lambda": number(0.0, low_open=False, auto=True),
+    "prune.budget": _budget,
+    "prune.lr_lagrangian": number(),
+    "encoder.attn_implementation": choice("sdpa", "eager"),
+    "encoder.gate": choice("none", "fixed", "hard_concrete"),
+    "encoder.gate_init": number(),
+    "encoder.gate_init_mean": number(float("-inf"), auto=True),
+    "data.format": choice("demo", "conll2012", "ewt", "hf"),
+    "data.deps": choice("auto", "ud", "converted", "none"),
+    "data.long_policy": choice("skip", "split"),
+    "data.max_sentences": count(optional=True),
+    "data.demo_seed": _seed,
+    "data.demo_sizes": _mapping(count(), "{train: 1200, dev: 200, test: 200} (sentences per split, each >= 1)"),
+    "data.splits": _mapping(lambda x: None if isinstance(x, str) else "a split name",
+                            "{train: train, dev: dev, test: test} (role: corpus split)"),
+    "data.unannotated": _mapping(lambda x: None if isinstance(x, list) else "a list",
+                                 "{train: [entities]} (split: list of layers)"),
+    "data.task_splits": _mapping(lambda x: None if isinstance(x, dict) else "a mapping",
+                                 "{ner: {train: dev}} (task: {role: role it reads})"),
+    "train.epochs": count(),
+    "train.batch_size": count(),
+    "train.eval_batch_size": count(),
+    "train.lr_encoder": number(),
+    "train.lr_decoder": number(),
+    "train.lr_gate": number(),
+    "train.weight_decay": number(0.0, low_open=False),
+    "train.warmup": number(0.0, low_open=False, high=1.0),
+    "train.clip": number(0.0, low_open=False),
+    "train.sampling_alpha": number(0.0, low_open=False, high=1.0, high_open=False),
+    "train.select": choice("auto", "best", "last"),
+    "train.checkpoint_every": count(0),
+    "wandb.mode": choice("auto", "online", "offline", "disabled"),
+    # probe.yaml
+    "split": choice("train", "dev", "test"),
+    "batch_size": count(),
+    "clustering.variant": choice("same_split", "held_out"),
+    "clustering.centroid_split": choice("train", "dev", "test"),
+    "voita.frequency_split": choice("train", "dev", "test"),
+    "voita.min_arcs": count(),
+    "importance.max_sentences": count(optional=True),
+    "ablation.max_sentences": count(optional=True),
+    "ablation.rank_by": choice("ablation", "importance"),
+    "report.panels": count(),
+    "report.compare_panels": count(),
+}
+
+_ABSENT = object()
+
+
+def validate(cfg: DictConfig) -> None:
+    """Check every key of ``cfg`` that :data:`RULES` knows; the first bad one is a ConfigError
+    naming the key, the expected values and the value given."""
+    for key, rule in RULES.items():
+        value = OmegaConf.select(cfg, key, default=_ABSENT)
+        if value is _ABSENT:
+            continue
+        expected = rule(value)
+        if expected:
+            shown = OmegaConf.to_container(value) if isinstance(value, (DictConfig, ListConfig)) else value
+            raise ConfigError(f"config key '{key}': expected {expected}, got {shown!r}")

@@ -24,6 +24,7 @@ import transformers
 from huggingface_hub.errors import HFValidationError
 from torch import nn
 
+from mtl_heads.files import is_load_error, unreadable
 from mtl_heads.gates import MaskedGate, build_gate
 
 __all__ = ["Adapter", "ADAPTERS", "EncoderOutput", "EncoderNotFound", "GatedEncoder", "pool_words"]
@@ -225,6 +226,10 @@ class GatedEncoder(nn.Module):
         transformers.logging.set_verbosity_error()
         try:
             model = _load(transformers.AutoModel.from_pretrained, name_or_path, path, local_only, **model_kwargs)
+        except Exception as err:
+            if not is_load_error(err) or isinstance(err, EncoderNotFound):
+                raise
+            raise unreadable(_weights_file(path), err) from None  # truncated or crafted weights: one line
         finally:
             transformers.logging.set_verbosity(verbosity)
 
@@ -378,6 +383,14 @@ def _load(loader, name: str, path: str, local_only: bool, **kwargs):
         return loader(path, **kwargs)
     except _NOT_FOUND_ERRORS as hub_error:
         raise EncoderNotFound(_not_found_message(name)) from hub_error
+
+
+def _weights_file(path: str) -> str:
+    """The weights file a model folder loads from (the folder itself when none is found), for messages."""
+    for name in ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin"):
+        if os.path.isfile(os.path.join(path, name)):
+            return os.path.join(path, name)
+    return path
 
 
 def _not_found_message(name: str) -> str:

@@ -19,6 +19,8 @@ import math
 import torch
 from torch import nn
 
+from mtl_heads.precision import fp32
+
 __all__ = ["HardConcreteGate", "FixedGate", "MaskedGate", "GATES", "build_gate"]
 
 
@@ -72,6 +74,9 @@ class HardConcreteGate(nn.Module):
     def extra_repr(self) -> str:
         return f"layers={self.layers}, heads={self.heads}, beta={self.beta}, l={self.l}, r={self.r}"
 
+    # The gate statistics are fp32 even when called inside an autocast region (the encoder samples
+    # the gates inside its forward pass): autocast is off in these methods.
+    @fp32
     def forward(self) -> torch.Tensor:
         """Gate values ``[layers, heads]``: a sample when training, deterministic in eval."""
         if not self.training:
@@ -80,6 +85,7 @@ class HardConcreteGate(nn.Module):
         s = torch.sigmoid((torch.log(u) - torch.log1p(-u) + self.log_alpha) / self.beta)
         return (s * (self.r - self.l) + self.l).clamp(0.0, 1.0)
 
+    @fp32
     def _deterministic(self) -> torch.Tensor:
         gates = (torch.sigmoid(self.log_alpha) * (self.r - self.l) + self.l).clamp(0.0, 1.0)  # [layers, heads]
         if not self.eval_keep_expected:
@@ -90,10 +96,12 @@ class HardConcreteGate(nn.Module):
         top[order[:keep]] = True
         return gates * top.view_as(gates)
 
+    @fp32
     def expected_l0(self) -> torch.Tensor:
         """P(gate != 0) per head ``[layers, heads]``: ``sigmoid(log_alpha - beta * log(-l / r))``."""
         return torch.sigmoid(self.log_alpha - self.beta * math.log(-self.l / self.r))
 
+    @fp32
     def penalty(self) -> torch.Tensor:
         """Expected number of open heads: sum over heads, averaged over layers (scalar)."""
         return self.expected_l0().sum(-1).mean()

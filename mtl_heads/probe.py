@@ -31,6 +31,7 @@ from mtl_heads.config import CONFIG_DIR, ConfigError, load_config
 from mtl_heads.data.corpus import ROLES, load_corpus
 from mtl_heads.data.errors import DataError
 from mtl_heads.encoder import EncoderNotFound, GatedEncoder
+from mtl_heads.precision import autocast
 from mtl_heads.runs import is_run_dir, load_run
 from mtl_heads.tracking import resolve_mode, start_run
 from mtl_heads.train import pick_device
@@ -134,7 +135,8 @@ def probe_model(cfg: DictConfig, spec: str, out: Path | None, log: Callable = pr
     if not examples:
         raise ConfigError(f"config key 'split': the '{cfg.split}' split has no sentence to probe")
     log(f"probing {spec} on {cfg.data.format} '{cfg.split}' ({len(examples)} sentences) on {device}: {', '.join(probes)}")
-    timings = run_probes(probes, context, cfg.batch_size, cfg.progress, log)
+    with autocast(device, cfg.precision):  # encoder passes in bf16 where asked; probe statistics stay fp32
+        timings = run_probes(probes, context, cfg.batch_size, cfg.progress, log)
     folder = out or _fresh(REPORTS / f"{_safe(info['model_name'])}-{cfg.split}-{datetime.now():%Y%m%d-%H%M%S}")
     metas = {name: p.meta() for name, p in probes.items()}
     clustering = [m for m in metas.values() if "variant" in m]
@@ -145,7 +147,7 @@ def probe_model(cfg: DictConfig, spec: str, out: Path | None, log: Callable = pr
             "tokenize": context.tokenize_reports[cfg.split].lines(),
             "clustering_variant": (f"{clustering[0]['variant']}: {clustering[0]['variant_text']}" if clustering else "-"),
             "probes": metas, "passes": timings["passes"],
-            "device": str(device), "seconds": round(time.time() - started, 1),
+            "device": str(device), "precision": cfg.precision, "seconds": round(time.time() - started, 1),
             "created": datetime.now().isoformat(timespec="seconds"), "config": OmegaConf.to_container(cfg)}
     written = write_report(folder, probes, meta, cfg.report.panels)
     drawn = time.time()

@@ -33,7 +33,7 @@ import transformers
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from mtl_heads.config import ConfigError
+from mtl_heads.config import ConfigError, load_saved_config
 from mtl_heads.encoder import _PREFIX_SPACE_TOKENIZERS, ADAPTERS, Adapter, GatedEncoder
 
 __all__ = ["PRUNABLE", "PrunedEncoder", "kept_heads_from_gates", "remove_heads", "prune_encoder", "prune_model",
@@ -348,7 +348,7 @@ def save_pruned(obj: nn.Module, folder: str | Path, cfg: DictConfig | None = Non
 
 
 def _read_heads(folder: Path) -> dict:
-    from mtl_heads.runs import read_json
+    from mtl_heads.files import read_json
 
     path = folder / HEADS
     heads = read_json(path)
@@ -403,7 +403,7 @@ def load_pruned(folder: str | Path, device: str | torch.device = "cpu", attn_imp
         a :class:`PrunedEncoder`, or a ``MultiTaskModel`` (usable with ``model.decode(batch, task)``)
         when the folder holds a multi-task model.
     """
-    from safetensors.torch import load_file
+    from mtl_heads.files import load_tensors
 
     folder = Path(folder)
     heads = _read_heads(folder)
@@ -419,7 +419,7 @@ def load_pruned(folder: str | Path, device: str | torch.device = "cpu", attn_imp
                             gates=None if gates is None else torch.tensor(gates))
     obj = _multitask(folder, encoder) if heads["kind"] == "multitask" else encoder
     try:
-        obj.load_state_dict(load_file(str(weights)))
+        obj.load_state_dict(load_tensors(weights))
     except RuntimeError as err:
         detail = str(err).split("\n", 1)[-1].strip()[:500]
         raise ConfigError(f"{weights}: the weights do not match {HEADS}: {detail}") from None
@@ -433,7 +433,7 @@ def _multitask(folder: Path, encoder: PrunedEncoder) -> nn.Module:
     for name in ("config.yaml", "labels.json"):
         if not (folder / name).exists():
             raise ConfigError(f"{folder}: {name} is missing (a pruned multi-task model needs it)")
-    return MultiTaskModel(encoder, tasks_with_labels(OmegaConf.load(folder / "config.yaml"), folder / "labels.json"))
+    return MultiTaskModel(encoder, tasks_with_labels(load_saved_config(folder / "config.yaml"), folder / "labels.json"))
 
 
 # ---------------------------------------------------------------------- checking and the CLI

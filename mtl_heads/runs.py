@@ -6,16 +6,16 @@ Pruning, probes and comparisons all start from :func:`load_run`.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from mtl_heads.config import ConfigError
+from mtl_heads.config import ConfigError, load_saved_config
+from mtl_heads.files import load_tensors, read_json
 
-__all__ = ["LoadedRun", "is_run_dir", "load_run", "load_run_weights", "read_json", "check_run_dir",
+__all__ = ["LoadedRun", "is_run_dir", "load_run", "load_run_weights", "check_run_dir", "read_labels",
            "tasks_with_labels"]
 
 REQUIRED = ("config.yaml", "labels.json", "model.safetensors")
@@ -43,16 +43,6 @@ def is_run_dir(path: str | Path) -> bool:
     return path.is_dir() and all((path / name).exists() for name in REQUIRED)
 
 
-def read_json(path: Path) -> dict | None:
-    """The JSON in ``path``, None when absent; a clear error naming the file when broken."""
-    if not path.exists():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise ConfigError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from None
-
-
 def check_run_dir(path: str | Path, key: str | None = None) -> Path:
     """``path`` as a Path when it holds a finished run; else a ConfigError (naming ``key`` if given)."""
     path = Path(path)
@@ -68,10 +58,8 @@ def load_run_weights(model: torch.nn.Module, path: str | Path, gate: bool = True
     """Load a run's ``model.safetensors`` into ``model``; ``gate=False`` leaves the model's own gate
     parameters as they are (a fresh gate on trained weights, as static pruning starts). Decoders
     of tasks the model does not have are skipped; anything else missing is an error."""
-    from safetensors.torch import load_file
-
     file = Path(path) / "model.safetensors"
-    state = load_file(str(file))
+    state = load_tensors(file)
     own = model.state_dict()
     is_gate = lambda k: k.startswith("encoder.gate.")  # noqa: E731
     wanted = {k for k in own if gate or not is_gate(k)}
@@ -87,18 +75,30 @@ def load_run_weights(model: torch.nn.Module, path: str | Path, gate: bool = True
     model.load_state_dict(state, strict=False)
 
 
+def read_labels(labels_file: Path, names) -> dict[str, list[str]]:
+    """The saved label vocabularies of tasks ``names`` from a run's ``labels.json``, checked."""
+    labels = read_json(labels_file)
+    if labels is None:
+        raise ConfigError(f"{labels_file}: missing (the label vocabularies of the trained decoders)")
+    if not isinstance(labels, dict):
+        raise ConfigError(f"{labels_file}: expected an object {{task: [label, ...]}}, got a {type(labels).__name__}")
+    for name in names:
+        if name not in labels:
+            raise ConfigError(f"{labels_file}: no labels for task '{name}'")
+        vocab = labels[name]
+        if not isinstance(vocab, list) or not vocab or not all(isinstance(x, str) for x in vocab) \
+                or len(set(vocab)) != len(vocab):
+            raise ConfigError(f"{labels_file}: the labels of task '{name}' must be a non-empty list of distinct strings")
+    return {name: labels[name] for name in names}
+
+
 def tasks_with_labels(cfg: DictConfig, labels_file: Path) -> dict:
     """``{name: Task}`` of ``cfg.tasks`` with the label vocabularies saved in ``labels_file``."""
     from mtl_heads.train import build_tasks
 
     tasks = build_tasks(cfg)
-    labels = read_json(labels_file)
-    if labels is None:
-        raise ConfigError(f"{labels_file}: missing (the label vocabularies of the trained decoders)")
-    for name, task in tasks.items():
-        if name not in labels:
-            raise ConfigError(f"{labels_file}: no labels for task '{name}'")
-        task.load_labels(labels[name])
+    for name, vocab in read_labels(labels_file, tasks).items():
+        tasks[name].load_labels(vocab)
     return tasks
 
 
@@ -115,7 +115,7 @@ def load_run(path: str | Path, device: str | torch.device = "cpu", gate: str | N
     from mtl_heads.train import build_encoder
 
     path = check_run_dir(path)
-    cfg = OmegaConf.load(path / "config.yaml")
+    cfg = load_saved_config(path / "config.yaml")
     same_gate = gate is None or gate == cfg.encoder.gate
     if gate is not None:
         cfg.encoder.gate = gate

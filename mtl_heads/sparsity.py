@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from mtl_heads.config import ConfigError
+from mtl_heads.precision import fp32
 
 __all__ = ["LAMBDA_DEFAULTS", "MTL_LAMBDA", "LagrangianBudget", "resolve_lambda", "resolve_budget", "Sparsity",
            "sparsity_from_config", "PRUNE_MODES", "prune_mode"]
@@ -89,6 +90,7 @@ class LagrangianBudget(nn.Module):
         """Expected minus target fraction of open heads (scalar)."""
         return (expected_l0.sum() - self.target) / self.total
 
+    @fp32
     def forward(self, expected_l0: torch.Tensor) -> torch.Tensor:
         gap = self.gap(expected_l0)
         return self.lambda_1 * gap + self.lambda_2 * gap * gap
@@ -123,6 +125,7 @@ class Sparsity:
         """The Lagrange multipliers (empty without a budget)."""
         return list(self.controller.parameters()) if self.controller is not None else []
 
+    @fp32  # the L0 penalty is fp32 even if called inside an autocast region
     def term(self) -> torch.Tensor | None:
         """The scalar to add to the task loss, or None when not pruning."""
         if not self.active:

@@ -23,17 +23,17 @@ from typing import Callable
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from mtl_heads.config import ConfigError, load_config
+from mtl_heads.config import ConfigError, load_config, load_saved_config
 from mtl_heads.data.batching import tokenize
 from mtl_heads.data.corpus import load_corpus
 from mtl_heads.data.errors import DataError
 from mtl_heads.encoder import EncoderNotFound, GatedEncoder
 from mtl_heads.model import MultiTaskModel
-from mtl_heads.runs import check_run_dir, load_run_weights, read_json
+from mtl_heads.files import atomic_write_text, load_numpy, load_weights, read_json, write_json
+from mtl_heads.runs import check_run_dir, load_run_weights, read_labels
 from mtl_heads.sparsity import PRUNE_MODES, prune_mode
 from mtl_heads.tracking import Tracker
-from mtl_heads.trainer import (TrainingError, Trainer, atomic_write_text, format_scores, load_weights,
-                               mean_score, seed_everything, selection_tasks, write_json)
+from mtl_heads.trainer import TrainingError, Trainer, format_scores, mean_score, seed_everything, selection_tasks
 
 RUNS = Path("runs")
 # keys that may differ when resuming (everything else must match the saved config)
@@ -79,7 +79,7 @@ def prepare_run_dir(cfg: DictConfig, overrides: list[str]) -> tuple[DictConfig, 
         saved = run_dir / "config.yaml"
         if not saved.exists():
             raise ConfigError(f"config key 'resume': {run_dir} holds no run (no config.yaml)")
-        saved_cfg = OmegaConf.load(saved)
+        saved_cfg = load_saved_config(saved)
         _check_resume_overrides(cfg, saved_cfg, overrides)
         for key in ("wandb", "device", "precision"):
             saved_cfg[key] = cfg[key]
@@ -132,7 +132,7 @@ def apply_init(cfg: DictConfig, overrides: list[str]) -> DictConfig:
             raise ConfigError("config key 'init': static pruning learns gates on a trained run; "
                               "pass init=runs/<trained run>")
         return cfg
-    saved = OmegaConf.load(check_run_dir(cfg.init, key="init") / "config.yaml")
+    saved = load_saved_config(check_run_dir(cfg.init, key="init") / "config.yaml")
     given = [item.split("=", 1)[0].strip() for item in overrides]
     for key in INHERITED:
         value = OmegaConf.select(saved, key)
@@ -202,22 +202,31 @@ def gate_init_mean(cfg: DictConfig) -> float:
 
 
 def load_gate_mask(value) -> torch.Tensor:
-    """A fixed gate mask from the config: a nested list, or a .json / .npy file of [layers, heads]."""
-    import json
-
+    """A fixed gate mask from the config: a nested list, or a .json / .npy file of [layers, heads]
+    (a run's ``gates.json`` too)."""
     import numpy as np
 
+    key = "config key 'encoder.gate_mask'"
     if value is None:
-        raise ConfigError("config key 'encoder.gate_mask': needed for encoder.gate=fixed")
+        raise ConfigError(f"{key}: needed for encoder.gate=fixed")
+    where = key
     if isinstance(value, str):
         path = Path(value)
-        if not path.exists():
-            raise ConfigError(f"config key 'encoder.gate_mask': {value} does not exist")
-        data = np.load(path) if path.suffix == ".npy" else json.loads(path.read_text())
+        if not path.is_file():
+            raise ConfigError(f"{key}: {value} does not exist")
+        where = f"{key} ({path})"
+        data = load_numpy(path) if path.suffix == ".npy" else read_json(path)
         if isinstance(data, dict):  # a run's gates.json
+            if "values" not in data:
+                raise ConfigError(f"{path}: a JSON object without 'values'; expected [[g, ...], ...] or a run's gates.json")
             data = data["values"]
-        return torch.tensor(np.asarray(data), dtype=torch.float32)
-    return torch.tensor(OmegaConf.to_container(value) if not isinstance(value, list) else value, dtype=torch.float32)
+    else:
+        data = OmegaConf.to_container(value) if not isinstance(value, list) else value
+    try:
+        array = np.asarray(data, dtype=np.float32)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where}: expected numbers in a [layers, heads] grid, e.g. [[1, 0], [1, 1]]") from None
+    return torch.from_numpy(array)  # shape and range are checked by FixedGate
 
 
 def prepare_examples(corpus: dict, tasks: dict, encoder: GatedEncoder, policy: str, log: Callable,
@@ -225,10 +234,10 @@ def prepare_examples(corpus: dict, tasks: dict, encoder: GatedEncoder, policy: s
     """``{role: {task: [Example]}}``: each role's sentences tokenised once; each task keeps those
     that carry the layers it needs. ``task_splits`` (``data.task_splits``) lets one task read
     another role's sentences, e.g. ``{ner: {train: dev}}`` (EWT annotates entities on dev/test only)."""
-    tokenised = {}
+    tokenised, reports = {}, {}
     for role, sentences in corpus.items():
-        tokenised[role], report = tokenize(sentences, encoder.tokenizer, encoder.max_length, policy)
-        log(f"data {role}: " + "; ".join(report.lines()))
+        tokenised[role], reports[role] = tokenize(sentences, encoder.tokenizer, encoder.max_length, policy)
+        log(f"data {role}: " + "; ".join(reports[role].lines()))
     remap = check_task_splits(task_splits, tasks, corpus)
     examples = {role: {} for role in corpus}
     for role in corpus:
@@ -239,7 +248,25 @@ def prepare_examples(corpus: dict, tasks: dict, encoder: GatedEncoder, policy: s
             examples[role][name] = usable
             log(f"  {role} {name}: {len(usable)} sentences" + (f" (from {source})" if source != role else "")
                 + (f" ({left_out} without the '{'/'.join(task.needs)}' layer left out)" if left_out else ""))
+            if role == "train" and not usable:
+                raise DataError(f"task '{name}' has no training sentence: "
+                                + _why_empty(len(corpus[source]), reports[source].skipped, left_out, task, source,
+                                             encoder.max_length))
     return examples
+
+
+def _why_empty(n_read: int, n_long: int, n_without: int, task, split: str, limit: int) -> str:
+    """Why a task's training set came out empty, for the error message."""
+    if n_read == 0:
+        return f"the '{split}' split holds no sentence (see data.* and data.max_sentences)"
+    reasons = []
+    if n_long:
+        reasons.append(f"{n_long} of {n_read} longer than the encoder limit of {limit} sub-words "
+                       "(skipped under data.long_policy=skip; data.long_policy=split keeps them)")
+    if n_without:
+        reasons.append(f"{n_without} without the '{'/'.join(task.needs)}' layer (see data.unannotated and "
+                       "data.task_splits)")
+    return f"all {n_read} sentences of the '{split}' split were left out: " + "; ".join(reasons)
 
 
 def check_task_splits(value, tasks: dict, corpus: dict) -> dict[str, dict[str, str]]:
@@ -295,7 +322,7 @@ def run(overrides: list[str], on_step: Callable | None = None) -> dict:
         run_dir.mkdir(parents=True, exist_ok=True)
         if not resuming:
             atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg))
-    init_labels = read_json(Path(cfg.init) / "labels.json") if cfg.init else None
+    init_labels = read_labels(Path(cfg.init) / "labels.json", tasks) if cfg.init else None
     for name, task in tasks.items():
         if init_labels is not None:  # the init run's decoders predict its label sets
             task.load_labels(init_labels[name])

@@ -2,7 +2,6 @@
 decay, clipping, dev evaluation per epoch, best checkpoint, atomic resumable checkpoints."""
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
@@ -12,7 +11,6 @@ from typing import Callable
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
 from torch import nn
 from tqdm.auto import tqdm
 
@@ -20,6 +18,8 @@ from mtl_heads.data.batching import Example, collate, epoch_plan, length_batches
 from omegaconf import OmegaConf
 
 from mtl_heads.config import ConfigError
+from mtl_heads.files import RefusedFile, UnreadableFile, fsync_dir, load_state, load_tensors, save_state, save_weights
+from mtl_heads.precision import autocast, uses_bf16
 from mtl_heads.sparsity import prune_mode, sparsity_from_config
 
 
@@ -40,33 +40,24 @@ class TrainState:
     finished: bool = False
 
 
-# --- files ------------------------------------------------------------------------------------
-def atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def save_weights(module: nn.Module, path: Path) -> None:
-    """``module``'s state dict as safetensors, written atomically."""
-    state = {k: v.detach().contiguous().cpu() for k, v in module.state_dict().items()}
-    tmp = path.with_name(path.name + ".tmp")
-    save_file(state, str(tmp))
-    os.replace(tmp, path)
-
-
-def load_weights(module: nn.Module, path: Path) -> None:
-    module.load_state_dict(load_file(str(path)))
-
-
+# --- state ----------------------------------------------------------------------------------
 def rng_state() -> dict:
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+    """Every RNG's state as tensors and plain Python values (no numpy array: the state file is
+    read back by the restricted unpickler, see ``mtl_heads.files.load_state``)."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    return {"python": random.getstate(),
+            "numpy": {"kind": kind, "keys": keys.tolist(), "pos": int(pos), "has_gauss": int(has_gauss),
+                      "cached_gaussian": float(cached)},
+            "torch": torch.get_rng_state(),
             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
 
 
 def set_rng_state(state: dict) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    n = state["numpy"]
+    np.random.set_state((n["kind"], np.asarray(n["keys"], dtype=np.uint32), n["pos"], n["has_gauss"],
+                         n["cached_gaussian"]))
     torch.set_rng_state(state["torch"])
     if state.get("cuda") and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -106,7 +97,7 @@ class Trainer:
         self.on_step = on_step
         self.tc = cfg.train
         self.pad_id = model.encoder.tokenizer.pad_token_id
-        self.bf16 = device.type == "cuda" and cfg.precision in ("auto", "bf16")
+        self.bf16 = uses_bf16(device, cfg.precision)  # bf16 autocast (mtl_heads.precision): auto = CUDA only
         self.state = TrainState()
         self.steps_per_epoch = sum(len(b) for b in self._train_batches(0).values())
         if self.steps_per_epoch == 0:
@@ -168,38 +159,69 @@ class Trainer:
 
     # --- checkpoints ----------------------------------------------------------------------
     def save_checkpoint(self) -> None:
-        """Model, optimiser, schedule, RNG and loop state, swapped in atomically (a new folder is
-        written, then renamed over the old one)."""
+        """Model, optimiser, schedule, RNG and loop state. The new checkpoint is written complete
+        into ``checkpoint.tmp`` first; then the current one becomes ``checkpoint.prev`` and the
+        new one ``checkpoint``. At any moment a complete checkpoint exists, and the previous one
+        is kept as a fallback for a newest one that is later found unreadable."""
         if self.rank != 0:
             return
-        tmp, old = self.run_dir / "checkpoint.tmp", self.run_dir / "checkpoint.old"
+        tmp, prev = self.run_dir / "checkpoint.tmp", self.run_dir / "checkpoint.prev"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         save_weights(self.model, tmp / "model.safetensors")
-        torch.save({"optimizer": _state(self.optimizer), "gate_optimizer": _state(self.gate_optimizer),
+        save_state({"optimizer": _state(self.optimizer), "gate_optimizer": _state(self.gate_optimizer),
                     "scheduler": _state(self.scheduler), "sparsity": self.sparsity.state_dict(),
                     "rng": rng_state(), "state": asdict(self.state)}, tmp / "state.pt")
+        fsync_dir(tmp)
         if self.checkpoint_dir.exists():
-            os.replace(self.checkpoint_dir, old)
+            shutil.rmtree(prev, ignore_errors=True)
+            os.replace(self.checkpoint_dir, prev)
         os.replace(tmp, self.checkpoint_dir)
-        shutil.rmtree(old, ignore_errors=True)
+        fsync_dir(self.run_dir)
 
-    def load_checkpoint(self) -> bool:
-        """Restore the last checkpoint of the run folder; False when there is none."""
-        folder = self.checkpoint_dir
-        if not folder.exists() and (self.run_dir / "checkpoint.old").exists():
-            folder = self.run_dir / "checkpoint.old"  # killed between the two renames
-        if not (folder / "state.pt").exists():
+    def load_checkpoint(self, log: Callable = print) -> bool:
+        """Restore the newest readable checkpoint of the run folder; False when the run has none.
+
+        An unreadable newest checkpoint (truncated, empty, not ours) is reported and the previous
+        one (``checkpoint.prev``) is used; when neither can be read, :class:`TrainingError` says
+        so for each. A state file that holds code is refused outright (:class:`UnreadableFile`):
+        the folder is not what mtl-heads wrote, and no fallback is tried."""
+        folders = [f for f in (self.checkpoint_dir, self.run_dir / "checkpoint.prev") if f.exists()]
+        if not folders:
             return False
-        blob = torch.load(folder / "state.pt", map_location="cpu", weights_only=False)
-        load_weights(self.model, folder / "model.safetensors")
-        for name in ("optimizer", "gate_optimizer", "scheduler"):
-            if getattr(self, name) is not None:
-                getattr(self, name).load_state_dict(blob[name])
-        self.sparsity.load_state_dict(blob.get("sparsity", {}))
-        set_rng_state(blob["rng"])
-        self.state = TrainState(**blob["state"])
-        return True
+        problems = []
+        for folder in folders:
+            try:
+                blob = load_state(folder / "state.pt")
+                weights = load_tensors(folder / "model.safetensors")
+            except RefusedFile:
+                raise
+            except UnreadableFile as err:
+                problems.append(str(err))
+                log(f"warning: checkpoint {folder} is unreadable: {err}")
+                continue
+            if problems:
+                log(f"warning: resuming from the previous checkpoint {folder} instead")
+            self._restore(folder, blob, weights)
+            return True
+        raise TrainingError("no readable checkpoint to resume from: " + "; ".join(problems)
+                            + (" (and no previous checkpoint)" if len(folders) == 1 else "")
+                            + f". Start a new run, or delete {self.run_dir / 'checkpoint*'} to restart this one from scratch")
+
+    def _restore(self, folder: Path, blob: dict, weights: dict) -> None:
+        """Put a read checkpoint into the model, optimisers and loop state."""
+        try:
+            self.model.load_state_dict(weights)
+            for name in ("optimizer", "gate_optimizer", "scheduler"):
+                if getattr(self, name) is not None:
+                    getattr(self, name).load_state_dict(blob[name])
+            self.sparsity.load_state_dict(blob.get("sparsity", {}))
+            set_rng_state(blob["rng"])
+            self.state = TrainState(**blob["state"])
+        except (KeyError, TypeError, ValueError, RuntimeError) as err:
+            detail = str(err).strip().splitlines()[-1][:300] if str(err).strip() else type(err).__name__
+            raise TrainingError(f"{folder}: the checkpoint does not fit this run's model and config ({detail}); "
+                                "was the run folder's config.yaml edited?") from None
 
     # --- training -------------------------------------------------------------------------
     def fit(self) -> TrainState:
@@ -233,7 +255,7 @@ class Trainer:
         batch = self._to_device(collate(examples, self.pad_id))
         targets = self.tasks[task].targets([e.sentence for e in examples], batch["word_mask"].shape[1])
         targets = move_to(targets, self.device)
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+        with autocast(self.device, self.cfg.precision):
             loss, _ = self.wrapped(batch, task, targets)
         penalty = self.sparsity.term()  # outside autocast: gate statistics stay in fp32
         if penalty is not None:
@@ -241,7 +263,7 @@ class Trainer:
         if not torch.isfinite(loss):
             raise TrainingError(
                 f"the loss of task '{task}' is {loss.item()} at epoch {self.state.epoch + 1}, step "
-                f"{self.state.step_in_epoch + 1}; stopping. The last good checkpoint is in {self.checkpoint_dir}. "
+                f"{self.state.step_in_epoch + 1}; stopping. {self._checkpoint_note()} "
                 f"Try a lower learning rate (train.lr_encoder={self.tc.lr_encoder}, train.lr_decoder={self.tc.lr_decoder}) "
                 f"or gradient clipping (train.clip={self.tc.clip}).")
         for optimizer in self._optimizers():
@@ -254,6 +276,13 @@ class Trainer:
         if self.scheduler is not None:
             self.scheduler.step()
         return loss.item()
+
+    def _checkpoint_note(self) -> str:
+        """Where a stopped run can be resumed from, for messages."""
+        if self.checkpoint_dir.exists():
+            return f"The last good checkpoint is in {self.checkpoint_dir} (resume=true continues from it)."
+        return (f"No checkpoint was written yet (one every train.checkpoint_every={self.tc.checkpoint_every} "
+                "steps and at each epoch end), so nothing of this run can be resumed.")
 
     def _train_stats(self) -> dict[str, float]:
         """Learning rate and, when pruning, the expected number of open heads and the multipliers."""
@@ -315,7 +344,7 @@ class Trainer:
                             disable=self.rank != 0 or not self.tc.progress):
                 chunk = [examples[i] for i in ids]
                 batch = self._to_device(collate(chunk, self.pad_id))
-                with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+                with autocast(self.device, self.cfg.precision):
                     preds = self.model.decode(batch, name)
                 metric.update(preds, [task.gold(e.sentence) for e in chunk])
             results[name] = metric.compute() if examples else {}
@@ -371,7 +400,3 @@ def format_scores(scores: dict[str, dict[str, float]], tasks: dict, trained_on: 
     sentences, see ``selection_tasks``) is marked ``(train data)``."""
     return "  ".join(f"{t} {tasks[t].main_metric} {scores[t][tasks[t].main_metric]:.2f}"
                      + (" (train data)" if t in trained_on else "") for t in sorted(tasks) if scores.get(t))
-
-
-def write_json(path: Path, obj) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, default=float) + "\n")

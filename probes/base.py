@@ -296,7 +296,7 @@ class ProbeBatch:
         if not self.has_attentions:
             raise ValueError("this batch was run without attention maps (a probe must set uses_attentions)")
         stacked, self._attentions = torch.stack(tuple(self._attentions), 1), None
-        return stacked
+        return stacked.float()  # bf16 maps of an autocast forward pass: probe statistics are fp32
 
     @cached_property
     def head_contexts(self) -> torch.Tensor:
@@ -304,7 +304,7 @@ class ProbeBatch:
         if not self.has_head_contexts:
             raise ValueError("this batch was run without head contexts")
         stacked, self._head_contexts = torch.stack(tuple(self._head_contexts), 2), None
-        return stacked
+        return stacked.float()  # fp32 statistics also after a bf16 autocast forward pass
 
     @cached_property
     def slots(self) -> torch.Tensor:

@@ -15,6 +15,7 @@ import torch
 
 from mtl_heads.config import ConfigError
 from mtl_heads.data.batching import Example, collate, length_batches, tokenize
+from mtl_heads.precision import full_precision
 from probes.base import Probe, ProbeBatch, ProbeContext, capture_head_contexts
 
 __all__ = ["examples_for", "probe_batches", "run_probes"]
@@ -105,8 +106,11 @@ def _stream(group: list[Probe], context: ProbeContext, role: str, purpose: str, 
     n = 0
     for batch in probe_batches(context.encoder, examples, batch_size, context.device, attentions, progress,
                                f"{purpose} {role}"):
-        for probe in group:
-            probe.fit(batch) if purpose == "fit" else probe.update(batch)
+        # the encoder pass may run under bf16 autocast; the probes' statistics (matmul and bmm
+        # included: clark's punctuation sums, clustering's similarities) run with autocast off
+        with full_precision():
+            for probe in group:
+                probe.fit(batch) if purpose == "fit" else probe.update(batch)
         n += 1
         del batch  # free this batch's views before the next forward pass
     seconds = round(time.perf_counter() - t, 2)

@@ -23,6 +23,7 @@ from torch import nn
 
 from mtl_heads.data.errors import data_error
 from mtl_heads.data.sentence import Sentence
+from mtl_heads.precision import full_precision
 from tasks.base import Decoder, Metric, Task
 
 Span = tuple[int, int, str]  # (start, end_exclusive, label)
@@ -181,9 +182,11 @@ class CRFConstituencyDecoder(Decoder):
         s_span, s_label = scores
         spans, labels = targets["spans"], targets["labels"]
         lens = mask.sum(-1)  # [batch]
-        span_loss = -ConstituencyCRF(s_span.float(), lens).log_prob(spans).sum() / lens.sum()
         labelled = spans & labels.ge(0)  # [batch, n + 1, n + 1]
-        label_loss = nn.functional.cross_entropy(s_label[labelled].float(), labels[labelled], reduction="sum")
+        # TreeCRF inside pass (log-partition) and label cross-entropy in fp32 with autocast off
+        with full_precision(s_span.device):
+            span_loss = -ConstituencyCRF(s_span.float(), lens).log_prob(spans).sum() / lens.sum()
+            label_loss = nn.functional.cross_entropy(s_label[labelled].float(), labels[labelled], reduction="sum")
         return span_loss + label_loss / labelled.sum().clamp(min=1)
 
     def decode(self, scores: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor) -> list[nltk.Tree]:
@@ -191,10 +194,12 @@ class CRFConstituencyDecoder(Decoder):
         so leaf ``k`` is the string ``"k"`` (the metric only needs their number)."""
         s_span, s_label = scores
         lens = mask.sum(-1)  # [batch]
-        s_span = s_span.detach().float()  # supar's structures take gradients internally
-        if self.mbr:
-            s_span = ConstituencyCRF(s_span, lens).marginals.detach()  # [batch, n + 1, n + 1]
-        charts = ConstituencyCRF(s_span, lens).argmax  # per sentence [[start, end], ...] in pre-order
+        # marginals (inside pass + autograd) and CKY in fp32 with autocast off
+        with full_precision(s_span.device):
+            s_span = s_span.detach().float()  # supar's structures take gradients internally
+            if self.mbr:
+                s_span = ConstituencyCRF(s_span, lens).marginals.detach()  # [batch, n + 1, n + 1]
+            charts = ConstituencyCRF(s_span, lens).argmax  # per sentence [[start, end], ...] in pre-order
         best = s_label.argmax(-1).tolist()  # [batch, n + 1, n + 1]
         trees = []
         for chart, labels, n in zip(charts, best, lens.tolist()):

@@ -18,6 +18,7 @@ from torch import nn
 from mtl_heads.data.errors import data_error
 from mtl_heads.data.headrules import PUNCT_TAGS, check_tree
 from mtl_heads.data.sentence import Sentence
+from mtl_heads.precision import fp32, full_precision
 from tasks.base import Decoder, Metric, Task, pad_ids
 
 MIN = -1e32  # score of impossible arcs (supar's convention; finite, so no inf - inf = nan)
@@ -112,6 +113,7 @@ class BiaffineParser(Decoder):
         s_rel = self.rel_attn(self.rel_mlp_d(words), self.rel_mlp_h(words)).permute(0, 2, 3, 1)  # [b, seq, seq, R]
         return s_arc, s_rel
 
+    @fp32  # softmax / cross-entropy over heads and labels in fp32, autocast off
     def loss(self, scores, targets: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor) -> torch.Tensor:
         """Cross-entropy of each word's gold head plus of its gold label at the gold head, each
         averaged over words (the root position excluded; labels -100 ignored).
@@ -147,15 +149,18 @@ class BiaffineParser(Decoder):
         bad = torch.tensor([not CoNLL.istree(row[1:n + 1], proj) for row, n in zip(arcs.tolist(), lens.tolist())],
                            dtype=torch.bool, device=arcs.device)
         if bad.any():
-            if proj:
-                with torch.enable_grad():  # DependencyCRF's argmax differentiates the max score
-                    arcs[bad] = DependencyCRF(s_arc[bad], lens[bad]).argmax
-            else:
-                # supar's pad indexes with a list of slices, which torch flags as deprecated; the
-                # result is right (MST is checked against brute force in tests), so keep logs clean.
-                with warnings.catch_warnings():
-                    warnings.filterwarnings("ignore", "Using a non-tuple sequence", UserWarning)
-                    arcs[bad] = MatrixTree(s_arc[bad], lens[bad]).argmax  # column 0 = root, unused
+            # MST (MatrixTree: Chu-Liu/Edmonds) and Eisner (DependencyCRF: max-semiring inside pass
+            # plus autograd) in fp32 with autocast off: nothing in the tree search may drop to bf16
+            with full_precision(s_arc.device):
+                if proj:
+                    with torch.enable_grad():  # DependencyCRF's argmax differentiates the max score
+                        arcs[bad] = DependencyCRF(s_arc[bad], lens[bad]).argmax
+                else:
+                    # supar's pad indexes with a list of slices, which torch flags as deprecated; the
+                    # result is right (MST is checked against brute force in tests), so keep logs clean.
+                    with warnings.catch_warnings():
+                        warnings.filterwarnings("ignore", "Using a non-tuple sequence", UserWarning)
+                        arcs[bad] = MatrixTree(s_arc[bad], lens[bad]).argmax  # column 0 = root, unused
         rels = s_rel.detach().argmax(-1).gather(-1, arcs.unsqueeze(-1)).squeeze(-1)  # [batch, seq]
         out = []
         for row_arcs, row_rels, n in zip(arcs.tolist(), rels.tolist(), lens.tolist()):

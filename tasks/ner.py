@@ -18,6 +18,7 @@ from torch import nn
 
 from mtl_heads.config import ConfigError
 from mtl_heads.data.sentence import Sentence
+from mtl_heads.precision import fp32, full_precision
 from tasks.base import Decoder, Metric, Task, pad_ids
 
 Span = tuple[int, int, str]  # (start, end_exclusive, label)
@@ -84,10 +85,14 @@ class CRFTagger(Decoder):
     def _crf(self, scores: torch.Tensor, mask: torch.Tensor) -> LinearChainCRF:
         return LinearChainCRF(scores.float(), self.transitions.float(), mask.sum(-1))
 
+    # The forward algorithm (log-partition) and Viterbi run lazily inside these calls: fp32, with
+    # autocast off, so no op of supar's recursion can drop to bf16.
+    @fp32
     def loss(self, scores: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         targets = targets.masked_fill(~mask | targets.lt(0), 0)
         return -self._crf(scores, mask).log_prob(targets).sum() / mask.sum()
 
+    @fp32
     def decode(self, scores: torch.Tensor, mask: torch.Tensor) -> list[list[str]]:
         best = self._crf(scores.detach(), mask).argmax.tolist()  # [batch, n_words]
         lengths = mask.sum(-1).tolist()
@@ -126,9 +131,11 @@ class BiaffineSpanTagger(Decoder):
         """Cross-entropy summed over each sentence's candidate spans, averaged over sentences (a mean
         over spans would let the null class drown the few entity spans)."""
         spans = self.span_mask(mask) & targets.ge(0)  # [batch, n_words, n_words]
-        total = nn.functional.cross_entropy(scores[spans].float(), targets[spans], reduction="sum")
+        with full_precision(scores.device):  # softmax / cross-entropy over every span: fp32, autocast off
+            total = nn.functional.cross_entropy(scores[spans].float(), targets[spans], reduction="sum")
         return total / mask.shape[0]
 
+    @fp32  # span softmax in fp32, autocast off
     def decode(self, scores: torch.Tensor, mask: torch.Tensor) -> list[list[str]]:
         probs = scores.float().softmax(-1)  # [batch, start, end, n_types + 1]
         best, label = probs[..., 1:].max(-1)  # best entity type per span

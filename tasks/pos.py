@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from mtl_heads.data.sentence import Sentence
+from mtl_heads.precision import fp32
 from tasks.base import Decoder, Metric, Task, pad_ids
 
 
@@ -46,6 +47,7 @@ class SoftmaxTagger(Decoder):
     def forward(self, words: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.dropout(words))  # [batch, n_words, n_labels]
 
+    @fp32  # softmax / cross-entropy in fp32, autocast off
     def loss(self, scores: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         targets = targets.masked_fill(~mask, -100)
         return nn.functional.cross_entropy(scores.flatten(0, 1).float(), targets.flatten(), ignore_index=-100)

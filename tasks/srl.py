@@ -24,6 +24,7 @@ from torch import nn
 
 from mtl_heads.data.errors import data_error
 from mtl_heads.data.sentence import Sentence
+from mtl_heads.precision import full_precision
 from tasks.base import Decoder, Metric, Task
 
 logger = logging.getLogger(__name__)
@@ -194,9 +195,6 @@ class SpanSrlDecoder(Decoder):
         Summing over spans (as He et al. 2018 do) rather than averaging keeps each argument's weight
         independent of the ~``n_words x max_width`` null candidates; the mean drowned the arguments
         (EWT: recall 21% after 2 epochs)."""
-        logits = scores["predicates"].float()                              # [batch, n]
-        pred_loss = nn.functional.binary_cross_entropy_with_logits(
-            logits[mask], targets["predicates"][mask].float())
         roles = targets["roles"]                                           # [batch, P, n, w]
         width = scores["spans"].shape[2]
         expected = (mask.shape[0], targets["predicate_index"].shape[1], mask.shape[1], width)
@@ -204,12 +202,17 @@ class SpanSrlDecoder(Decoder):
             raise ValueError(f"SRL role targets have shape {tuple(roles.shape)}; expected {expected} "
                              "(batch, predicates, words, span widths): are the task's and the "
                              "decoder's max_width the same?")
+        # the role biaffine may run under autocast (bf16); its scores come back as float32
         role_scores = self.role_scores(scores, targets["predicate_index"])  # [batch, P, n, w, 1+R]
         keep = targets["predicate_mask"][:, :, None, None] & self.span_mask(mask, width)[:, None]
         roles = roles.masked_fill(~keep, -100)                             # [batch, P, n, w]
         n_predicates = targets["predicate_mask"].sum().clamp(min=1)
-        role_loss = nn.functional.cross_entropy(role_scores.flatten(0, 3), roles.flatten(),
-                                                ignore_index=-100, reduction="sum") / n_predicates
+        with full_precision(mask.device):  # softmax / cross-entropy over all spans: fp32, autocast off
+            logits = scores["predicates"].float()                          # [batch, n]
+            pred_loss = nn.functional.binary_cross_entropy_with_logits(
+                logits[mask], targets["predicates"][mask].float())
+            role_loss = nn.functional.cross_entropy(role_scores.float().flatten(0, 3), roles.flatten(),
+                                                    ignore_index=-100, reduction="sum") / n_predicates
         return pred_loss + role_loss
 
     def decode(self, scores: dict[str, torch.Tensor], mask: torch.Tensor) -> list[list[Frame]]:

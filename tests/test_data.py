@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import nltk
 import pytest
@@ -228,6 +229,90 @@ def test_empty_and_missing_files(tmp_path):
         read_conll2012(folder)
 
 
+# ---------------------------------------------------------------- bad bytes and document markers
+
+
+def _conll_bytes(tmp_path: Path, data: bytes) -> Path:
+    path = tmp_path / "bytes.gold_conll"
+    path.write_bytes(data)
+    return path
+
+
+BEGIN, END, BODY = b"#begin document (d); part 000\n", b"#end document\n", "\n".join(GOOD_ROWS).encode() + b"\n"
+
+
+@pytest.mark.parametrize("bad, byte, offset, shown", [
+    (b"ru\xffns", 9, 92, "0xff, invalid start byte"),           # a byte no UTF-8 text holds
+    (b"r\xc3ns", 8, 91, "0xc3, invalid continuation byte"),     # a cut-off two-byte character
+])
+def test_invalid_utf8_names_line_and_byte(tmp_path, bad, byte, offset, shown):
+    path = _conll_bytes(tmp_path, BEGIN + BODY.replace(b"runs", bad) + b"\n" + END)
+    with pytest.raises(DataError) as error:
+        read_conll2012(path)
+    assert str(error.value) == (f"{path}:3: invalid UTF-8 at byte {byte} of the line (file offset {offset}: {shown}): "
+                                "expected a UTF-8 text file")
+
+
+def test_invalid_utf8_in_conllu_and_utf16(tmp_path):
+    path = tmp_path / "latin1.conllu"
+    path.write_bytes(("# sent_id = 1\n" + "\n".join(GOOD_CONLLU[1:]) + "\n").encode().replace(b"John\tPROPN", b"Jo\xe9n\tPROPN"))
+    with pytest.raises(DataError, match=rf"^{path}:2: invalid UTF-8 at byte 10 of the line \(file offset 23: 0xe9, "):
+        read_conllu(path)
+    utf16 = _conll_bytes(tmp_path, (BEGIN + BODY + END).decode().encode("utf-16"))
+    with pytest.raises(DataError, match=rf"^{utf16}:1: invalid UTF-8 at byte 1 .*UTF-16 byte-order mark"):
+        read_conll2012(utf16)
+
+
+def test_nul_byte(tmp_path):
+    path = _conll_bytes(tmp_path, BEGIN + BODY.replace(b"runs", b"ru\0ns") + b"\n" + END)
+    with pytest.raises(DataError, match=rf"^{path}:3: NUL byte at byte 9 of the line \(file offset 92\)"):
+        read_conll2012(path)
+
+
+def test_bom_and_crlf_read_like_the_plain_file(tmp_path, excerpt):
+    data = EWT_EXCERPT.read_bytes().replace(b"\n", b"\r\n")
+    assert read_conll2012(_conll_bytes(tmp_path, b"\xef\xbb\xbf" + data)) == excerpt
+    conllu = tmp_path / "crlf.conllu"
+    conllu.write_bytes(b"\xef\xbb\xbf" + EWT_EXCERPT_CONLLU.read_bytes().replace(b"\n", b"\r\n"))
+    assert read_conllu(conllu) == read_conllu(EWT_EXCERPT_CONLLU)
+
+
+def test_truncated_document(tmp_path):
+    path = _conll_bytes(tmp_path, BEGIN + BODY + b"\n" + END + BEGIN + BODY[:40])  # cut inside a row
+    with pytest.raises(DataError) as error:
+        read_conll2012(path)
+    assert str(error.value) == (f"{path}:7: document begun here is never closed: the file ends at line 8 without "
+                                "its '#end document'; the file looks truncated")
+
+
+@pytest.mark.parametrize("data, line, words", [
+    (BODY + b"\n" + END, 5, "'#end document' closes no document"),
+    (BEGIN + BODY + END + END, 6, "closes no document (the last document ended at line 5)"),
+    (BEGIN + BODY + b"\n" + BEGIN + BODY + END, 6, "inside the document begun at line 1"),
+    (BEGIN + BODY + END + b"\n" + BODY, 7, "row outside any document"),
+    (BODY + b"\n" + BEGIN + BODY + END, 5, "after the row at line 1, which lies outside any document"),
+])
+def test_bad_document_markers(tmp_path, data, line, words):
+    path = _conll_bytes(tmp_path, data)
+    with pytest.raises(DataError) as error:
+        read_conll2012(path)
+    assert str(error.value).startswith(f"{path}:{line}: "), str(error.value)
+    assert words in str(error.value)
+
+
+def test_file_without_document_markers(tmp_path):
+    (sentence,) = read_conll2012(_conll_bytes(tmp_path, BODY + b"\n\n# a comment\n"))
+    assert sentence.words == ["John", "runs", "."] and sentence.source == f"{tmp_path / 'bytes.gold_conll'}:1"
+
+
+def test_too_deep_parse_tree(tmp_path):
+    # found by tests/test_fuzz_readers.py: read fine, then RecursionError in nltk, pickle, head rules
+    deep = b"(X" * 1000 + b"(VP*)" + b")" * 1000
+    path = _conll_bytes(tmp_path, BEGIN + BODY.replace(b"(VP*)", deep) + b"\n" + END)
+    with pytest.raises(DataError, match=rf"^{path}:3: parse bit '\(X\(X.*more than 200 deep"):
+        read_conll2012(path)
+
+
 # ---------------------------------------------------------------- bad CoNLL-U input
 
 GOOD_CONLLU = [
@@ -282,6 +367,13 @@ def test_bad_conllu_names_file_and_line(tmp_path, lines, line, words):
     message = str(error.value)
     assert message.startswith(f"{path}:{line}: "), message
     assert words in message, message
+
+
+def test_conllu_number_too_long_for_int(tmp_path):
+    # found by tests/test_fuzz_readers.py: int() refuses over 4300 digits (ValueError)
+    path = _conllu_file(tmp_path, _conllu_with(3, 6, "9" * 5000))
+    with pytest.raises(DataError, match=rf"^{path}:3: head '9999.*\.\.\.' has 5000 characters; expected a word number"):
+        read_conllu(path)
 
 
 def test_empty_conllu(tmp_path):
@@ -370,6 +462,36 @@ def test_sentences_from_hf(tmp_path):
     assert said.arguments[0] == [(0, 1, "ARG0"), (1, 2, "V"), (2, 4, "ARG1")]
     path = write_conll2012(sentences, tmp_path / "hf.gold_conll")
     assert read_conll2012(path) == sentences
+
+
+class _Rows(list):
+    """A plain-Python stand-in for a ``datasets.Dataset`` (rows and the features layout)."""
+
+    features = {"sentences": [{"pos_tags": SimpleNamespace(feature=SimpleNamespace(names=POS_NAMES)),
+                               "named_entities": SimpleNamespace(feature=SimpleNamespace(names=NE_NAMES))}]}
+
+
+def _hf_row(**changes) -> _Rows:
+    sentence = {"words": ["John", "saw", "Mary"], "pos_tags": [POS_NAMES.index(t) for t in ("NNP", "VBD", "NNP")],
+                "parse_tree": "(TOP(S(NP (NNP John))(VP (VBD saw) (NP (NNP Mary)))))", "named_entities": [1, 0, 1],
+                "srl_frames": [{"verb": "see", "frames": ["B-ARG0", "B-V", "B-ARG1"]}]}
+    return _Rows([{"document_id": "nw/doc", "sentences": [sentence, {**sentence, **changes}]}])
+
+
+def test_hf_stand_in_reads():
+    assert [s.words for s in sentences_from_hf(_hf_row())] == [["John", "saw", "Mary"]] * 2
+
+
+@pytest.mark.parametrize("changes, words", [
+    ({"pos_tags": [24, 40, 99]}, "pos_tags[2] is 99; expected a label index in 0..48"),  # was IndexError
+    ({"pos_tags": [24, 40]}, "pos_tags has 2 tags; expected one per word (3)"),     # was IndexError in _tree
+    ({"named_entities": [1, -1, 0]}, "named_entities[1] is -1"),                      # was the last label, silently
+    ({"parse_tree": "(TOP" + "(X" * 300 + " w" + ")" * 301}, "more than 200 deep"),
+])
+def test_bad_hf_rows(changes, words):
+    with pytest.raises(DataError) as error:
+        sentences_from_hf(_hf_row(**changes))
+    assert str(error.value).startswith("nw/doc:2: ") and words in str(error.value), str(error.value)
 
 
 def test_load_hf_uses_only_the_local_cache(tmp_path):

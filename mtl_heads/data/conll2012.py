@@ -9,13 +9,19 @@ One row per word, whitespace-separated columns::
 A predicate is a row whose column 8 is not ``-`` (``get.01`` in propbank-release and our EWT
 files, just ``01`` in OntoNotes 5 proper); the i-th SRL column belongs to the i-th predicate.
 Sentences are separated by blank lines; documents are wrapped in ``#begin document (...)`` /
-``#end document``; other ``#`` lines are ignored.
+``#end document``; other ``#`` lines are ignored. The markers are checked (an unclosed document,
+the mark of a truncated file, is an error); a file that has markers keeps every row inside a
+document, while a file with no marker at all is read as one run of sentences.
+
+Every problem with an input file is a :class:`~mtl_heads.data.errors.DataError` whose message
+starts with "path:line: ": decoding (invalid UTF-8, NUL bytes; a UTF-8 byte-order mark and
+``\r\n`` line ends are fine), document markers, columns, and the parse and bracket columns.
 """
 
 import os
 from pathlib import Path
 
-from mtl_heads.data.errors import MissingDataError, data_error
+from mtl_heads.data.errors import MissingDataError, data_error, read_lines
 from mtl_heads.data.sentence import Sentence
 from mtl_heads.data.trees import brackets_to_spans, parse_bits_to_tree, spans_to_brackets, tree_to_parse_bits
 
@@ -79,28 +85,64 @@ def _read_file(path: Path, empty_ne_file_is_unannotated: bool) -> list[Sentence]
 
 
 def _row_blocks(path: Path) -> list[list[Row]]:
-    """Split a file into sentences: lists of (line number, columns) rows."""
+    """Split a file into sentences: lists of (line number, columns) rows.
+
+    Document markers are checked here: a ``#begin document`` must be closed by ``#end document``
+    before the next one begins and before the file ends (an unclosed document is what a truncated
+    file looks like), and an ``#end document`` must close an open document. A file that uses the
+    markers (its first row comes after a ``#begin document``, as our writer always writes it) must
+    keep every row inside a document; a file with no marker at all (some corpora have none) is
+    read as one run of sentences.
+    """
     blocks: list[list[Row]] = []
     rows: list[Row] = []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            text = line.strip()
-            if text.startswith("#") and not _is_document_marker(text):
-                continue
-            if not text or text.startswith("#"):
-                if rows:
-                    blocks.append(rows)
-                rows = []
-            else:
-                rows.append((number, text.split()))
+    begun = None  # line of the open '#begin document'
+    ended = None  # line of the last '#end document'
+    loose = None  # line of the first row outside any document (a file without markers)
+    lines = read_lines(path, "CoNLL-2012 file")
+    for number, line in enumerate(lines, start=1):
+        text = line.strip()
+        if text.startswith("#begin document"):
+            _check_begin(path, number, begun, loose)
+            begun = number
+        elif text.startswith("#end document"):
+            if begun is None:
+                before = f"the last document ended at line {ended}" if ended else "no document began before it"
+                raise data_error(f"{path}:{number}", f"'#end document' closes no document ({before}); expected "
+                                                     "'#begin document (...)' before it")
+            begun, ended = None, number
+        elif text.startswith("#"):
+            continue
+        elif text:
+            if begun is None and ended is not None:
+                raise data_error(f"{path}:{number}", f"row outside any document (the last one ended at line "
+                                                     f"{ended}); expected every row between '#begin document' and "
+                                                     "'#end document', as the rest of the file has them")
+            if begun is None and loose is None:
+                loose = number
+            rows.append((number, text.split()))
+            continue
+        if rows:  # a blank line or a document marker ends the sentence
+            blocks.append(rows)
+        rows = []
+    if begun is not None:
+        last = len(lines) - (len(lines) > 1 and lines[-1] == "")  # a final newline starts no line
+        raise data_error(f"{path}:{begun}", f"document begun here is never closed: the file ends at line "
+                                            f"{last} without its '#end document'; the file looks truncated")
     if rows:
         blocks.append(rows)
     return blocks
 
 
-def _is_document_marker(text: str) -> bool:
-    """True for ``#begin document ...`` and ``#end document`` lines."""
-    return text.startswith("#begin document") or text.startswith("#end document")
+def _check_begin(path: Path, number: int, begun: int | None, loose: int | None) -> None:
+    """A ``#begin document`` at line ``number`` must not nest or follow rows outside documents."""
+    if begun is not None:
+        raise data_error(f"{path}:{number}", f"'#begin document' inside the document begun at line {begun}; "
+                                             "expected '#end document' first (documents do not nest)")
+    if loose is not None:
+        raise data_error(f"{path}:{number}", f"'#begin document' after the row at line {loose}, which lies "
+                                             "outside any document; expected every row inside a document, or "
+                                             "no document markers at all")
 
 
 def _sentence(path: Path, rows: list[Row]) -> Sentence:

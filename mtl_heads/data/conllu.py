@@ -2,18 +2,21 @@
 
 Hand-written rather than the ``conllu`` package: the format is tiny (10 tab-separated columns,
 ``#`` comments, blank line between sentences), and we want every error to name ``path:line``,
-which the package does not report.
+which the package does not report: every problem with the file (invalid UTF-8, a NUL byte, column
+counts, ids, heads) is a DataError at the line. A UTF-8 byte-order mark and ``\r\n`` line ends
+are fine.
 """
 
 import os
 import re
 from pathlib import Path
 
-from mtl_heads.data.errors import MissingDataError, data_error, line_of
+from mtl_heads.data.errors import MissingDataError, data_error, line_of, read_lines
 from mtl_heads.data.sentence import Sentence
 
 ID, FORM, XPOS, HEAD, DEPREL = 0, 1, 4, 6, 7  # 0-based columns
 N_COLUMNS = 10
+MAX_DIGITS = 9  # of a word id or head
 _NOT_A_WORD = re.compile(r"\d+-\d+|\d+\.\d+")  # multi-word token range, enhanced empty node
 
 Row = tuple[int, list[str]]  # (1-based line number, columns)
@@ -44,15 +47,13 @@ def _row_blocks(path: Path) -> list[list[Row]]:
     """Split a file into sentences: lists of (line number, columns) of its token lines."""
     blocks: list[list[Row]] = []
     rows: list[Row] = []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                if rows:
-                    blocks.append(rows)
-                rows = []
-            elif not line.startswith("#"):
-                rows.append((number, line.split("\t")))
+    for number, line in enumerate(read_lines(path, "CoNLL-U file"), start=1):
+        if not line.strip():
+            if rows:
+                blocks.append(rows)
+            rows = []
+        elif not line.startswith("#"):
+            rows.append((number, line.split("\t")))
     if rows:
         blocks.append(rows)
     return blocks
@@ -82,14 +83,22 @@ def _sentence(path: Path, rows: list[Row]) -> Sentence:
 def _integer(text: str, what: str, where: str) -> int:
     """``text`` as an int, or DataError at ``where`` naming the column ``what``."""
     if re.fullmatch(r"-?\d+", text) is None:
-        raise data_error(where, f"{what} {text!r} is not an integer")
+        raise data_error(where, f"{what} {_cell(text)} is not an integer")
+    if len(text) > MAX_DIGITS:  # no sentence is that long; int() refuses over 4300 digits
+        raise data_error(where, f"{what} {_cell(text)} has {len(text)} characters; expected a word number "
+                                f"of at most {MAX_DIGITS} digits")
     return int(text)
+
+
+def _cell(text: str) -> str:
+    """``text`` quoted for a message, cut short when long."""
+    return repr(text if len(text) <= 40 else text[:37] + "...")
 
 
 def _check_id(text: str, expected: int, where: str) -> None:
     """The word id must be the integer ``expected`` (ids run 1..n in order)."""
     if _integer(text, "id", where) != expected:
-        raise data_error(where, f"word id {text}; expected {expected} (ids run 1..n in order)")
+        raise data_error(where, f"word id {_cell(text)}; expected {expected} (ids run 1..n in order)")
 
 
 def _check_heads(heads: list[int], where: list[str], first: str) -> None:

@@ -7,13 +7,14 @@ Layout: one row per document, ``document_id`` and ``sentences``: a list of dicts
 """
 
 import contextlib
+import numbers
 import os
 
 import nltk
 
 from mtl_heads.data.errors import DataError, data_error
 from mtl_heads.data.sentence import Sentence
-from mtl_heads.data.trees import bio_to_spans
+from mtl_heads.data.trees import MAX_TREE_DEPTH, bio_to_spans, too_deep
 
 DATASET = "conll2012_ontonotesv5"
 
@@ -59,23 +60,33 @@ def _element(feature):
     return feature
 
 
-def _names(values: list, names: list[str] | None) -> list[str]:
-    """Tag strings of ClassLabel ints (or the values themselves when already strings)."""
+def _names(values: list, names: list[str] | None, field: str, n: int, where: str) -> list[str]:
+    """Tag strings of ClassLabel ints (or the values themselves when already strings), one per word.
+
+    Raises DataError at ``where`` when there are not ``n`` tags or an int is no label index
+    (ClassLabel writes -1 for "no label", which plain indexing would read as the last name).
+    """
+    values = list(values)
+    if len(values) != n:
+        raise data_error(where, f"{field} has {len(values)} tags; expected one per word ({n})")
     if names is None:
         return [str(v) for v in values]
+    for i, v in enumerate(values):
+        if not isinstance(v, numbers.Integral) or not 0 <= v < len(names):
+            raise data_error(where, f"{field}[{i}] is {v!r}; expected a label index in 0..{len(names) - 1}")
     return [names[v] for v in values]
 
 
 def _sentence(item: dict, pos_names, ne_names, where: str) -> Sentence:
     """One Sentence from one HF sentence dict."""
     words = list(item["words"])
-    pos = _names(item["pos_tags"], pos_names)
+    pos = _names(item["pos_tags"], pos_names, "pos_tags", len(words), where)
     predicates, arguments = _srl(item.get("srl_frames") or [], len(words), where)
     return Sentence(
         words=words,
         pos=pos,
         tree=_tree(item.get("parse_tree"), words, pos, where),
-        entities=bio_to_spans(_names(item["named_entities"], ne_names)),
+        entities=bio_to_spans(_names(item["named_entities"], ne_names, "named_entities", len(words), where)),
         predicates=predicates,
         arguments=arguments,
         source=where,
@@ -90,6 +101,9 @@ def _tree(text: str | None, words: list[str], pos: list[str], where: str) -> nlt
     """
     if not text or not text.strip():
         return None
+    if too_deep(text):
+        raise data_error(where, f"parse_tree nests brackets more than {MAX_TREE_DEPTH} deep; expected a tree "
+                                f"at most {MAX_TREE_DEPTH} levels deep")
     try:
         tree = nltk.Tree.fromstring(text)
     except ValueError as error:

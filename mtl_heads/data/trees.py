@@ -17,6 +17,11 @@ _PARSE_BIT = re.compile(r"((?:\([^()*\s]+)*)\*(\)*)")
 _OPEN_LABEL = re.compile(r"\(([^()*\s]+)")
 _BRACKET_CELL = re.compile(r"(?:\(([^()*\s]+))?(\*?)(\)?)")
 
+MAX_TREE_DEPTH = 200
+"""The deepest nesting of constituents a reader accepts. Real trees stay far below (EWT: 40 levels);
+code that walks trees recursively (nltk's, the head rules, pickle) overflows Python's stack a few
+hundred levels down, so a deeper tree is refused where it is read, with its line."""
+
 
 # ---------------------------------------------------------------- parse bits <-> tree
 
@@ -45,6 +50,9 @@ def parse_bits_to_tree(words: list[str], pos: list[str], bits: list[str], where:
                 raise data_error(where[i], f"parse bit {bit!r} starts a second tree after the first "
                                            f"one closed at {roots[0][1]}; expected one tree per sentence")
             stack.append((label, [], where[i]))
+            if len(stack) > MAX_TREE_DEPTH:
+                raise data_error(where[i], f"parse bit {_short(bit)} nests constituents more than {MAX_TREE_DEPTH} "
+                                           f"deep; expected a tree at most {MAX_TREE_DEPTH} levels deep")
         if not stack:
             raise data_error(where[i], f"word {words[i]!r} lies outside the parse tree (parse bit {bit!r}); "
                                        "expected every word inside the tree (leaves == words)")
@@ -56,6 +64,23 @@ def parse_bits_to_tree(words: list[str], pos: list[str], bits: list[str], where:
         raise data_error(opened, f"unbalanced parse brackets: '({label}' opened here is never closed "
                                  f"(sentence ends at {where[-1]}); expected a matching ')'")
     return roots[0][0]
+
+
+def too_deep(text: str) -> bool:
+    """True when a bracketed tree string nests ``(`` more than :data:`MAX_TREE_DEPTH` deep."""
+    if text.count("(") <= MAX_TREE_DEPTH:  # fast path: it cannot nest deeper than it has brackets
+        return False
+    depth = 0
+    for bracket in re.findall(r"[()]", text):
+        depth += 1 if bracket == "(" else -1
+        if depth > MAX_TREE_DEPTH:
+            return True
+    return False
+
+
+def _short(text: str) -> str:
+    """``text`` quoted for a message, cut short when long."""
+    return repr(text if len(text) <= 40 else text[:37] + "...")
 
 
 def _close(stack: list, roots: list, bit: str, where: str) -> None:
