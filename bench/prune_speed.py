@@ -29,7 +29,7 @@ import pandas as pd
 import torch
 
 from mtl_heads.encoder import GatedEncoder
-from mtl_heads.prune import attention_parameters, count_parameters, prune_encoder
+from mtl_heads.removal import attention_parameters, count_parameters, prune_encoder
 
 GOAL = 0.15  # attention latency ratio within 15% of the FLOP ratio
 

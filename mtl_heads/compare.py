@@ -1,35 +1,43 @@
 """``python -m mtl_heads.compare RUNS... [--out DIR] [--plot]``: one table of many runs, seeds pooled.
 
-``RUNS`` are run folders, globs (``'runs/*'``), folders of run folders, or experiment names
-(``dep-dp`` = ``runs/dep-dp/*/``, the seeds of ``seeds=1,2,3``). A run is a folder holding
-``config.yaml`` and ``metrics.json``; unfinished runs found under a folder or glob are skipped.
+``RUNS`` are run folders, globs (``'runs/*'``), folders of runs (searched at any depth up to
+``MAX_DEPTH``, so ``runs`` finds ``runs/<experiment>/seed<N>``), or experiment names (``dep-dp`` =
+``runs/dep-dp``, the seeds of ``seeds=1,2,3``). A run is a folder holding ``config.yaml`` and
+``metrics.json``. Whatever is named or found and not used (unfinished runs, probe report folders,
+files, folders without runs, globs matching nothing) is one ``note: not used: <path> (<why>)`` line.
 
 Runs whose configs are identical apart from ``IGNORED_KEYS`` (seed, folders, W&B, resume, progress
 bars) form one *setting*; their seeds are pooled. The table has one row per setting:
 
-- ``setting``: the task list (``pos+ner``) with its prune mode (``dep (dynamic)``); where two settings
-  share that name, the config keys that tell them apart are appended;
-- the config keys (dotted, e.g. ``train.lr_encoder``) whose values differ between settings, and only those;
+- ``setting``: a short name, the task list (``pos+ner``) with its prune mode (``dep (dynamic)``);
+  where two settings share that name, the keys whose value is not the usual one are added by their
+  last part (``pos (dynamic, budget=36)``; unset values never), or a number when that would be long
+  (``pos #2``);
 - ``n``: the number of runs (seeds); per task ``dev <task> <metric>`` and ``test <task> <metric>``
   (the task's main metric: pos accuracy, ner f1, dep las, con f1, srl f1); ``dev score`` and
   ``test score`` (the run's mean over its tasks); ``heads kept`` and ``seconds`` (training time);
   ``pruned heads`` and ``pruned params`` when a run has a ``pruned/`` folder (``python -m mtl_heads.prune``);
-- each number as mean and sample standard deviation (ddof 1; blank with one seed).
+- each number as mean and sample standard deviation (ddof 1; blank with one seed);
+- then the config keys (dotted, e.g. ``train.lr_encoder``) whose values differ between settings; the
+  terminal and ``compare.md`` show them as a legend under the table (:func:`config_legend`).
 
 Written to ``--out`` (default ``comparison/``): ``compare.csv`` (one row per setting, ``<column> mean``
 and ``<column> std``), ``compare-runs.csv`` (one row per run), ``compare.md`` (``mean ± std``).
 ``--plot`` adds ``score-vs-heads.png`` (test score against heads kept, one point per run, one colour per
 setting) and ``gate-correlation.png`` / ``.csv`` (:func:`mtl_heads.gate_report.correlation_matrix`
-between the settings' gates, run-to-run consistency on the diagonal).
+between the settings' gates: settings whose gates never moved left out, run-to-run consistency on the
+diagonal where two runs have gates that vary). The command ends with one ``wrote <file>`` line per file.
 """
 from __future__ import annotations
 
 import argparse
 import glob
 import math
+import os
 import re
+import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -37,9 +45,11 @@ import pandas as pd
 
 from mtl_heads.config import ConfigError
 
-__all__ = ["IGNORED_KEYS", "Comparison", "find_runs", "flatten_config", "read_run_row", "run_table", "summarise",
-           "format_summary", "number_columns", "runs_shown", "markdown", "compare_runs", "write_comparison",
-           "plot_score_vs_heads", "plot_gate_correlation", "write_plots", "main"]
+__all__ = ["IGNORED_KEYS", "Comparison", "Note", "find_runs", "walk_runs", "folder_kind", "flatten_config",
+           "read_run_row", "setting_names", "config_legend", "run_table", "summarise", "format_summary",
+           "number_columns", "numbers_shown", "runs_shown", "short_run_names", "markdown", "text_table",
+           "terminal_table", "legend_text", "compare_runs", "write_comparison", "plot_score_vs_heads",
+           "gate_settings", "plot_gate_correlation", "write_plots", "written_lines", "main"]
 
 # config keys that may differ between the seeds of one setting (a key and everything under it)
 IGNORED_KEYS = ("seed", "seeds", "run_dir", "experiment", "wandb", "resume", "train.progress", "progress")
@@ -48,6 +58,21 @@ SCORE_DIGITS = 2
 
 
 # --- finding runs ------------------------------------------------------------------------------
+MAX_DEPTH = 4  # folders searched below a folder given: runs/<group>/<experiment>/seed<N> is depth 3
+SKIP_DIRS = {"wandb", "checkpoint", "checkpoint.prev", "pruned", "__pycache__", "node_modules", "site-packages"}
+
+
+@dataclass
+class Note:
+    """Something a command was given (or found below a folder it was given) and did not use, and why."""
+
+    path: Path
+    why: str
+
+    def __str__(self) -> str:
+        return f"not used: {self.path} ({self.why})"
+
+
 def _is_run(path: Path) -> bool:
     return path.is_dir() and (path / "config.yaml").is_file() and (path / "metrics.json").is_file()
 
@@ -57,29 +82,109 @@ def _is_unfinished(path: Path) -> bool:
         and not (path / "heads.json").exists()  # a pruned folder is no run
 
 
-def _runs_under(folder: Path) -> tuple[list[Path], list[Path]]:
-    """(finished runs, unfinished runs) among ``folder``'s children, else anywhere below it."""
-    children = sorted(c for c in folder.iterdir() if c.is_dir())
-    runs = [c for c in children if _is_run(c)]
-    unfinished = [c for c in children if _is_unfinished(c)]
-    if not runs and not unfinished:
-        runs = sorted(p.parent for p in folder.rglob("metrics.json") if _is_run(p.parent))
-    return runs, unfinished
+def folder_kind(path: Path) -> str | None:
+    """What a folder that is no training run holds, when this project wrote it (None otherwise):
+    ``probe report``, ``probe comparison``, ``run comparison``, ``gate report``, ``pruned model``."""
+    if not path.is_dir():
+        return None
+    if (path / "report.json").is_file():
+        return "probe report"
+    if (path / "compare.json").is_file():
+        return "probe comparison"
+    if (path / "compare.csv").is_file() and (path / "compare-runs.csv").is_file():
+        return "run comparison"
+    if (path / "correlation.csv").is_file() and (path / "kept-per-layer.csv").is_file():
+        return "gate report"
+    if (path / "heads.json").is_file():
+        return "pruned model"
+    return None
 
 
-def find_runs(specs: list[str], root: str | Path = RUNS) -> tuple[list[Path], list[Path]]:
+KIND_WHY = {
+    "probe report": "a probe report folder (python -m mtl_heads.probe): python -m mtl_heads.report shows it",
+    "probe comparison": "a probe comparison folder (python -m mtl_heads.probe compare=...): "
+                        "python -m mtl_heads.report shows it",
+    "run comparison": "output of python -m mtl_heads.compare, not a run",
+    "gate report": "output of python -m mtl_heads.gates, not a run",
+    "pruned model": "a pruned model (python -m mtl_heads.prune); its numbers are read with its run",
+}
+
+
+def walk_runs(folder: Path, is_run=_is_run, is_unfinished=_is_unfinished, unfinished_why: str = "",
+              max_depth: int = MAX_DEPTH, own_kinds: tuple[str, ...] = ()) -> tuple[list[Path], list[Path], list[Note]]:
+    """(runs, unfinished runs, notes) at any depth up to ``max_depth`` below ``folder``.
+
+    A run folder is taken whole (nothing below it is searched); hidden folders and W&B, checkpoint
+    and pruned folders are not searched. Probe reports and probe comparisons found on the way get a
+    note (they are not runs), unless their kind is in ``own_kinds`` (the caller uses them); so do
+    folders with runs deeper than ``max_depth``.
+    """
+    runs, unfinished, notes = [], [], []
+
+    def visit(path: Path, depth: int) -> None:
+        try:
+            children = sorted(c for c in path.iterdir() if c.is_dir())
+        except OSError as err:
+            notes.append(Note(path, f"cannot be read: {err.strerror or err}"))
+            return
+        for child in children:
+            if child.name.startswith(".") or child.name in SKIP_DIRS:
+                continue
+            if is_run(child):
+                runs.append(child)
+            elif is_unfinished(child):
+                unfinished.append(child)
+            elif (kind := folder_kind(child)) is not None:
+                if kind in ("probe report", "probe comparison") and kind not in own_kinds:
+                    notes.append(Note(child, KIND_WHY[kind]))
+            elif depth < max_depth:
+                visit(child, depth + 1)
+            elif next(child.rglob("config.yaml"), None) is not None:
+                notes.append(Note(child, f"more than {max_depth} levels below {folder}, not searched; "
+                                         "name this folder itself"))
+
+    if is_run(folder):
+        return [folder], [], []
+    visit(folder, 1)
+    if unfinished_why:
+        notes += [Note(u, unfinished_why) for u in unfinished]
+    return runs, unfinished, notes
+
+
+def _holds_kind(folder: Path, kinds: tuple[str, ...], depth: int = MAX_DEPTH) -> bool:
+    """True when a folder of one of ``kinds`` lies below ``folder`` (up to ``depth`` levels)."""
+    try:
+        children = [c for c in folder.iterdir()
+                    if c.is_dir() and not c.name.startswith(".") and c.name not in SKIP_DIRS]
+    except OSError:
+        return False
+    return any(folder_kind(c) in kinds or (depth > 1 and not _is_run(c) and _holds_kind(c, kinds, depth - 1))
+               for c in children)
+
+
+def find_runs(specs: list[str], root: str | Path = RUNS, notes: list[Note] | None = None,
+              uses: tuple[str, ...] = ()) -> tuple[list[Path], list[Path]]:
     """The finished run folders named by ``specs`` (each once, in order) and the unfinished ones skipped.
 
     Args:
-        specs: run folders, globs, folders of runs, or experiment names (``<root>/<name>/*/``).
+        specs: run folders, globs, folders of runs (searched at any depth up to ``MAX_DEPTH``: the
+            ``runs/<experiment>/seed<N>`` folders of ``seeds=`` are found from ``runs``), or
+            experiment names (``<root>/<name>``).
         root: where experiment names are looked up (default ``runs``).
+        notes: when given, a :class:`Note` is appended for everything named or found that is not
+            used: unfinished runs, probe reports, files, folders without runs.
+        uses: kinds of :func:`folder_kind` the caller uses itself (no note for them; the HTML
+            report passes ``probe report`` and ``probe comparison``).
 
     Raises ``ConfigError`` for a spec that names nothing, or an explicit folder that is not a finished run.
     """
     found, skipped = [], []
+    notes = [] if notes is None else notes
     for spec in map(str, specs):
         if glob.has_magic(spec):
             matches = [Path(m) for m in sorted(glob.glob(spec))]
+            if not matches:
+                notes.append(Note(Path(spec), "the glob matches nothing"))
         elif Path(spec).exists():
             matches = [Path(spec)]
         elif (Path(root) / spec).is_dir():
@@ -94,10 +199,21 @@ def find_runs(specs: list[str], root: str | Path = RUNS) -> tuple[list[Path], li
                 raise ConfigError(f"{match}: not a finished run (no metrics.json); is it still training?")
             elif _is_unfinished(match):
                 skipped.append(match)
-            elif match.is_dir():
-                runs, unfinished = _runs_under(match)
+                notes.append(Note(match, "unfinished run: no metrics.json yet"))
+            elif not match.is_dir():
+                notes.append(Note(match, "a file, not a run folder"))
+            elif (kind := folder_kind(match)) is not None:
+                if kind not in uses:
+                    notes.append(Note(match, KIND_WHY[kind]))
+            else:
+                runs, unfinished, below = walk_runs(match, unfinished_why="unfinished run: no metrics.json yet",
+                                                    own_kinds=uses)
                 found += runs
                 skipped += unfinished
+                notes += below
+                if not runs and not unfinished and not (uses and _holds_kind(match, uses)):
+                    notes.append(Note(match, f"no finished run (config.yaml and metrics.json) in it or up to "
+                                             f"{MAX_DEPTH} levels below"))
     return list(dict.fromkeys(p.resolve() for p in found)), list(dict.fromkeys(p.resolve() for p in skipped))
 
 
@@ -132,16 +248,21 @@ def _main_metric(task: str, scores: dict) -> str | None:
 def _encoder_params(weights: Path) -> int:
     """Number of encoder parameters in a safetensors file (keys ``encoder.``, gates left out), read
     from its header without loading the tensors."""
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
 
-    with safe_open(str(weights), "pt") as f:
-        keys = [k for k in f.keys() if not k.startswith(("decoders.", "encoder.gate."))]
-        return int(sum(math.prod(f.get_slice(k).get_shape()) for k in keys))
+    from mtl_heads.files import UnreadableFile
+
+    try:
+        with safe_open(str(weights), "pt") as f:
+            keys = [k for k in f.keys() if not k.startswith(("decoders.", "encoder.gate."))]
+            return int(sum(math.prod(f.get_slice(k).get_shape()) for k in keys))
+    except SafetensorError as err:
+        raise UnreadableFile(f"{weights}: not a complete safetensors file ({err}); it may be truncated") from None
 
 
 def _pruned_info(run: Path) -> dict:
     """``pruned heads`` and ``pruned params`` of ``run/pruned`` (written by ``python -m mtl_heads.prune``)."""
-    from mtl_heads.runs import read_json
+    from mtl_heads.files import read_json
 
     heads = read_json(run / "pruned" / "heads.json")
     if not heads:
@@ -178,7 +299,7 @@ def read_run_row(path: Path) -> tuple[dict, dict]:
     (older runs); a broken file is a ``ConfigError`` naming it.
     """
     from mtl_heads.gate_report import _read_yaml
-    from mtl_heads.runs import read_json
+    from mtl_heads.files import read_json
 
     cfg = _read_yaml(path / "config.yaml")
     metrics = read_json(path / "metrics.json")
@@ -213,19 +334,120 @@ def _varying(configs: list[dict]) -> list[str]:
     return [k for k in keys if len({repr(c.get(k, "<absent>")) for c in configs}) > 1]
 
 
+NAME_KEYS = ("tasks", "prune.mode")  # already in the base name
+MAX_SUFFIX = 28  # characters of "key=value" pairs in a name; longer: numbered names, keys in the legend
+_ABSENT = "<absent>"
+
+
+def _short_keys(keys: list[str]) -> dict[str, str]:
+    """Each dotted key by its shortest distinct tail: ``prune.budget`` -> ``budget``."""
+    short = {}
+    for key in keys:
+        parts = key.split(".")
+        for n in range(1, len(parts) + 1):
+            tail = ".".join(parts[-n:])
+            if sum(k == tail or k.endswith("." + tail) for k in keys) == 1:
+                break
+        short[key] = tail
+    return short
+
+
+def _is_null(value) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _value_text(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _usual(values: list) -> object:
+    """The value a name leaves unsaid: unset (None) when some run has it unset, else the most common."""
+    if any(v is None for v in values):
+        return None
+    return pd.Series([repr(v) for v in values]).mode().iloc[0]
+
+
 def _setting_names(rows: list[dict], configs: list[dict], varying: list[str]) -> list[str]:
-    """``pos+ner`` / ``dep (dynamic)``, with ``[key=value, ...]`` appended where names would clash."""
+    """Short names: ``pos+ner``, ``dep (dynamic)``. Where settings would share a name, each gets the
+    keys (by their last part) whose value is not the usual one (unset, else the most common over all
+    the runs): ``pos (dynamic)`` and ``pos (dynamic, budget=36)``, never ``budget=None``.
+    When that would be long, the unusual settings are numbered instead (``pos``, ``pos #2``) and the
+    legend (:func:`config_legend`) holds their keys."""
     base = [r["tasks"] + (f" ({r['prune']})" if r["prune"] != "none" else "") for r in rows]
-    keys = [tuple(repr(c.get(k)) for k in varying) for c in configs]
-    names = []
-    for i, name in enumerate(base):
-        clash = [j for j, other in enumerate(base) if other == name and keys[j] != keys[i]]
-        if clash:
-            differing = [k for k in varying if k not in ("tasks", "prune.mode")
-                         and any(configs[j].get(k) != configs[i].get(k) for j in clash)]
-            name += " [" + ", ".join(f"{k}={configs[i].get(k)}" for k in differing) + "]"
-        names.append(name)
+    keys = [tuple(repr(c.get(k, _ABSENT)) for k in varying) for c in configs]
+    names = list(base)
+    for name in dict.fromkeys(base):
+        members = [i for i, b in enumerate(base) if b == name]
+        distinct = list(dict.fromkeys(keys[i] for i in members))
+        if len(distinct) == 1:
+            continue
+        differing = [k for k in varying if k not in NAME_KEYS
+                     and len({repr(configs[i].get(k, _ABSENT)) for i in members}) > 1]
+        short = _short_keys(differing)
+        usual = {k: _usual([c.get(k) for c in configs]) for k in differing}  # over all runs
+        suffix = {}
+        for i in members:
+            suffix[keys[i]] = ", ".join(f"{short[k]}={_value_text(configs[i][k])}" for k in differing
+                                        if configs[i].get(k) is not None and repr(configs[i][k]) != usual[k])
+        texts = list(suffix.values())
+        numbered = len(set(texts)) < len(texts) or any(len(t) > MAX_SUFFIX for t in texts)
+        order = sorted(distinct, key=lambda key: (suffix[key] != "", distinct.index(key)))  # the usual one first
+        for i in members:
+            text = suffix[keys[i]]
+            if not text:
+                continue
+            if numbered:
+                names[i] = f"{name} #{order.index(keys[i]) + 1}"
+            else:
+                names[i] = f"{name[:-1]}, {text})" if name.endswith(")") else f"{name} ({text})"
     return names
+
+
+def setting_names(configs: list[dict]) -> list[str]:
+    """The setting name of each config (nested or flat), as the comparison table names it: configs
+    equal apart from :data:`IGNORED_KEYS` share a name."""
+    flats = [_setting_config(flatten_config(c)) for c in configs]
+    rows = []
+    for flat in flats:
+        tasks = flat.get("tasks") or ""
+        mode = flat.get("prune.mode", flat.get("prune"))
+        rows.append({"tasks": "+".join(t.strip() for t in str(tasks).split(",") if t.strip()),
+                     "prune": str(mode) if mode not in (None, False, "") else "none"})
+    return _setting_names(rows, flats, _varying(flats))
+
+
+def _grouped(pairs: list[tuple[str, str]]) -> str:
+    """``key=value`` pairs, dotted keys of one parent written once: ``data.demo_sizes.{train=200, dev=50}``."""
+    parts, i = [], 0
+    while i < len(pairs):
+        parent = pairs[i][0].rpartition(".")[0]
+        j = i + 1
+        while parent and j < len(pairs) and pairs[j][0].rpartition(".")[0] == parent:
+            j += 1
+        if j - i > 1:
+            parts.append(f"{parent}.{{" + ", ".join(f"{k.rpartition('.')[2]}={v}" for k, v in pairs[i:j]) + "}")
+        else:
+            parts.append(f"{pairs[i][0]}={pairs[i][1]}")
+        i = j
+    return ", ".join(parts)
+
+
+def config_legend(summary: pd.DataFrame) -> list[tuple[str, str]]:
+    """``[(setting, "key=value, ...")]``: per setting, the config keys that differ between settings
+    (tasks left out: the name says them) where its value is not the usual one (the most common over
+    the settings); a last entry ``("others", ...)`` gives the usual values. Unset is written ``null``,
+    as in a config. Empty when the settings differ only in their tasks."""
+    columns = [c for c in summary.attrs.get("config_columns", []) if c != "tasks"]
+    if not columns:
+        return []
+    text = {c: ["null" if _is_null(v) else _value_text(v) for v in summary[c]] for c in columns}
+    usual = {c: pd.Series(values).mode().iloc[0] for c, values in text.items()}
+    legend = []
+    for i, name in enumerate(summary["setting"]):
+        pairs = [(c, text[c][i]) for c in columns if text[c][i] != usual[c]]
+        legend.append((str(name), _grouped(pairs) if pairs else "(the usual values)"))
+    legend.append(("usual values", _grouped([(c, usual[c]) for c in columns])))
+    return legend
 
 
 def run_table(paths: list[Path]) -> pd.DataFrame:
@@ -305,12 +527,18 @@ def _digits(column: str) -> int:
 
 
 def format_summary(summary: pd.DataFrame) -> pd.DataFrame:
-    """The summary as display strings: ``mean ± std`` per number (two decimals for scores)."""
-    shown = summary[["setting", *summary.attrs.get("config_columns", []), "n"]].copy()
+    """The summary as display strings: ``setting``, ``n``, ``mean ± std`` per number (two decimals for
+    scores), then the config keys that differ between settings."""
+    config_columns = summary.attrs.get("config_columns", [])
+    shown = summary[["setting", "n"]].copy()
     for column in summary.attrs["numbers"]:
         shown[column] = [_format(m, s, _digits(column))
                          for m, s in zip(summary[f"{column} mean"], summary[f"{column} std"])]
-    return shown.fillna("").astype(str)
+    for column in config_columns:
+        shown[column] = ["" if _is_null(v) else _value_text(v) for v in summary[column]]
+    shown = shown.fillna("").astype(str)
+    shown.attrs["config_columns"] = list(config_columns)
+    return shown
 
 
 def markdown(frame: pd.DataFrame) -> str:
@@ -323,25 +551,85 @@ def markdown(frame: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def _wrap_words(text: str, room: int) -> list[str]:
+    """``text`` broken at spaces into lines of at most ``room`` characters (a longer word stays whole)."""
+    lines, line = [], ""
+    for word in text.split():
+        if line and len(line) + 1 + len(word) > room:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}".strip()
+    return lines + [line]
+
+
+def text_table(frame: pd.DataFrame, width: int = 12) -> str:
+    """``frame`` (strings) as a plain-text table whose headers wrap at spaces (up to three lines), so
+    that a column is as wide as its numbers rather than its header: ``test pos accuracy`` over
+    ``93.00 ± 3.61``. The first column is left-aligned, the others right-aligned."""
+    heads, widths = [], []
+    for column in frame.columns:
+        column = str(column)
+        values = [str(v) for v in frame[column]]
+        room = max([len(v) for v in values] + [len(w) for w in column.split()] + [min(width, len(column))])
+        lines = _wrap_words(column, room)
+        while len(lines) > 3:
+            room += 2
+            lines = _wrap_words(column, room)
+        heads.append(lines)
+        widths.append(max([room] + [len(x) for x in lines]))
+    depth = max(len(h) for h in heads)
+
+    def row(values: list[str]) -> str:
+        return "  ".join(v.ljust(w) if i == 0 else v.rjust(w)
+                         for i, (v, w) in enumerate(zip(values, widths))).rstrip()
+
+    out = [row([h[k - depth + len(h)] if k >= depth - len(h) else "" for h in heads]) for k in range(depth)]
+    out.append("  ".join("-" * w for w in widths))
+    out += [row([str(v) for v in values]) for values in frame.itertuples(index=False)]
+    return "\n".join(out)
+
+
+def numbers_shown(shown: pd.DataFrame) -> pd.DataFrame:
+    """The display table without its config columns (they go to the legend)."""
+    return shown[[c for c in shown.columns if c not in shown.attrs.get("config_columns", [])]]
+
+
+def legend_text(summary: pd.DataFrame) -> list[str]:
+    """Lines naming each setting's differing config keys (none when the settings differ only in tasks)."""
+    legend = config_legend(summary)
+    if not legend:
+        return []
+    room = max(len(name) for name, _ in legend)
+    return ["settings: the config keys that differ between them, where not the usual value"] + \
+        [f"  {name.ljust(room)}  {pairs}" for name, pairs in legend]
+
+
 @dataclass
 class Comparison:
     """Runs compared: ``runs`` (one row per run), ``summary`` (one row per setting, mean and std
-    columns), ``shown`` (the summary as ``mean ± std`` strings), ``skipped`` (unfinished runs)."""
+    columns), ``shown`` (the summary as ``mean ± std`` strings), ``skipped`` (unfinished runs),
+    ``notes`` (what was named or found and not used, and why)."""
 
     runs: pd.DataFrame
     summary: pd.DataFrame
     shown: pd.DataFrame
     skipped: list[Path]
+    notes: list[Note] = field(default_factory=list)
 
 
-def compare_runs(specs: list[str], root: str | Path = RUNS) -> Comparison:
-    """Find the runs named by ``specs`` (see :func:`find_runs`) and build the tables."""
-    paths, skipped = find_runs(specs, root)
+def compare_runs(specs: list[str], root: str | Path = RUNS, uses: tuple[str, ...] = ()) -> Comparison:
+    """Find the runs named by ``specs`` (see :func:`find_runs`; ``uses``: folder kinds the caller
+    takes itself, not noted) and build the tables."""
+    notes: list[Note] = []
+    paths, skipped = find_runs(specs, root, notes, uses)
     if not paths:
-        raise ConfigError(f"no finished runs (folders with config.yaml and metrics.json) found in: {', '.join(specs)}")
+        why = "".join(f"\n  {note}" for note in notes)
+        raise ConfigError(f"no finished runs (folders with config.yaml and metrics.json) found in: {', '.join(specs)}"
+                          + why)
     runs = run_table(paths)
     summary = summarise(runs)
-    return Comparison(runs, summary, format_summary(summary), skipped)
+    return Comparison(runs, summary, format_summary(summary), skipped, notes)
 
 
 def write_comparison(comparison: Comparison, out: str | Path) -> dict[str, Path]:
@@ -354,52 +642,82 @@ def write_comparison(comparison: Comparison, out: str | Path) -> dict[str, Path]
     shared = comparison.runs.attrs.get("shared", {})
     text = [f"# Comparison of {len(comparison.runs)} runs in {len(comparison.summary)} settings", "",
             "Mean ± sample standard deviation over the runs (seeds) of each setting; scores in %.", "",
-            markdown(comparison.shown), "", "## Runs", "",
-            markdown(runs_shown(comparison.runs)), ""]
+            markdown(numbers_shown(comparison.shown)), ""]
+    legend = config_legend(comparison.summary)
+    if legend:
+        frame = pd.DataFrame({"setting": [n for n, _ in legend], "config keys that differ": [p for _, p in legend]})
+        text += ["## Settings", "", "The config keys that differ between settings, where a setting's value is not "
+                 "the usual one (the most common).", "", markdown(frame), ""]
+    text += ["## Runs", "", markdown(runs_shown(comparison.runs)), ""]
     if shared:
         frame = pd.DataFrame({"key": list(shared), "value": [str(v) for v in shared.values()]})
         text += ["## Config shared by all runs", "", markdown(frame), ""]
+    if comparison.notes:
+        text += ["## Not used", ""] + [f"- `{n.path}`: {n.why}" for n in comparison.notes] + [""]
     paths["md"].write_text("\n".join(text))
     return paths
 
 
+def short_run_names(runs: list[str]) -> list[str]:
+    """Each run folder relative to the runs' common parent (``pos-dp/seed1``); the folder name alone
+    for a single run."""
+    paths = [Path(r) for r in runs]
+    if not paths:
+        return []
+    try:
+        common = Path(os.path.commonpath([str(p.parent) for p in paths]))
+    except ValueError:  # different drives
+        return [p.name for p in paths]
+    return [str(p.relative_to(common)) if p != common else p.name for p in paths]
+
+
 def runs_shown(runs: pd.DataFrame) -> pd.DataFrame:
-    """The run table as display strings (scores with two decimals)."""
-    columns = ["setting", "seed", *runs.attrs.get("config_columns", []), *number_columns(runs), "run"]
+    """The run table as display strings: setting, seed, the numbers (scores with two decimals), and
+    the run folder relative to the runs' common parent (the full path is in ``compare-runs.csv``)."""
+    columns = ["setting", "seed", *number_columns(runs), "run"]
     shown = runs[columns].copy()
     for column in number_columns(runs):
         shown[column] = [_format(v, math.nan, _digits(column)) for v in runs[column]]
     shown["seed"] = [str(int(s)) if isinstance(s, (int, float)) and not pd.isna(s) else "" for s in runs["seed"]]
+    shown["run"] = short_run_names(list(runs["run"]))
     return shown.fillna("").astype(str)
 
 
 # --- figures -----------------------------------------------------------------------------------
 def plot_score_vs_heads(runs: pd.DataFrame, path: Path, score: str = "test score") -> Path:
-    """Scatter of ``score`` (default the test score) against heads kept: one point per run, one colour per setting."""
-    from mtl_heads.gate_report import _new_figure
+    """Scatter of ``score`` (default the test score) against heads kept: one point per run, one colour
+    (and marker) per setting, the legend under the axes (it never squeezes them, however many settings)."""
+    from mtl_heads.gate_report import _new_figure, wrap_label
 
-    fig = _new_figure(7.5, 4.0)
+    groups = list(runs.groupby("setting", sort=False))
+    labels = [wrap_label(f"{setting} ({len(group)})", 30) for setting, group in groups]
+    columns = 3 if len(groups) > 4 else max(1, len(groups))
+    legend_rows = sum(max(label.count("\n") + 1 for label in labels[i:i + columns])
+                      for i in range(0, len(labels), columns))
+    fig = _new_figure(8.0, 4.0 + 0.25 * legend_rows + 0.3)
     ax = fig.add_subplot()
-    for i, (setting, group) in enumerate(runs.groupby("setting", sort=False)):
-        ax.scatter(group["heads kept"], group[score], s=36, color=f"C{i % 10}", label=f"{setting} ({len(group)})",
-                   edgecolors="black", linewidths=0.5)
+    markers = "osD^vP*Xh<>"
+    for i, ((setting, group), label) in enumerate(zip(groups, labels)):
+        ax.scatter(group["heads kept"], group[score], s=48, color=f"C{i % 10}", marker=markers[i // 10 % len(markers)],
+                   label=label, edgecolors="black", linewidths=0.5, zorder=3)
     total = runs["heads total"].max()
     if pd.notna(total):
         ax.set_xlim(-1, total + 2)
     ax.set_xlabel("heads kept")
     ax.set_ylabel(f"{score} (%)")
-    ax.set_title(f"{score} against heads kept, one point per run", fontsize=9)
+    ax.set_title(f"{score} against heads kept, one point per run", fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), title="setting (runs)", title_fontsize=7)
+    fig.legend(loc="outside lower center", ncols=columns, fontsize=9, title="setting (runs)", title_fontsize=9,
+               frameon=False)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=110)
     return path
 
 
-def plot_gate_correlation(runs: pd.DataFrame, out: Path) -> dict[str, Path]:
-    """``gate-correlation.csv`` / ``.png``: :func:`~mtl_heads.gate_report.correlation_matrix` between the
-    settings' gates (runs without ``gates.json`` left out; with several grid shapes, the most common)."""
-    from mtl_heads.gate_report import _read_gates, correlation_matrix, plot_correlation
+def gate_settings(runs: pd.DataFrame) -> dict[str, list[np.ndarray]]:
+    """``{setting: [gates [layers, heads] of its runs]}`` for the runs with a ``gates.json``, settings as
+    in the table (with several grid shapes, the most common)."""
+    from mtl_heads.gate_report import _read_gates
 
     settings: dict[str, list[np.ndarray]] = {}
     for setting, run in zip(runs["setting"], runs["run"]):
@@ -410,18 +728,38 @@ def plot_gate_correlation(runs: pd.DataFrame, out: Path) -> dict[str, Path]:
         return {}
     shape = shapes.mode()[0]
     settings = {s: [g for g in gates if g.shape == shape] for s, gates in settings.items()}
-    table = correlation_matrix({s: gates for s, gates in settings.items() if gates})
+    return {s: gates for s, gates in settings.items() if gates}
+
+
+def plot_gate_correlation(runs: pd.DataFrame, out: Path, notes: list[Note] | None = None) -> dict[str, Path]:
+    """``gate-correlation.csv`` / ``.png``: :func:`~mtl_heads.gate_report.correlation_matrix` between the
+    settings' gates (runs without ``gates.json`` left out; with several grid shapes, the most common).
+    The picture leaves out settings whose gates never moved; none is drawn when no setting's gates
+    move (a note says so)."""
+    from mtl_heads.gate_report import MIN_GATE_SPREAD, correlation_matrix, plot_correlation, still_settings
+
+    settings = gate_settings(runs)
+    if not settings:
+        return {}
+    table = correlation_matrix(settings)
     out.mkdir(parents=True, exist_ok=True)
     table.to_csv(out / "gate-correlation.csv", float_format="%.4f")
-    return {"gate_correlation_csv": out / "gate-correlation.csv",
-            "gate_correlation": plot_correlation(table, out / "gate-correlation.png")}
+    paths = {"gate_correlation_csv": out / "gate-correlation.csv"}
+    still = still_settings(settings)
+    moving = [s for s in table.index if s not in still]
+    if moving:
+        paths["gate_correlation"] = plot_correlation(table.loc[moving, moving], out / "gate-correlation.png", still)
+    elif notes is not None:
+        notes.append(Note(out / "gate-correlation.png", f"not drawn: no setting's gates vary (max - min below "
+                                                         f"{MIN_GATE_SPREAD:g}; unpruned gates never move)"))
+    return paths
 
 
-def write_plots(comparison: Comparison, out: str | Path) -> dict[str, Path]:
+def write_plots(comparison: Comparison, out: str | Path, notes: list[Note] | None = None) -> dict[str, Path]:
     """``score-vs-heads.png`` and the gate correlation figure into ``out``."""
     out = Path(out)
     paths = {"score_vs_heads": plot_score_vs_heads(comparison.runs, out / "score-vs-heads.png")}
-    paths.update(plot_gate_correlation(comparison.runs, out))
+    paths.update(plot_gate_correlation(comparison.runs, out, notes))
     return paths
 
 
@@ -435,6 +773,34 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def terminal_table(comparison: Comparison, out: str | Path, columns: int | None = None) -> str:
+    """The settings table for a terminal: :func:`text_table` of the numbers. On a terminal narrower
+    than the table, the per-task dev columns are left out (a line says so; ``compare.md`` has them)."""
+    frame = numbers_shown(comparison.shown)
+    text = text_table(frame)
+    if columns is None:
+        columns = shutil.get_terminal_size((0, 0)).columns if sys.stdout.isatty() else 0
+    width = max(len(line) for line in text.splitlines())
+    dev = [c for c in frame.columns if c.startswith("dev ") and c != "dev score"]
+    if columns and width > columns and dev:
+        text = text_table(frame.drop(columns=dev))
+        text += (f"\n(per-task dev columns left out to fit {columns} columns; all columns are in "
+                 f"{Path(out) / 'compare.md'})")
+    return text
+
+
+WRITTEN = {"csv": "one row per setting: mean and std columns", "runs_csv": "one row per run",
+           "md": "the tables as markdown", "score_vs_heads": "test score against heads kept",
+           "gate_correlation_csv": "gate correlation between settings",
+           "gate_correlation": "gate correlation between settings"}
+
+
+def written_lines(paths: dict[str, Path], what: dict[str, str] | None = None) -> list[str]:
+    """``wrote <path> (<what it is>)``, one line per file."""
+    what = WRITTEN if what is None else what
+    return [f"wrote {path}" + (f" ({what[key]})" if key in what else "") for key, path in paths.items()]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point; returns 0, or 2 with a message for bad input (no runs, broken files)."""
     args = parse_args(argv)
@@ -442,16 +808,19 @@ def main(argv: list[str] | None = None) -> int:
         comparison = compare_runs(args.runs, args.root)
         paths = write_comparison(comparison, args.out)
         if args.plot:
-            paths.update(write_plots(comparison, args.out))
+            paths.update(write_plots(comparison, args.out, comparison.notes))
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    for path in comparison.skipped:
-        print(f"skipped (unfinished, no metrics.json): {path}", file=sys.stderr)
-    with pd.option_context("display.width", 200, "display.max_columns", None, "display.max_colwidth", 40):
-        print(comparison.shown.to_string(index=False))
-    print(f"\n{len(comparison.runs)} runs in {len(comparison.summary)} settings; wrote "
-          + ", ".join(str(p) for p in paths.values()))
+    for note in comparison.notes:
+        print(f"note: {note}", file=sys.stderr)
+    print(terminal_table(comparison, args.out))
+    legend = legend_text(comparison.summary)
+    if legend:
+        print("\n" + "\n".join(legend))
+    print(f"\n{len(comparison.runs)} runs in {len(comparison.summary)} settings"
+          + (f"; {len(comparison.notes)} path(s) not used (notes above)" if comparison.notes else ""))
+    print("\n".join(written_lines(paths)))
     return 0
 
 

@@ -10,8 +10,10 @@ This module imports no torch, transformers or wandb, so that a mistyped command 
 """
 from __future__ import annotations
 
+import importlib.util
 import math
 import re
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -258,7 +260,27 @@ def _mapping(values: Rule, example: str) -> Rule:
     return rule
 
 
+def task_modules() -> list[str]:
+    """The task modules in ``tasks/`` (a task named ``x`` lives in ``tasks/x.py``), found without
+    importing them (they import torch): the fast check of ``tasks=``; ``build_tasks`` checks the
+    registry ``tasks.TASKS`` itself."""
+    spec = importlib.util.find_spec("tasks")
+    folders = spec.submodule_search_locations if spec is not None else []
+    return sorted(p.stem for folder in folders for p in Path(folder).glob("*.py")
+                  if p.stem not in ("__init__", "base"))
+
+
+def _tasks(v) -> str | None:
+    registry = getattr(sys.modules.get("tasks"), "TASKS", {})  # when already imported: tasks added at run time
+    known = sorted(set(task_modules()) | set(registry))
+    unknown = [t for t in v if t not in known]
+    if unknown:
+        return f"task names from {', '.join(known)} (unknown: {', '.join(map(str, unknown))})"
+    return "each task once" if len(set(v)) != len(v) else None
+
+
 RULES: dict[str, Rule] = {
+    "tasks": _tasks,
     "seed": _seed,
     "seeds": _seeds,
     "device": _device,
@@ -271,7 +293,10 @@ RULES: dict[str, Rule] = {
     "encoder.gate": choice("none", "fixed", "hard_concrete"),
     "encoder.gate_init": number(),
     "encoder.gate_init_mean": number(float("-inf"), auto=True),
-    "data.format": choice("demo", "conll2012", "ewt", "hf"),
+    "encoder.pool": choice("auto", "first", "last", "mean"),
+    "data.format": choice("demo", "conll2012", "ewt", "hf", "conllu"),
+    "data.pos": choice("auto", "upos", "xpos"),
+    "data.deprel": choice("full", "universal"),
     "data.deps": choice("auto", "ud", "converted", "none"),
     "data.long_policy": choice("skip", "split"),
     "data.max_sentences": count(optional=True),
@@ -296,9 +321,17 @@ RULES: dict[str, Rule] = {
     "train.select": choice("auto", "best", "last"),
     "train.checkpoint_every": count(0),
     "wandb.mode": choice("auto", "online", "offline", "disabled"),
-    # probe.yaml
+    # probe.yaml, evaluate.yaml, predict.yaml
     "split": choice("train", "dev", "test"),
+    "pred_format": choice("auto", "conll2012", "conllu", "jsonl"),
+    "gold_format": choice("auto", "conll2012", "conllu", "jsonl"),
+    "conllu_pos": choice("upos", "xpos"),
+    "format": choice("auto", "conll2012", "conllu", "ptb", "jsonl"),
+    "input.format": choice("auto", "text", "conllu", "conll2012", "jsonl"),
+    "long_policy": choice("skip", "split"),
     "batch_size": count(),
+    "dep.root": choice("cls", "none"),
+    "dep.relations": choice("full", "universal"),
     "clustering.variant": choice("same_split", "held_out"),
     "clustering.centroid_split": choice("train", "dev", "test"),
     "voita.frequency_split": choice("train", "dev", "test"),

@@ -27,7 +27,8 @@ from torch import nn
 from mtl_heads.files import is_load_error, unreadable
 from mtl_heads.gates import MaskedGate, build_gate
 
-__all__ = ["Adapter", "ADAPTERS", "EncoderOutput", "EncoderNotFound", "GatedEncoder", "pool_words"]
+__all__ = ["Adapter", "ADAPTERS", "AttentionShape", "EncoderOutput", "EncoderNotFound", "GatedEncoder",
+           "POOLING", "attention_shape", "is_causal", "pool_words"]
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +41,21 @@ class Adapter:
 
     ``layers`` is relative to the bare ``AutoModel``; the others are relative to one layer.
     ``query``/``key``/``value`` are for physical head pruning (slicing weights).
+
+    ``qkv``: how Q/K/V are stored, for slicing heads out later:
+
+    - ``"separate"``: three ``nn.Linear`` (weight ``[out, in]``); Q has ``heads * head_dim`` rows,
+      K and V ``kv_heads * head_dim`` rows each (grouped-query attention when ``kv_heads < heads``:
+      query head ``h`` reads KV head ``h // (heads // kv_heads)``).
+    - ``"fused"``: one ``nn.Linear`` (``query == key == value``) whose rows are ``[Q | K | V]``
+      (Phi-3 ``qkv_proj``).
+    - ``"conv1d_fused"``: one ``Conv1D`` (weight ``[in, out]``, transposed vs ``nn.Linear``) whose
+      COLUMNS are ``[Q | K | V]``, no GQA (GPT-2 ``c_attn``).
+
+    ``out_proj_conv1d``: ``W_O`` is a ``Conv1D`` (GPT-2 ``c_proj``): head ``h`` is the weight's ROWS
+    ``h * head_dim : (h + 1) * head_dim`` (the columns for ``nn.Linear``). The gate hook does not
+    care: it scales the input either way.
+    ``causal``: a decoder-only language model (each position sees only the ones before it).
     """
 
     layers: str
@@ -47,6 +63,9 @@ class Adapter:
     query: str
     key: str
     value: str
+    qkv: str = "separate"
+    out_proj_conv1d: bool = False
+    causal: bool = False
 
 
 _BERT_LIKE = Adapter(
@@ -88,10 +107,113 @@ ADAPTERS: dict[str, Adapter] = {
     ),
 }
 
+# Decoder-only language models (causal, often grouped-query attention). Read in transformers 5.23
+# modeling_<name>.py: every one of these attention classes hands o_proj/c_proj the concatenated
+# query-head contexts [batch, seq, num_attention_heads * head_dim].
+_LLAMA_LIKE = Adapter(
+    layers="layers",
+    out_proj="self_attn.o_proj",
+    query="self_attn.q_proj",
+    key="self_attn.k_proj",
+    value="self_attn.v_proj",
+    causal=True,
+)
+ADAPTERS.update({
+    "llama": _LLAMA_LIKE,
+    "mistral": _LLAMA_LIKE,
+    "qwen2": _LLAMA_LIKE,       # q/k/v with bias
+    "qwen3": _LLAMA_LIKE,       # q_norm/k_norm per head (head_dim wide), head_dim set in the config
+    "gemma": _LLAMA_LIKE,       # head_dim set in the config (256 in Gemma-7B: heads * head_dim != hidden)
+    "gemma2": _LLAMA_LIKE,      # logit soft-capping: no SDPA, eager
+    "gemma3_text": _LLAMA_LIKE,  # text-only Gemma 3 (Gemma3ForCausalLM checkpoints); q_norm/k_norm per head
+    "olmo": _LLAMA_LIKE,
+    "olmo2": _LLAMA_LIKE,       # q_norm/k_norm over all heads (heads * head_dim / kv_heads * head_dim wide)
+    "olmo3": _LLAMA_LIKE,
+    "phi3": Adapter(            # fused qkv_proj, rows [Q (heads*d) | K (kv*d) | V (kv*d)]
+        layers="layers",
+        out_proj="self_attn.o_proj",
+        query="self_attn.qkv_proj",
+        key="self_attn.qkv_proj",
+        value="self_attn.qkv_proj",
+        qkv="fused",
+        causal=True,
+    ),
+    "gpt2": Adapter(            # Conv1D c_attn (columns [Q | K | V]) and Conv1D c_proj
+        layers="h",
+        out_proj="attn.c_proj",
+        query="attn.c_attn",
+        key="attn.c_attn",
+        value="attn.c_attn",
+        qkv="conv1d_fused",
+        out_proj_conv1d=True,
+        causal=True,
+    ),
+})
+
 # Position ids start at pad_token_id + 1 in these models, so that many positions are unusable.
 _PADDING_OFFSET_POSITIONS = {"roberta", "xlm-roberta", "camembert", "mpnet", "longformer"}
 # Byte-level BPE tokenizers need add_prefix_space=True to encode pre-split words.
 _PREFIX_SPACE_TOKENIZERS = {"roberta", "longformer", "bart", "deberta", "gpt2"}
+
+# encoder.pool: how a word's sub-word vectors become one vector.
+POOLING = ("auto", "first", "last", "mean")
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    """The attention geometry of a model, read from its config in one place (names differ per family).
+
+    ``heads`` are QUERY heads (one gate each); ``kv_heads`` <= ``heads`` key/value heads (grouped-query
+    attention; = ``heads`` without GQA); ``head_dim`` is the config's ``head_dim`` when it sets one
+    (Gemma, Qwen3: ``heads * head_dim`` may differ from ``hidden``), else ``hidden // heads``;
+    ``max_positions`` the position limit (``max_position_embeddings``, GPT-2 ``n_positions``).
+    """
+
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    hidden: int
+    max_positions: int
+
+
+def _config_value(config, *names: str):
+    for name in names:
+        value = getattr(config, name, None)
+        if value is not None:
+            return value
+    return None
+
+
+def attention_shape(config) -> AttentionShape:
+    """:class:`AttentionShape` of a transformers config (BERT-style, Llama-style or GPT-2-style names)."""
+    layers = _config_value(config, "num_hidden_layers", "n_layer", "n_layers", "num_layers")
+    heads = _config_value(config, "num_attention_heads", "n_head", "n_heads", "num_heads")
+    hidden = _config_value(config, "hidden_size", "n_embd", "dim", "d_model")
+    max_positions = _config_value(config, "max_position_embeddings", "n_positions", "n_ctx")
+    missing = [n for n, v in (("layers", layers), ("heads", heads), ("hidden size", hidden),
+                              ("max positions", max_positions)) if v is None]
+    if missing:
+        raise ValueError(f"the config of model_type {config.model_type!r} has no {', '.join(missing)} "
+                         "under any name GatedEncoder knows (mtl_heads/encoder.py attention_shape)")
+    kv_heads = _config_value(config, "num_key_value_heads", "n_kv_heads", "num_kv_heads") or heads
+    head_dim = _config_value(config, "head_dim") or hidden // heads
+    return AttentionShape(int(layers), int(heads), int(kv_heads), int(head_dim), int(hidden), int(max_positions))
+
+
+def is_causal(config) -> bool:
+    """A decoder-only (causal) model: its ``model_type`` is a decoder adapter, or ``is_decoder`` is set."""
+    adapter = ADAPTERS.get(config.model_type)
+    return bool((adapter is not None and adapter.causal) or getattr(config, "is_decoder", False))
+
+
+def _in_features(proj: nn.Module) -> int:
+    """Input width of a projection: ``nn.Linear`` (weight ``[out, in]``) or ``Conv1D`` (weight ``[in, out]``)."""
+    if isinstance(proj, nn.Linear):
+        return proj.in_features
+    if hasattr(proj, "nx"):  # transformers.pytorch_utils.Conv1D
+        return proj.nx
+    return proj.weight.shape[1]
 
 
 class EncoderNotFound(ValueError):
@@ -103,33 +225,43 @@ class EncoderOutput:
     """What ``GatedEncoder.forward`` returns.
 
     hidden: ``[batch, seq, hidden]`` last layer.
-    words: ``[batch, n_words, hidden]`` mean of each word's sub-words, or None.
+    words: ``[batch, n_words, hidden]`` each word's sub-words pooled (``GatedEncoder.pool``), or None.
     attentions: per layer ``[batch, heads, seq, seq]``, or None (``capture=True`` only).
     head_contexts: per layer ``[batch, seq, heads, head_dim]``, the gated input of ``W_O``,
         or None (``capture=True`` only).
+    root: ``[batch, hidden]`` the root vector for dependency parsing: the first sub-word ([CLS]/<s>)
+        of an encoder; for a decoder-only model the BOS token's vector where the tokenizer adds one,
+        else a learnt vector (``GatedEncoder.root_embedding``).
     """
 
     hidden: torch.Tensor
     words: torch.Tensor | None = None
     attentions: tuple[torch.Tensor, ...] | None = None
     head_contexts: tuple[torch.Tensor, ...] | None = None
+    root: torch.Tensor | None = None
 
 
 def pool_words(
-    hidden: torch.Tensor, word_index: torch.Tensor, word_mask: torch.Tensor | None = None
+    hidden: torch.Tensor, word_index: torch.Tensor, word_mask: torch.Tensor | None = None, mode: str = "mean"
 ) -> torch.Tensor:
-    """Mean of each word's sub-word vectors.
+    """Each word's vector from its sub-word vectors: their ``mean``, or the ``first`` or ``last`` piece.
 
     Args:
         hidden: ``[batch, seq, dim]``.
         word_index: ``[batch, seq]`` long, the 0-based word of each sub-word, -1 for specials/padding.
         word_mask: ``[batch, n_words]`` bool; if None, ``n_words = word_index.max() + 1``.
+        mode: ``mean`` | ``first`` | ``last`` (``last`` for causal models: only the last piece has
+            seen the whole word).
 
     Returns:
         ``[batch, n_words, dim]``; words without pieces and masked words are zero vectors.
     """
-    batch, _, dim = hidden.shape
+    batch, seq, dim = hidden.shape
     n_words = word_mask.shape[1] if word_mask is not None else int(word_index.max().item()) + 1
+    if mode in ("first", "last"):
+        return _pick_piece(hidden, word_index, word_mask, n_words, first=mode == "first")
+    if mode != "mean":
+        raise ValueError(f"pool_words: mode must be mean, first or last, got {mode!r}")
     valid = word_index >= 0  # (B, T)
     index = word_index.clamp(min=0)  # (B, T); -1 rows add zeros to word 0
     pieces = hidden * valid.unsqueeze(-1).to(hidden.dtype)
@@ -139,6 +271,23 @@ def pool_words(
     if word_mask is not None:
         words = words * word_mask.unsqueeze(-1).to(words.dtype)
     return words
+
+
+def _pick_piece(hidden: torch.Tensor, word_index: torch.Tensor, word_mask: torch.Tensor | None, n_words: int,
+                first: bool) -> torch.Tensor:
+    """The vector of each word's first (or last) sub-word; zeros for words without pieces or masked."""
+    batch, seq, dim = hidden.shape
+    valid = word_index >= 0  # (B, T)
+    index = word_index.clamp(min=0)  # (B, T)
+    positions = torch.arange(seq, device=hidden.device).expand(batch, seq)  # (B, T)
+    neutral = seq if first else -1  # never chosen by amin/amax over real positions
+    candidates = torch.where(valid, positions, torch.full_like(positions, neutral))
+    chosen = torch.full((batch, n_words), neutral, dtype=torch.long, device=hidden.device).scatter_reduce(
+        1, index, candidates, reduce="amin" if first else "amax", include_self=True)  # (B, W)
+    present = (chosen >= 0) & (chosen < seq)  # (B, W)
+    words = hidden.gather(1, chosen.clamp(0, seq - 1).unsqueeze(-1).expand(-1, -1, dim))  # (B, W, D)
+    keep = present if word_mask is None else present & word_mask.bool()
+    return words * keep.unsqueeze(-1).to(words.dtype)
 
 
 def _unknown_architecture(model_type: str) -> ValueError:
@@ -154,13 +303,20 @@ class GatedEncoder(nn.Module):
     """A Hugging Face encoder whose heads are multiplied by a gate before ``W_O``.
 
     Args:
-        model: a bare encoder (``AutoModel``), of a ``model_type`` listed in ``ADAPTERS``.
-        gate: an ``nn.Module`` returning ``[layers, heads]`` values (see ``mtl_heads.gates``),
-            or None for no gate (no hook installed).
-        tokenizer: optional fast tokenizer, kept as ``self.tokenizer``.
+        model: a bare encoder (``AutoModel``), of a ``model_type`` listed in ``ADAPTERS``; decoder-only
+            language models too (Llama, Mistral, Qwen2/3, Gemma 1/2/3, OLMo 1/2/3, Phi-3, GPT-2).
+        gate: an ``nn.Module`` returning ``[layers, heads]`` values (see ``mtl_heads.gates``), one per
+            QUERY head, or None for no gate (no hook installed).
+        tokenizer: optional fast tokenizer, kept as ``self.tokenizer``. For a causal model it decides
+            the DEP root: the BOS token's vector when the tokenizer puts one first, else a learnt vector.
+        pool: ``auto`` (``last`` for causal models, ``mean`` for encoders), ``first``, ``last`` or ``mean``.
+
+    ``num_heads`` counts query heads, ``num_kv_heads`` key/value heads (fewer with grouped-query
+    attention); ``head_dim`` is the width of one head's context (the config's ``head_dim`` when set).
     """
 
-    def __init__(self, model: transformers.PreTrainedModel, gate: nn.Module | None = None, tokenizer=None):
+    def __init__(self, model: transformers.PreTrainedModel, gate: nn.Module | None = None, tokenizer=None,
+                 pool: str = "auto"):
         super().__init__()
         model_type = model.config.model_type
         if model_type not in ADAPTERS:
@@ -171,16 +327,39 @@ class GatedEncoder(nn.Module):
         self.tokenizer = tokenizer
 
         config = model.config
+        shape = attention_shape(config)
         self.layers = list(model.get_submodule(self.adapter.layers))
         self.out_projs = [layer.get_submodule(self.adapter.out_proj) for layer in self.layers]
         self.num_layers = len(self.layers)
-        self.num_heads = config.num_attention_heads
-        self.head_dim = self.out_projs[0].in_features // self.num_heads
-        self.hidden_size = config.hidden_size
+        self.num_heads = shape.heads  # query heads
+        self.num_kv_heads = shape.kv_heads
+        width = _in_features(self.out_projs[0])
+        # the config's head_dim when it sets one (Gemma, Qwen3), else what W_O's input width gives
+        self.head_dim = getattr(config, "head_dim", None) or width // self.num_heads
+        if self.num_heads * self.head_dim != width or self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"model_type {model_type!r}: {self.num_heads} query heads x head_dim {self.head_dim} != the "
+                f"{width} inputs of {self.adapter.out_proj}, or {self.num_kv_heads} KV heads do not divide them")
+        self.hidden_size = shape.hidden
+        self.causal = is_causal(config)
         offset = 0
         if model_type in _PADDING_OFFSET_POSITIONS:
             offset = (config.pad_token_id if config.pad_token_id is not None else 1) + 1
-        self.max_length = config.max_position_embeddings - offset
+        self.max_length = shape.max_positions - offset
+
+        if pool not in POOLING:
+            raise ValueError(f"pool must be one of {', '.join(POOLING)}, got {pool!r}")
+        self.pool = ("last" if self.causal else "mean") if pool == "auto" else pool
+        # DEP root: [CLS] for encoders; BOS or a learnt vector for decoder-only models.
+        self.root_source = "first"
+        self.root_embedding: nn.Parameter | None = None
+        if self.causal:
+            self.root_source = "bos" if _adds_bos(tokenizer) else "learnt"
+            if self.root_source == "learnt":
+                std = float(getattr(config, "initializer_range", 0.02) or 0.02)
+                weight = next(model.parameters())
+                self.root_embedding = nn.Parameter(
+                    torch.empty(self.hidden_size, device=weight.device, dtype=weight.dtype).normal_(0.0, std))
 
         if gate is not None:
             shape = tuple(gate.values().shape)
@@ -203,6 +382,7 @@ class GatedEncoder(nn.Module):
         gate: str = "none",
         attn_implementation: str = "sdpa",
         gate_kwargs: dict | None = None,
+        pool: str = "auto",
     ) -> "GatedEncoder":
         """Load an encoder and its fast tokenizer, and wrap it with a gate of kind ``gate``.
 
@@ -210,6 +390,7 @@ class GatedEncoder(nn.Module):
         hub name, looked up in the local Hugging Face cache first and then, unless
         ``HF_HUB_OFFLINE`` is set, on the hub. Raises ``EncoderNotFound`` otherwise.
         ``attn_implementation`` falls back to ``"eager"`` for models without SDPA support.
+        ``pool``: see the class. A tokenizer without a pad token pads with its eos token.
         """
         path, local_only = _resolve(name_or_path)
         config = _load(transformers.AutoConfig.from_pretrained, name_or_path, path, local_only)
@@ -242,10 +423,14 @@ class GatedEncoder(nn.Module):
                 f"the tokenizer of {name_or_path!r} is not a fast tokenizer; word alignment needs word_ids(). "
                 "Convert it with the `tokenizers` library or choose an encoder with tokenizer.json."
             )
+        if tokenizer.pad_token is None:  # decoder tokenizers often have none; padding is masked anyway
+            if tokenizer.eos_token is None:
+                raise ValueError(f"the tokenizer of {name_or_path!r} has neither a pad nor an eos token to pad with")
+            tokenizer.pad_token = tokenizer.eos_token
 
-        n_layers, n_heads = config.num_hidden_layers, config.num_attention_heads
-        gate_module = build_gate(gate, n_layers, n_heads, **(gate_kwargs or {}))
-        return cls(model, gate_module, tokenizer=tokenizer)
+        shape = attention_shape(config)
+        gate_module = build_gate(gate, shape.layers, shape.heads, **(gate_kwargs or {}))
+        return cls(model, gate_module, tokenizer=tokenizer, pool=pool)
 
     # ------------------------------------------------------------------ hooks
     def _register_hooks(self) -> list:
@@ -305,9 +490,14 @@ class GatedEncoder(nn.Module):
                 self.model.set_attn_implementation(previous_impl)
 
         hidden = out.last_hidden_state
-        words = pool_words(hidden, word_index, word_mask) if word_index is not None else None
+        words = pool_words(hidden, word_index, word_mask, mode=self.pool) if word_index is not None else None
+        if self.root_embedding is not None:  # [batch, hidden]
+            root = self.root_embedding.to(hidden.dtype).expand(hidden.shape[0], -1)
+        else:  # [CLS] of an encoder, BOS of a decoder (batches are padded on the right)
+            root = hidden[:, 0]
         attentions = tuple(out.attentions) if capture else None
-        return EncoderOutput(hidden=hidden, words=words, attentions=attentions, head_contexts=head_contexts)
+        return EncoderOutput(hidden=hidden, words=words, root=root, attentions=attentions,
+                             head_contexts=head_contexts)
 
     def train(self, mode: bool = True) -> "GatedEncoder":
         self._gate_rows = None  # a training sample must not leak into eval, nor the reverse
@@ -348,6 +538,18 @@ class GatedEncoder(nn.Module):
         if self.gate is None:
             return torch.zeros((), device=self.out_projs[0].weight.device)
         return self.gate.penalty()
+
+
+def _adds_bos(tokenizer) -> bool:
+    """Whether ``tokenizer`` puts its BOS token first when encoding pre-split words (Llama: yes; GPT-2: no)."""
+    if tokenizer is None or getattr(tokenizer, "bos_token_id", None) is None:
+        return False
+    try:
+        enc = tokenizer([["a"]], is_split_into_words=True, add_special_tokens=True)
+    except Exception:  # noqa: BLE001 - a tokenizer that cannot say: use the learnt root
+        return False
+    ids = enc["input_ids"][0]
+    return bool(ids) and ids[0] == tokenizer.bos_token_id and enc.word_ids(0)[0] is None
 
 
 # ---------------------------------------------------------------------- resolving names

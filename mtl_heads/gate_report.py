@@ -1,18 +1,25 @@
 """Gate pictures and tables from run folders: ``python -m mtl_heads.gates runs/... [--out F] [--wandb MODE]``.
 
-Reads the ``gates.json`` and ``config.yaml`` of finished runs, groups the runs into *settings* by
-their task list (``dep``, ``pos+ner+dep+con+srl``; the seeds of one setting form one group) and
-writes, as PNG and CSV (see ``docs/background.md``, section 4):
+Reads the ``gates.json`` and ``config.yaml`` of finished runs (run folders, globs, or folders with runs
+at any depth below them), groups the runs into *settings* as ``python -m mtl_heads.compare`` does
+(configs equal apart from seed, folders and W&B; named ``dep``, ``pos+ner``, ``pos (dynamic, budget=36)``;
+the seeds of one setting form one group) and writes, as PNG and CSV, into ``--out`` (default:
+``gate-report/`` in the runs' common parent folder, e.g. ``runs/gate-report/``; see
+``docs/background.md``, section 4):
 
 - ``gates-<setting>-seed<seed>.png``: the layer x head gate map of every run, with its kept count;
 - ``overlap-<setting>.png``: three runs of a setting (the first three by seed) as the R, G, B
   channels of one image, channel ``c = 255 * (1 - gate of run c)``: black = kept in all three;
 - ``mean-gates.png``: ``255 * (1 - mean gate)`` over every run given (all tasks), black = always kept;
 - ``correlation.csv`` / ``.png``: Pearson correlation between the settings' mean gate vectors, with
-  run-to-run consistency (mean pairwise Pearson of its runs) on the diagonal;
+  run-to-run consistency (mean pairwise Pearson of its runs) on the diagonal, only where it means
+  something: settings whose gates never moved (max - min below ``MIN_GATE_SPREAD``; unpruned) are
+  blank in the CSV and left out of the picture, and the diagonal needs two runs whose gates vary;
 - ``kept-per-layer.csv`` and ``kept-<setting>.png``: heads kept per layer (gate >= threshold).
 
-A head counts as kept when its gate is at least ``1e-3`` (``KEEP_THRESHOLD``).
+A head counts as kept when its gate is at least ``1e-3`` (``KEEP_THRESHOLD``). The command prints
+what it left out (``note: not used: <path> (<why>)``), the output folder, and one ``wrote <file>``
+line per file.
 """
 from __future__ import annotations
 
@@ -23,6 +30,7 @@ import math
 import os
 import re
 import sys
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,12 +42,17 @@ from matplotlib.figure import Figure
 
 from mtl_heads.config import ConfigError
 
-__all__ = ["KEEP_THRESHOLD", "RunGates", "rgb_overlap", "grey_mean", "pearson_matrix", "run_consistency",
-           "correlation_matrix", "kept_per_layer", "is_gate_run", "read_run", "read_runs", "group_settings",
-           "plot_gate_map", "plot_pixels", "plot_correlation", "plot_kept_bars", "write_overlap", "write_correlation",
+__all__ = ["KEEP_THRESHOLD", "MIN_GATE_SPREAD", "RunGates", "rgb_overlap", "grey_mean", "pearson_matrix",
+           "gates_vary", "run_consistency", "correlation_matrix", "still_settings", "correlation_note", "wrap_label",
+           "kept_per_layer", "is_gate_run", "read_run", "read_runs", "group_settings", "plot_gate_map", "plot_pixels",
+           "plot_correlation", "plot_kept_bars", "write_overlap", "write_correlation",
            "write_kept", "write_report", "log_to_wandb", "default_out", "main"]
 
 KEEP_THRESHOLD = 1e-3  # a head is pruned when its evaluation gate is below this (background, section 1)
+MIN_GATE_SPREAD = 0.1  # gates vary when max - min reaches this; an unpruned run's never do
+DIAGONAL_TEXT = ("diagonal: run-to-run consistency, the mean Pearson correlation between the gates of a setting's "
+                 "runs (seeds), shown where at least two runs have gates that vary; settings whose gates never "
+                 "moved (unpruned) are left out")
 WANDB_MODES = ("disabled", "offline", "online")
 
 
@@ -58,6 +71,7 @@ class RunGates:
     values: np.ndarray = field(repr=False)
     prune: str = "none"
     experiment: str | None = None
+    config: dict = field(default_factory=dict, repr=False)
 
     @property
     def setting(self) -> str:
@@ -121,8 +135,17 @@ def pearson_matrix(vectors: np.ndarray) -> np.ndarray:
     return np.clip(unit @ unit.T, -1.0, 1.0)  # [n, n]; clip only rounding beyond +-1
 
 
+def gates_vary(gates: np.ndarray, spread: float = MIN_GATE_SPREAD) -> bool:
+    """True when the gate values span at least ``spread`` (max - min). Gates that were never pushed
+    (an unpruned run's stay between 0.99 and 1) do not vary: a correlation of them is noise."""
+    values = np.asarray(gates, dtype=float)
+    return values.size > 0 and float(values.max() - values.min()) >= spread
+
+
 def run_consistency(gates: list[np.ndarray]) -> float:
-    """Mean pairwise Pearson correlation between runs' flattened gates; NaN with fewer than 2 runs."""
+    """Mean pairwise Pearson correlation between the flattened gates of the runs whose gates vary
+    (:func:`gates_vary`); NaN with fewer than 2 such runs."""
+    gates = [g for g in gates if gates_vary(g)]
     if len(gates) < 2:
         return math.nan
     corr = pearson_matrix(_stack(gates).reshape(len(gates), -1))  # [runs, runs]
@@ -137,15 +160,25 @@ def correlation_matrix(settings: dict[str, list[np.ndarray]]) -> pd.DataFrame:
 
     Off the diagonal: Pearson correlation between two settings' mean gate vectors (mean over runs,
     flattened layer x head). On the diagonal: run-to-run consistency of that setting (mean pairwise
-    Pearson between its runs; NaN with fewer than 2 runs).
+    Pearson between its runs). Only where it means something: a setting whose mean gates do not
+    vary (:func:`gates_vary`; e.g. unpruned, the gates never moved) has NaN in its row and column,
+    and the diagonal is NaN unless at least two of the setting's runs have gates that vary.
     """
     if not settings:
         raise ValueError("correlation_matrix needs at least one setting")
     names = list(settings)
     means = np.stack([_stack(settings[n]).mean(0).ravel() for n in names])  # [settings, layers * heads]
     corr = pearson_matrix(means)  # [settings, settings]
+    still = [i for i, mean in enumerate(means) if not gates_vary(mean)]
+    corr[still, :] = np.nan
+    corr[:, still] = np.nan
     np.fill_diagonal(corr, [run_consistency(settings[n]) for n in names])
     return pd.DataFrame(corr, index=pd.Index(names, name="setting"), columns=names)
+
+
+def still_settings(settings: dict[str, list[np.ndarray]]) -> list[str]:
+    """The settings whose mean gates do not vary (left out of the correlation picture)."""
+    return [n for n, gates in settings.items() if not gates_vary(_stack(gates).mean(0))]
 
 
 def kept_per_layer(gates: np.ndarray | list[np.ndarray], threshold: float = KEEP_THRESHOLD) -> np.ndarray:
@@ -164,19 +197,39 @@ def is_gate_run(path: Path) -> bool:
     return path.is_dir() and (path / "gates.json").is_file() and (path / "config.yaml").is_file()
 
 
-def _expand(spec: str) -> list[Path]:
-    """The run folders named by ``spec``: a run folder, a glob, or a parent of run folders (searched
-    one level down, then deeper when no child is a run)."""
+def _has_config_only(path: Path) -> bool:
+    """A run folder without gates.json: unfinished (gates.json is written at the end), or ungated."""
+    return path.is_dir() and (path / "config.yaml").is_file() and not (path / "gates.json").exists() \
+        and not (path / "heads.json").exists()
+
+
+def _expand(spec: str, notes: list | None = None) -> list[Path]:
+    """The run folders named by ``spec``: a run folder, a glob, or a folder with run folders at any
+    depth up to ``mtl_heads.compare.MAX_DEPTH`` below it. What is named or found and not used is
+    added to ``notes`` (:class:`mtl_heads.compare.Note`)."""
+    from mtl_heads.compare import KIND_WHY, Note, folder_kind, walk_runs
+
+    notes = [] if notes is None else notes
     matches = sorted(glob.glob(spec)) if glob.has_magic(spec) else [spec]
     if not matches or not all(os.path.exists(m) for m in matches):
         raise ConfigError(f"{spec}: no such file or folder")
+    why = "no gates.json: unfinished, or trained without gates (encoder.gate=none)"
     found = []
     for match in map(Path, matches):
         if is_gate_run(match):
             found.append(match)
-        elif match.is_dir():
-            children = [c for c in sorted(match.iterdir()) if is_gate_run(c)]
-            found += children or sorted(p.parent for p in match.rglob("gates.json") if is_gate_run(p.parent))
+        elif _has_config_only(match):
+            notes.append(Note(match, why))
+        elif not match.is_dir():
+            notes.append(Note(match, "a file, not a run folder"))
+        elif (kind := folder_kind(match)) is not None:
+            notes.append(Note(match, KIND_WHY[kind]))
+        else:
+            runs, _, below = walk_runs(match, is_gate_run, _has_config_only, why)
+            found += runs
+            notes += below
+            if not runs:
+                notes.append(Note(match, "no run folder (gates.json and config.yaml) in it or below it"))
     return found
 
 
@@ -231,17 +284,25 @@ def read_run(folder: Path) -> RunGates:
         raise ConfigError(f"{folder / 'config.yaml'}: config key 'tasks' must be a non-empty list of task names")
     seed, experiment = cfg.get("seed"), cfg.get("experiment")
     return RunGates(folder, tuple(t.strip() for t in tasks), seed if isinstance(seed, int) else None,
-                    _read_gates(folder / "gates.json"), _prune_mode(cfg), str(experiment) if experiment else None)
+                    _read_gates(folder / "gates.json"), _prune_mode(cfg), str(experiment) if experiment else None, cfg)
 
 
-def read_runs(paths: list[str | Path]) -> list[RunGates]:
-    """The runs named by ``paths`` (run folders, globs, or parents of run folders), each once.
+def read_runs(paths: list[str | Path], notes: list | None = None) -> list[RunGates]:
+    """The runs named by ``paths`` (run folders, globs, or folders with run folders below them), each once.
+
+    Args:
+        paths: what the command was given.
+        notes: when given, a :class:`mtl_heads.compare.Note` is appended for everything named or
+            found and not used (runs without gates.json, probe reports, files).
 
     Raises ``ConfigError`` naming the path or file for a missing path, no run found, or a broken file.
     """
-    folders = list(dict.fromkeys(f.resolve() for spec in paths for f in _expand(str(spec))))
+    notes = [] if notes is None else notes
+    folders = list(dict.fromkeys(f.resolve() for spec in paths for f in _expand(str(spec), notes)))
     if not folders:
-        raise ConfigError(f"no run folders (holding gates.json and config.yaml) found in: {', '.join(map(str, paths))}")
+        why = "".join(f"\n  {note}" for note in notes)
+        raise ConfigError(f"no run folders (holding gates.json and config.yaml) found in: {', '.join(map(str, paths))}"
+                          + why)
     return [read_run(f) for f in folders]
 
 
@@ -252,12 +313,19 @@ def _seed_order(run: RunGates) -> tuple:
 def group_settings(runs: list[RunGates]) -> dict[str, list[RunGates]]:
     """``{setting: runs sorted by seed}``, settings ordered by number of tasks (STL first), then name.
 
-    A setting is a task list (with its pruning regime). Runs of one task list from different
+    A setting is what ``python -m mtl_heads.compare`` calls one (:func:`mtl_heads.compare.setting_names`:
+    configs equal apart from seed, folders, W&B; named by task list and pruning regime, plus the keys
+    that tell apart settings of one name: ``pos (dynamic, budget=36)``). Runs from different
     ``experiment`` names are never pooled as seeds: their names get `` [experiment]`` appended.
     """
+    from mtl_heads.compare import setting_names
+
+    names = dict(zip((r.path for r in runs), setting_names([r.config or {"tasks": list(r.tasks),
+                                                                          "prune": {"mode": r.prune}}
+                                                            for r in runs])))
     groups: dict[tuple, list[RunGates]] = {}
-    for run in sorted(runs, key=lambda r: (len(r.tasks), r.setting, r.experiment or "")):
-        groups.setdefault((run.setting, run.experiment), []).append(run)
+    for run in sorted(runs, key=lambda r: (len(r.tasks), names[r.path], r.experiment or "")):
+        groups.setdefault((names[run.path], run.experiment), []).append(run)
     shared = {s for s, _ in groups if sum(s == other for other, _ in groups) > 1}
     return {(f"{s} [{e or 'default'}]" if s in shared else s): sorted(group, key=_seed_order)
             for (s, e), group in groups.items()}
@@ -290,6 +358,31 @@ def _new_figure(width: float, height: float) -> Figure:
     return fig
 
 
+def wrap_label(text: str, width: int = 26) -> str:
+    """``text`` on lines of at most ``width`` characters (broken at spaces, commas, else anywhere):
+    figure sizes below are computed for labels of bounded width, so long setting names never
+    squeeze the axes to nothing."""
+    lines = textwrap.wrap(str(text), width, break_on_hyphens=False) or [str(text)]
+    return "\n".join(lines)
+
+
+def _chars(inches: float, fontsize: float) -> int:
+    """About how many characters of ``fontsize`` points fit in ``inches`` (0.6 em per character)."""
+    return max(12, int(inches * 72 / (0.6 * fontsize)))
+
+
+def _lines_height(text: str, fontsize: float) -> float:
+    """Inches taken by the lines of ``text`` at ``fontsize`` points (1.3 line spacing)."""
+    return (text.count("\n") + 1) * 1.3 * fontsize / 72
+
+
+def _text_size(labels: list[str], fontsize: float) -> tuple[float, int]:
+    """(inches of the longest line, most lines) of wrapped labels at ``fontsize`` points
+    (about 0.6 em per character)."""
+    lines = [line for label in labels for line in label.split("\n")] or [""]
+    return max(len(x) for x in lines) * 0.6 * fontsize / 72, max(label.count("\n") + 1 for label in labels or [""])
+
+
 def _grid_axes(ax, layers: int, heads: int) -> None:
     ax.set_xticks(range(heads))
     ax.set_yticks(range(layers))
@@ -306,14 +399,16 @@ def plot_gate_map(values: np.ndarray, title: str, path: Path, threshold: float =
     """Layer x head heatmap of one run's gates (black = open), pruned heads marked x, kept count in the title."""
     layers, heads = values.shape
     kept = kept_per_layer(values, threshold)  # [layers]
-    fig = _new_figure(0.45 * heads + 2.2, 0.45 * layers + 1.3)
+    width = max(3.6, 0.45 * heads + 2.2)
+    title = wrap_label(f"{title}: {int(kept.sum())}/{values.size} heads kept", _chars(width - 0.4, 9))
+    fig = _new_figure(width, 0.45 * layers + 1.1 + _lines_height(title, 9))
     ax = fig.add_subplot()
     image = ax.imshow(values, cmap="gray_r", vmin=0.0, vmax=1.0, interpolation="nearest")
     for layer, head in zip(*np.nonzero(values < threshold)):
         ax.text(head, layer, "x", ha="center", va="center", color="tab:red", fontsize=8)
     _grid_axes(ax, layers, heads)
     ax.set_yticklabels([f"{layer} ({k})" for layer, k in enumerate(kept)])
-    ax.set_title(f"{title}: {int(kept.sum())}/{values.size} heads kept", fontsize=9)
+    ax.set_title(title, fontsize=9)
     fig.colorbar(image, ax=ax, label="gate", shrink=0.8)
     return _save(fig, path)
 
@@ -321,35 +416,51 @@ def plot_gate_map(values: np.ndarray, title: str, path: Path, threshold: float =
 def plot_pixels(pixels: np.ndarray, title: str, path: Path, note: str) -> Path:
     """An RGB ``[L, H, 3]`` or grey ``[L, H]`` uint8 map shown cell by cell, with a note under it."""
     layers, heads = pixels.shape[:2]
-    fig = _new_figure(0.45 * heads + 1.2, 0.45 * layers + 1.6)
+    width = max(3.6, 0.45 * heads + 1.2)
+    title = wrap_label(title, _chars(width - 0.3, 9))
+    note = "head\n" + "\n".join(wrap_label(line, _chars(width - 0.2, 8)) for line in note.split("\n"))
+    fig = _new_figure(width, 0.45 * layers + 0.8 + _lines_height(title, 9) + _lines_height(note, 8))
     ax = fig.add_subplot()
     ax.imshow(pixels, cmap="gray", vmin=0, vmax=255, interpolation="nearest")
     _grid_axes(ax, layers, heads)
     ax.set_title(title, fontsize=9)
-    ax.set_xlabel(f"head\n{note}", fontsize=8)
+    ax.set_xlabel(note, fontsize=8)
     return _save(fig, path)
 
 
-def plot_correlation(table: pd.DataFrame, path: Path) -> Path:
-    """Settings x settings heatmap with each value written in its cell (n/a for NaN)."""
+def plot_correlation(table: pd.DataFrame, path: Path, left_out: list[str] | tuple = ()) -> Path:
+    """Settings x settings heatmap with each value written in its cell (n/a for NaN); ``left_out``
+    (settings whose gates never moved) are named under it. The figure grows with the (wrapped)
+    setting names, so the matrix keeps its size whatever they are."""
     n = len(table)
-    fig = _new_figure(1.0 * n + 3.0, 0.8 * n + 2.0)
+    labels = [wrap_label(s, 24) for s in table.index]
+    label_width, label_lines = _text_size(labels, 9)
+    cell = 0.75
+    footnote = wrap_label(f"left out, gates never moved (unpruned): {', '.join(left_out)}", 70) if left_out else ""
+    width = max(5.0, cell * n + label_width + 1.6)
+    footnote_lines = footnote.count("\n") + 1 if footnote else 0
+    height = cell * n + 0.75 * label_width + 0.25 * label_lines + 1.2 + 0.18 * footnote_lines
+    fig = _new_figure(width, height)
     ax = fig.add_subplot()
     image = ax.imshow(table.to_numpy(), cmap="RdBu_r", vmin=-1.0, vmax=1.0)
     for (i, j), value in np.ndenumerate(table.to_numpy()):
-        ax.text(j, i, "n/a" if np.isnan(value) else f"{value:.2f}", ha="center", va="center", fontsize=8,
+        ax.text(j, i, "n/a" if np.isnan(value) else f"{value:.2f}", ha="center", va="center", fontsize=9,
                 color="white" if abs(np.nan_to_num(value)) > 0.6 else "black")
-    ax.set_xticks(range(n), table.columns, rotation=45, ha="right", fontsize=8)
-    ax.set_yticks(range(n), table.index, fontsize=8)
-    ax.set_title("gate correlation (Pearson);\ndiagonal: run-to-run consistency", fontsize=9)
+    ax.set_xticks(range(n), labels, rotation=45, ha="right", rotation_mode="anchor", fontsize=9)
+    ax.set_yticks(range(n), labels, fontsize=9)
+    ax.set_title("gate correlation (Pearson)\ndiagonal: run-to-run consistency", fontsize=10)
     fig.colorbar(image, ax=ax, shrink=0.8)
+    if footnote:
+        fig.supxlabel(footnote, fontsize=8, color="0.35")
     return _save(fig, path)
 
 
 def plot_kept_bars(kept: np.ndarray, heads: int, title: str, path: Path) -> Path:
     """Bar chart of heads kept per layer, mean over seeds (``kept`` is ``[runs, layers]``), seeds as dots."""
     runs, layers = kept.shape
-    fig = _new_figure(0.5 * layers + 2.5, 2.8)
+    width = max(3.6, 0.5 * layers + 2.5)
+    title = wrap_label(title, _chars(width - 0.3, 9))
+    fig = _new_figure(width, 2.6 + _lines_height(title, 9))
     ax = fig.add_subplot()
     ax.bar(range(layers), kept.mean(0), color="0.6", label=f"mean of {runs} run(s)")
     for row in kept:
@@ -385,11 +496,31 @@ def write_overlap(setting: str, three: list[RunGates], out: Path) -> Path:
                        out / f"overlap-{_file_safe(setting)}.png", note)
 
 
-def write_correlation(groups: dict[str, list[RunGates]], out: Path) -> dict[str, Path]:
-    """``correlation.csv`` and ``correlation.png``: the settings' gate correlation matrix."""
-    table = correlation_matrix({s: [r.values for r in g] for s, g in groups.items()})
-    table.to_csv(out / "correlation.csv", float_format="%.4f")
-    return {"correlation_csv": out / "correlation.csv", "correlation": plot_correlation(table, out / "correlation.png")}
+def write_correlation(groups: dict[str, list[RunGates]], out: Path, stem: str = "correlation") -> dict[str, Path]:
+    """``<stem>.csv`` (every setting; blank where the correlation means nothing, see
+    :func:`correlation_matrix`) and ``<stem>.png`` (the settings whose gates vary; none drawn when
+    no setting's do)."""
+    settings = {s: [r.values for r in g] for s, g in groups.items()}
+    table = correlation_matrix(settings)
+    table.to_csv(out / f"{stem}.csv", float_format="%.4f")
+    paths = {f"{stem}_csv": out / f"{stem}.csv"}
+    still = still_settings(settings)
+    moving = [s for s in table.index if s not in still]
+    if moving:
+        paths[stem] = plot_correlation(table.loc[moving, moving], out / f"{stem}.png", left_out=still)
+    return paths
+
+
+def correlation_note(groups: dict[str, list[RunGates]]) -> str | None:
+    """A line saying which settings the correlation picture leaves out and why (None: none left out)."""
+    still = still_settings({s: [r.values for r in g] for s, g in groups.items()})
+    if not still:
+        return None
+    if len(still) == len(groups):
+        return ("gate correlation not drawn: no setting's gates vary (max - min below "
+                f"{MIN_GATE_SPREAD:g}; unpruned gates never move)")
+    return (f"gate correlation leaves out {', '.join(still)}: their gates never moved (max - min below "
+            f"{MIN_GATE_SPREAD:g}, e.g. unpruned), so a correlation of them would be noise")
 
 
 def write_kept(groups: dict[str, list[RunGates]], labels: dict[Path, str], out: Path,
@@ -405,13 +536,16 @@ def write_kept(groups: dict[str, list[RunGates]], labels: dict[Path, str], out: 
     return paths
 
 
-def write_report(runs: list[RunGates], out: str | Path, threshold: float = KEEP_THRESHOLD) -> dict[str, Path]:
+def write_report(runs: list[RunGates], out: str | Path, threshold: float = KEEP_THRESHOLD,
+                 groups: dict[str, list[RunGates]] | None = None) -> dict[str, Path]:
     """Write every picture and table of the runs into ``out``; returns ``{name: path}``.
 
     Args:
         runs: from :func:`read_runs`; all must share one ``[layers, heads]`` grid.
         out: the output folder (created).
         threshold: a head is kept when its gate is >= threshold (default 1e-3).
+        groups: ``{setting: runs}`` to use instead of :func:`group_settings` (the HTML report passes
+            the settings of its comparison table).
 
     Names: ``gates/<run>``, ``overlap/<setting>``, ``mean``, ``correlation_csv``, ``correlation``,
     ``kept_csv``, ``kept/<setting>``.
@@ -424,7 +558,7 @@ def write_report(runs: list[RunGates], out: str | Path, threshold: float = KEEP_
         raise ConfigError(f"runs have different [layers, heads] gate grids (one encoder per report): {found}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    groups = group_settings(runs)
+    groups = group_settings(runs) if groups is None else groups
     labels = _run_labels(groups)
     paths: dict[str, Path] = {}
     for setting, group in groups.items():
@@ -481,36 +615,60 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m mtl_heads.gates",
                                      description="Gate pictures and tables (PNG, CSV) from training run folders.")
     parser.add_argument("runs", nargs="+", help="run folders, globs, or folders whose children are run folders")
-    parser.add_argument("--out", help="output folder (default: gate-report/ under the runs' common parent)")
+    parser.add_argument("--out", help="output folder (default: gate-report/ in the runs' common parent folder, "
+                                      "e.g. runs/gate-report/)")
     parser.add_argument("--wandb", default="disabled", choices=WANDB_MODES, help="log the pictures and tables to W&B")
     parser.add_argument("--project", default="mtl-heads", help="W&B project (default mtl-heads)")
     parser.add_argument("--threshold", type=float, default=KEEP_THRESHOLD, help="kept when gate >= this (default 1e-3)")
     return parser.parse_args(argv)
 
 
+WHAT = {"mean": "mean gate over every run", "correlation": "gate correlation between settings",
+        "correlation_csv": "gate correlation between settings", "kept_csv": "heads kept per layer, one row per run"}
+
+
+def _what(key: str) -> str:
+    if key in WHAT:
+        return WHAT[key]
+    kind, _, name = key.partition("/")
+    return {"gates": f"gate map of run {name}", "overlap": f"three runs of {name} as R, G, B",
+            "kept": f"heads kept per layer, {name}"}.get(kind, key)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point; returns 0, or 2 with a message for bad input (no runs, broken files)."""
     args = parse_args(argv)
+    notes: list = []
     try:
-        runs = read_runs(args.runs)
+        runs = read_runs(args.runs, notes)
         out = Path(args.out) if args.out else default_out(runs)
         paths = write_report(runs, out, args.threshold)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     groups = group_settings(runs)
     print(f"{len(runs)} run(s) in {len(groups)} setting(s): " + ", ".join(f"{s} ({len(g)})" for s, g in groups.items()))
-    print(f"wrote {len(paths)} files to {out}/")
-    for path in paths.values():
-        print(f"  {path.name}")
+    note = correlation_note(groups)
+    if note:
+        print(note)
+    where = "--out" if args.out else "default: gate-report/ beside the runs, in their common parent; --out to change"
+    print(f"output folder: {out} ({where})")
+    for key, path in paths.items():
+        print(f"wrote {path} ({_what(key)})")
     if args.wandb != "disabled":
         try:
             folder = log_to_wandb(paths, out, args.wandb, args.project)
         except Exception as err:  # wandb raises its own errors (no API key, no network)
             print(f"error: W&B logging ({args.wandb}) failed: {err}", file=sys.stderr)
             return 2
-        hint = f" (upload with `wandb sync {folder}`)" if args.wandb == "offline" else ""
-        print(f"logged to W&B ({args.wandb}): {folder}{hint}")
+        if args.wandb == "offline":
+            from mtl_heads.tracking import offline_message
+
+            print(offline_message(Path(folder)))
+        else:
+            print(f"W&B: online run logged (local files in {folder})")
     return 0
 
 

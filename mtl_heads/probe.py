@@ -27,14 +27,14 @@ from typing import Callable
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from mtl_heads.cli import command
 from mtl_heads.config import CONFIG_DIR, ConfigError, load_config
 from mtl_heads.data.corpus import ROLES, load_corpus
-from mtl_heads.data.errors import DataError
 from mtl_heads.encoder import EncoderNotFound, GatedEncoder
 from mtl_heads.precision import autocast
-from mtl_heads.runs import is_run_dir, load_run
+from mtl_heads.build import is_run_dir, load_run
 from mtl_heads.tracking import resolve_mode, start_run
-from mtl_heads.train import pick_device
+from mtl_heads.build import pick_device
 
 REPORTS = Path("probe-reports")
 
@@ -187,6 +187,8 @@ def run_compare(cfg: DictConfig, log: Callable = print) -> Path:
         raise ConfigError(f"config key 'compare': the reports share none of the probes {list(cfg.probes)} "
                           f"(they hold: {'; '.join(', '.join(r.summaries) for r in reports)})")
     written = compare_reports(reports, out, common, cfg.report.compare_panels)
+    for line in written["meta"]["choice_warnings"]:
+        log(f"warning: {line}")
     run_id = log_to_wandb(cfg, out, "probe", written["meta"], written["tables"], {}, written["images"], compare=True)
     log(f"comparison folder: {out}" + (f" (W&B run {run_id})" if run_id else ""))
     return out
@@ -260,19 +262,7 @@ def run(overrides: list[str], log: Callable = print) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] in ("-h", "--help"):
-        print(__doc__)
-        return 0
-    try:
-        run(argv)
-    except (ConfigError, DataError) as err:  # bad input: a message, no traceback
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    return 0
+    return command(run, __doc__, argv)
 
 
 if __name__ == "__main__":

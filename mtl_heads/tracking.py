@@ -18,7 +18,9 @@ layer, head, gate), ``gates/heatmap`` (an image) and ``gates/kept``.
 ``wandb.mode=auto`` follows the ``WANDB_MODE`` environment variable when it is set, else logs online
 when ``WANDB_API_KEY`` is set and offline otherwise (no key needed; upload later with
 ``wandb sync <folder>/wandb/offline-run-*``); ``disabled`` turns it off. The W&B run id is kept in
-the run folder so that a resumed run continues the same W&B run.
+the run folder so that a resumed run continues the same W&B run. When an offline run finishes, the
+command prints where it went (:func:`offline_message`, the one place for train, prune and probe):
+``W&B: offline run written to <folder>; upload with `wandb sync <folder>```.
 """
 from __future__ import annotations
 
@@ -98,10 +100,46 @@ def start_run(wandb_cfg, folder: Path, job: str, config: dict, run_cfg=None, nam
     user_tags = list(wandb_cfg.get("tags") or [])
     tags = run_tags(run_cfg) if run_cfg is not None else user_tags
     group = run_group(run_cfg) if run_cfg is not None else job
-    return wandb.init(project=wandb_cfg.project, entity=wandb_cfg.get("entity"), dir=str(folder), mode=mode,
-                      name=wandb_cfg.get("name") or name or folder.name, group=group, job_type=job,
-                      tags=list(dict.fromkeys([*user_tags, *tags, *extra_tags])), config=config, id=run_id,
-                      resume="allow" if run_id else None, settings=wandb.Settings(console="off", silent=True))
+    run = wandb.init(project=wandb_cfg.project, entity=wandb_cfg.get("entity"), dir=str(folder), mode=mode,
+                     name=wandb_cfg.get("name") or name or folder.name, group=group, job_type=job,
+                     tags=list(dict.fromkeys([*user_tags, *tags, *extra_tags])), config=config, id=run_id,
+                     resume="allow" if run_id else None, settings=wandb.Settings(console="off", silent=True))
+    tell_when_finished(run)
+    return run
+
+
+def _shown(folder: Path) -> str:
+    """``folder`` relative to the working directory when it lies below it, else as it is."""
+    try:
+        return str(Path(folder).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(folder)
+
+
+def offline_message(folder: Path) -> str:
+    """The line printed when an offline W&B run is written: where, and how to upload it."""
+    folder = _shown(folder)
+    return f"W&B: offline run written to {folder}; upload with `wandb sync {folder}`"
+
+
+def tell_when_finished(run, log=print) -> None:
+    """Make ``run.finish()`` of an offline W&B run print :func:`offline_message` (once) after it
+    finishes. :func:`start_run` does this for every run, so train (:meth:`Tracker.finish`), the
+    head removal of prune and the probe all say where their offline run went."""
+    if run is None or not getattr(run, "offline", False):
+        return
+    folder = Path(run.dir).parent  # run.dir is <folder>/wandb/offline-run-<time>-<id>/files
+    finish = run.finish
+    told = []
+
+    def finish_and_tell(*args, **kwargs):
+        result = finish(*args, **kwargs)
+        if not told:
+            told.append(True)
+            log(offline_message(folder))
+        return result
+
+    run.finish = finish_and_tell
 
 
 def gate_table(values: torch.Tensor):

@@ -334,26 +334,45 @@ class Trainer:
     @torch.no_grad()
     def evaluate(self, role: str) -> dict[str, dict[str, float]]:
         """Metrics of every task on ``role`` (dev or test) with the current weights."""
-        self.model.eval()
-        results = {}
-        for name, task in sorted(self.tasks.items()):
-            examples = self.examples[role][name]
-            metric = task.metric()
-            batches = length_batches([len(e.input_ids) for e in examples], self.tc.eval_batch_size)
-            for ids in tqdm(batches, desc=f"{role} {name}", leave=False, dynamic_ncols=True,
-                            disable=self.rank != 0 or not self.tc.progress):
-                chunk = [examples[i] for i in ids]
-                batch = self._to_device(collate(chunk, self.pad_id))
-                with autocast(self.device, self.cfg.precision):
-                    preds = self.model.decode(batch, name)
-                metric.update(preds, [task.gold(e.sentence) for e in chunk])
-            results[name] = metric.compute() if examples else {}
+        results = evaluate_examples(self.model, self.tasks, self.examples[role], self.device, self.cfg.precision,
+                                    self.tc.eval_batch_size, progress=self.rank == 0 and self.tc.progress, desc=role)
         self.model.train()
         return results
 
     def _to_device(self, batch: dict) -> dict:
         return {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
 
+
+
+@torch.no_grad()
+def evaluate_examples(model, tasks: dict, examples: dict, device: torch.device, precision: str = "auto",
+                      batch_size: int = 64, progress: bool = False, desc: str = "") -> dict[str, dict[str, float]]:
+    """Each task's metrics on its examples, the model in eval mode: training's dev/test scores and
+    ``python -m mtl_heads.evaluate`` come from here.
+
+    Args:
+        model: a ``MultiTaskModel`` on ``device``.
+        tasks: ``{name: Task}``; examples: ``{name: [Example]}`` (``prepare_examples``' per-role dict).
+        precision: ``auto | fp32 | bf16`` (see ``mtl_heads.precision``); batch_size: sentences per batch.
+        progress, desc: a progress bar per task, labelled ``"{desc} {task}"``.
+
+    Returns: ``{task: {metric: value}}``; ``{}`` for a task without examples.
+    """
+    model.eval()
+    pad_id = model.encoder.tokenizer.pad_token_id
+    results = {}
+    for name, task in sorted(tasks.items()):
+        chunk_of = examples.get(name, [])
+        metric = task.metric()
+        batches = length_batches([len(e.input_ids) for e in chunk_of], batch_size)
+        for ids in tqdm(batches, desc=f"{desc} {name}".strip(), leave=False, dynamic_ncols=True, disable=not progress):
+            chunk = [chunk_of[i] for i in ids]
+            batch = {k: v.to(device, non_blocking=True) for k, v in collate(chunk, pad_id).items()}
+            with autocast(device, precision):
+                preds = model.decode(batch, name)
+            metric.update(preds, [task.gold(e.sentence) for e in chunk])
+        results[name] = metric.compute() if chunk_of else {}
+    return results
 
 
 def selection(cfg) -> str:

@@ -11,30 +11,72 @@ itself. Score: accuracy (%) per relation / role, layer and head.
 - SRL: the argument span (s, e) of predicate p is found when argmax(row w) = p for some word w of
   the span, or argmax(row p) falls in the span. ``V`` and ``C-V`` spans are parts of the
   predicate, not arguments, and are not scored.
+
+Options of the DEP probe (config section ``dep``; the defaults are He & Choi's):
+
+- ``root``: ``cls`` (default; He & Choi's reference scripts: [CLS] is the root slot, in the argmax
+  of every row, and root arcs are scored as above) or ``none`` (as Clark et al. 2019 score arcs:
+  word-to-word arcs only -- root arcs are not scored, and the argmax runs over the sentence's
+  words only, [CLS] and [SEP] left out; a word may still attend to itself, as in He & Choi's
+  probe, unlike Clark's, which excludes it -- see :mod:`probes.clark`). With ``none``, a row that
+  gives the words no weight at all (everything on [CLS]/[SEP]) predicts no word.
+- ``relations``: ``full`` (default: the labels as the data has them, e.g. UD ``nsubj:pass``,
+  ``obl:tmod``) or ``universal`` (the UD subtype after ``:`` dropped, so ``nsubj:pass`` counts as
+  ``nsubj``: one row per universal relation, its arcs summed). Stanford labels of converted trees
+  (``data.deps=converted``) have no subtypes and are unchanged. The Clark probe uses the same
+  labels (it reads this section too).
+
+The SRL probe has no options: [CLS] is always in its argmax (a predicate's argument never is the
+root), as in the reference scripts.
 """
 from __future__ import annotations
 
 import pandas as pd
 import torch
 
+from mtl_heads.config import ConfigError
 from probes.base import LabelStats, Probe, ProbeBatch, grid_frame
 
-__all__ = ["DepProbe", "SrlProbe", "dependency_arcs", "srl_arguments"]
+__all__ = ["DepProbe", "SrlProbe", "dependency_arcs", "srl_arguments", "relation_label", "check_choice", "ROOTS",
+           "RELATIONS", "ROOT_TEXT", "RELATION_TEXT"]
 
 VERB_ROLES = frozenset({"V", "C-V"})
+ROOTS = ("cls", "none")
+"""``dep.root``: [CLS] as the root slot (He & Choi) | no root slot, root arcs not scored (Clark et al.)."""
+RELATIONS = ("full", "universal")
+"""``dep.relations``: labels as in the data | UD subtypes dropped (``nsubj:pass`` -> ``nsubj``)."""
+ROOT_TEXT = {"cls": "[CLS] is the root slot, root arcs scored (He & Choi)",
+             "none": "no root slot, word-to-word arcs only, argmax over the words (Clark et al.)"}
+RELATION_TEXT = {"full": "labels as in the data, e.g. nsubj:pass", "universal": "UD subtypes dropped, nsubj:pass -> nsubj"}
 
 
-def dependency_arcs(batch: ProbeBatch) -> tuple[list[int], list[int], list[int], list[str]]:
+def check_choice(key: str, value, values: tuple[str, ...]) -> str:
+    """``value`` when it is one of ``values``, else a ConfigError naming the config ``key``."""
+    if value not in values:
+        raise ConfigError(f"config key '{key}': expected one of {', '.join(values)}, got {value!r}")
+    return value
+
+
+def relation_label(rel: str, relations: str = "full") -> str:
+    """The label an arc is counted under: ``rel`` (``full``) or its universal part (``universal``:
+    the UD subtype after the first ``:`` dropped, ``nsubj:pass`` -> ``nsubj``)."""
+    return rel.split(":", 1)[0] if relations == "universal" else rel
+
+
+def dependency_arcs(batch: ProbeBatch, root: str = "cls", relations: str = "full"
+                    ) -> tuple[list[int], list[int], list[int], list[str]]:
     """Gold arcs of the batch's annotated sentences, in slot coordinates:
-    ``(sentence, dependent slot, head slot, relation)`` lists; the root's slot is 0 ([CLS])."""
+    ``(sentence, dependent slot, head slot, relation)`` lists. ``root="cls"``: root arcs included,
+    the root's slot is 0 ([CLS]); ``"none"``: root arcs left out. ``relations``: see
+    :func:`relation_label`."""
     b, dep, head, rel = [], [], [], []
     for i, s in enumerate(batch.sentences):
         if not s.has("deps"):
             continue
-        b.extend([i] * len(s.heads))
-        dep.extend(range(1, len(s.heads) + 1))
-        head.extend(s.heads)
-        rel.extend(s.rels)
+        for d, (h, r) in enumerate(zip(s.heads, s.rels)):
+            if h == 0 and root == "none":
+                continue
+            b.append(i), dep.append(d + 1), head.append(h), rel.append(relation_label(r, relations))
     return b, dep, head, rel
 
 
@@ -73,23 +115,40 @@ class _ArgmaxProbe(Probe):
 
 class DepProbe(_ArgmaxProbe):
     """DEP attention probe: arc found if the dependent attends (argmax) to its head or the head to
-    the dependent; accuracy (%) per relation."""
+    the dependent; accuracy (%) per relation.
+
+    Args:
+        layers, heads, device: see :class:`probes.base.Probe`.
+        root: ``cls`` (default, He & Choi: [CLS] is the root slot) or ``none`` (Clark et al.: root
+            arcs not scored, argmax over the words only).
+        relations: ``full`` (default) or ``universal`` (``nsubj:pass`` counted as ``nsubj``).
+    """
 
     name = "dep"
     title = "DEP attention probe (accuracy %, per relation)"
     needs = ("deps",)
 
+    def __init__(self, layers: int, heads: int, device="cpu", root: str = "cls", relations: str = "full", **options):
+        super().__init__(layers, heads, device, **options)
+        self.root = check_choice("dep.root", root, ROOTS)
+        self.relations = check_choice("dep.relations", relations, RELATIONS)
+
     def update(self, batch: ProbeBatch) -> None:
-        b, dep, head, rel = dependency_arcs(batch)
+        b, dep, head, rel = dependency_arcs(batch, self.root, self.relations)
         n_sentences = sum(1 for s in batch.sentences if s.has("deps"))
         if not b:
             self.sentences += n_sentences
             return
         b, dep, head = (torch.tensor(x, device=batch.device) for x in (b, dep, head))
-        argmax = batch.argmax_root_words  # [B, L, H, S]
+        argmax = batch.argmax_root_words if self.root == "cls" else batch.argmax_words  # [B, L, H, S]
         from_dep = argmax[b, :, :, dep] == head[:, None, None]  # [U, L, H]
         from_head = argmax[b, :, :, head] == dep[:, None, None]  # [U, L, H]
         self._add(rel, from_dep | from_head, n_sentences)
+
+    def meta(self) -> dict:
+        return {**super().meta(), "root": self.root, "relations": self.relations,
+                "choices_text": f"dep.root={self.root} ({ROOT_TEXT[self.root]}); "
+                                f"dep.relations={self.relations} ({RELATION_TEXT[self.relations]})"}
 
 
 class SrlProbe(_ArgmaxProbe):

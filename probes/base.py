@@ -151,7 +151,7 @@ class RunProbeAdapter(Probe):
         self.table = pd.DataFrame(columns=COLUMNS)
 
     def compute(self, context: ProbeContext) -> None:
-        from mtl_heads.train import prepare_examples
+        from mtl_heads.data.batching import prepare_examples
 
         sentences = context.corpus[context.split]
         examples = prepare_examples({context.split: sentences}, context.run.tasks, context.encoder,
@@ -338,6 +338,16 @@ class ProbeBatch:
         """``[batch, layers, heads, slots]``: per query slot, the most attended slot among [CLS]
         (the root) and the words, self included (He & Choi's DEP/SRL attention probes)."""
         return self.word_attention[..., : self.n_slots - 1].argmax(-1)
+
+    @cached_property
+    def argmax_words(self) -> torch.Tensor:
+        """``[batch, layers, heads, slots]``: per query slot, the most attended word slot, self
+        included, with [CLS] and [SEP] left out of the argmax (the DEP probe with ``root=none``, as
+        Clark et al. score arcs); -1 where the row gives the words no weight at all (everything on
+        [CLS]/[SEP]), so that such a row predicts nothing rather than the first word."""
+        words = self.word_attention[..., 1 : self.n_slots - 1]  # [B, L, H, S, W]
+        best = words.argmax(-1)  # the first maximum wins ties, as in the other argmax tables
+        return torch.where(words.amax(-1) > 0, best + 1, torch.full_like(best, -1))
 
     @cached_property
     def argmax_all(self) -> torch.Tensor:

@@ -16,6 +16,13 @@ Deviations from the notebook: root arcs are not scored (no attention head can pr
 either); the special case for ``poss`` (use the prediction of the following ``'s``) is not applied;
 "punctuation" is every word made only of Unicode punctuation characters (the notebook: ``.`` and
 ``,``); the entropy is computed without the notebook's 1e-4 smoothing.
+
+Relation labels: the probe reads the DEP probe's config section ``dep`` and follows
+``dep.relations`` -- ``full`` (default: the data's labels; Clark et al. report Stanford labels on
+WSJ, e.g. ``nsubj``, ``dobj``, ``auxpass``) or ``universal`` (UD subtypes dropped, ``nsubj:pass``
+-> ``nsubj``; note that UD ``aux:pass``, the counterpart of Clark's ``auxpass``, then merges into
+``aux``). ``dep.root`` does not apply: this probe never scores root arcs and never puts [CLS] in
+the argmax, whatever it says.
 """
 from __future__ import annotations
 
@@ -23,6 +30,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from probes.attention import RELATION_TEXT, RELATIONS, ROOTS, check_choice, relation_label
 from probes.base import LabelStats, Probe, ProbeBatch, ProbeContext, grid_frame, is_punctuation
 
 __all__ = ["ClarkProbe", "RelationAccuracy", "OFFSETS", "DIRECTIONS"]
@@ -36,10 +44,13 @@ class RelationAccuracy:
 
     Args:
         layers, heads: the grid; device: where the sums live; offsets: baseline offsets.
+        relations: ``full`` (default) or ``universal`` (see :func:`probes.attention.relation_label`).
     """
 
-    def __init__(self, layers: int, heads: int, device: torch.device, offsets: tuple[int, ...] = OFFSETS):
+    def __init__(self, layers: int, heads: int, device: torch.device, offsets: tuple[int, ...] = OFFSETS,
+                 relations: str = "full"):
         self.offsets = tuple(offsets)
+        self.relations = relations
         self.heads_stats = LabelStats((len(DIRECTIONS), layers, heads), device)  # [C, 2, L, H]
         self.baseline_stats = LabelStats((len(self.offsets),), device)  # [C, K]
         self.sentences = 0
@@ -52,7 +63,7 @@ class RelationAccuracy:
             self.sentences += 1
             for d, (h, r) in enumerate(zip(s.heads, s.rels)):
                 if h > 0:  # root arcs are not scored
-                    b.append(i), dep.append(d + 1), head.append(h), rel.append(r)
+                    b.append(i), dep.append(d + 1), head.append(h), rel.append(relation_label(r, self.relations))
         if not b:
             return
         b, dep, head = (torch.tensor(x, device=batch.device) for x in (b, dep, head))
@@ -88,11 +99,14 @@ class ClarkProbe(Probe):
     title = "Clark et al. 2019: relation accuracy (%) vs fixed-offset baseline; special-token attention; entropy"
     needs = ("deps",)
     uses_attentions = True
+    options_section = "dep"  # the relation labels are the DEP probe's (dep.relations)
     SPECIAL = ("start", "end", "punct")
 
-    def __init__(self, layers: int, heads: int, device="cpu", **options):
+    def __init__(self, layers: int, heads: int, device="cpu", relations: str = "full", root: str = "cls", **options):
         super().__init__(layers, heads, device, **options)
-        self.relations = RelationAccuracy(layers, heads, self.device)
+        check_choice("dep.root", root, ROOTS)  # checked, not used: root arcs are never scored here
+        self.relation_labels = check_choice("dep.relations", relations, RELATIONS)
+        self.relations = RelationAccuracy(layers, heads, self.device, relations=self.relation_labels)
         self.attention_to = torch.zeros(layers, heads, len(self.SPECIAL), dtype=torch.float64, device=self.device)
         self.entropy = torch.zeros(layers, heads, dtype=torch.float64, device=self.device)
         self.n_attention_sentences = 0
@@ -147,4 +161,7 @@ class ClarkProbe(Probe):
                 "entropy": (["entropy"], "nats")}
 
     def meta(self) -> dict:
-        return {**super().meta(), "offsets": list(OFFSETS), "attention_sentences": self.n_attention_sentences}
+        return {**super().meta(), "offsets": list(OFFSETS), "attention_sentences": self.n_attention_sentences,
+                "root": "none", "relations": self.relation_labels,
+                "choices_text": f"root arcs never scored, dep.root does not apply; "
+                                f"dep.relations={self.relation_labels} ({RELATION_TEXT[self.relation_labels]})"}

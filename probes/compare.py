@@ -5,7 +5,9 @@ stem-cell study (pretrained encoder, STL run, MTL run).
 Output (``<folder>/``): ``compare-<probe>.csv`` (label, count, then per model ``score:<model>``,
 ``head:<model>`` and, for every model after the first, ``delta:<model>`` = its score minus the first
 model's), ``compare-<probe>-<family>.png`` (one row per label, one column per model, one colour
-scale per row), ``compare.md`` and ``compare.json``.
+scale per row), ``compare.md`` and ``compare.json``. Both show each report's probe choices
+(``dep.root``, ``dep.relations``, ``data.pos``; :func:`probes.report.report_choices`) and warn when
+the reports used different ones on a compared probe (``choice_warnings``).
 """
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from probes.report import Report, draw_heatmaps, head_name, heatmap_grid, markdown_table, safe_name
+from probes.report import (Report, choice_conflicts, choices_text, draw_heatmaps, head_name, heatmap_grid, markdown_table,
+                           report_choices, safe_name)
 
 __all__ = ["compare_reports", "side_by_side", "display_names"]
 
@@ -86,10 +89,11 @@ def compare_reports(reports: list[Report], out: Path, probes: list[str] | None =
             images[f"{probe}/{family}"] = path
     meta = {"reports": [str(r.folder) for r in reports], "names": names, "probes": common,
             "models": [{k: r.meta.get(k) for k in ("model", "model_kind", "split", "sentences", "words",
-                                                     "clustering_variant")} | {"data": r.meta.get("data")}
-                       for r in reports]}
+                                                     "clustering_variant")}
+                       | {"data": r.meta.get("data"), "choices": report_choices(r.meta)} for r in reports],
+            "choice_warnings": choice_conflicts([r.meta for r in reports], names, common)}
     (out / "compare.json").write_text(json.dumps(meta, indent=1, default=str))
-    (out / "compare.md").write_text(_markdown(reports, names, tables, images))
+    (out / "compare.md").write_text(_markdown(reports, names, tables, images, meta["choice_warnings"]))
     return {"tables": tables, "images": images, "meta": meta}
 
 
@@ -108,18 +112,22 @@ def _grid(report: Report, probe: str, label: str):
                         int(report.meta["heads"]))
 
 
-def _markdown(reports: list[Report], names: list[str], tables: dict, images: dict) -> str:
-    lines = ["# Probe comparison", "", "| model | source | data | split | sentences | words | clustering |",
-             "|---|---|---|---|---|---|---|"]
+def _markdown(reports: list[Report], names: list[str], tables: dict, images: dict, warnings: list[str]) -> str:
+    lines = ["# Probe comparison", "", "| model | source | data | split | sentences | words | clustering | choices |",
+             "|---|---|---|---|---|---|---|---|"]
     for r, name in zip(reports, names):
         m = r.meta
         data = m.get("data", {})
         lines.append(f"| {name} | `{m.get('model')}` ({m.get('model_kind')}) | {data.get('format')} "
                      f"{data.get('path') or ''} deps={data.get('deps')} | {m.get('split')} | {m.get('sentences')} | "
-                     f"{m.get('words')} | {m.get('clustering_variant', '-')} |")
+                     f"{m.get('words')} | {m.get('clustering_variant', '-')} | "
+                     f"{choices_text(report_choices(m), short=True)} |")
     keys = {(r.meta.get("split"), r.meta.get("sentences"), json.dumps(r.meta.get("data"), sort_keys=True)) for r in reports}
     if len(keys) > 1:
         lines += ["", "**Note: the reports were not made on the same data / split; deltas mix models and data.**"]
+    if warnings:
+        lines += ["", "**Warning: the reports used different probe choices; these deltas mix models and choices:**", ""]
+        lines += [f"- {line}" for line in warnings]
     lines += ["", f"Deltas are each model's best-head score minus that of `{names[0]}`. "
               "Layers and heads are numbered from 0.", ""]
     for probe, table in tables.items():

@@ -33,7 +33,7 @@ from tqdm.auto import tqdm
 from mtl_heads.data.batching import Example, collate, length_batches
 from mtl_heads.data.corpus import load_corpus
 from mtl_heads.trainer import move_to
-from mtl_heads.train import prepare_examples
+from mtl_heads.data.batching import prepare_examples
 
 __all__ = ["eval_mode", "open_heads", "split_examples", "task_batches",
            "gradient_importance", "normalise_per_layer", "task_score", "masked_scores", "single_head_ablation",
@@ -68,7 +68,7 @@ def split_examples(loaded_run, role: str = "dev", max_sentences: int | None = No
     tokenised as training did (``load_corpus`` + ``prepare_examples``).
 
     Args:
-        loaded_run: a ``mtl_heads.runs.LoadedRun``.
+        loaded_run: a ``mtl_heads.build.LoadedRun``.
         role: which role's sentences (default ``"dev"``).
         max_sentences: keep the first N examples per task (default: all).
     """

@@ -107,9 +107,20 @@ def _grid(L: int, H: int) -> list[list[float]]:
     return [[0.0] * H for _ in range(L)]
 
 
+def universal(rel: str) -> str:
+    """``nsubj:pass`` -> ``nsubj``: the label without its UD subtype."""
+    return rel.split(":")[0]
+
+
+def _label(rel: str, relations: str) -> str:
+    return universal(rel) if relations == "universal" else rel
+
+
 # ---------------------------------------------------------------------- DEP / SRL
-def ref_dep(records: list[Captured]) -> pd.DataFrame:
-    """DEP attention probe: argmax over [CLS] + words (self included); root arcs use [CLS]."""
+def ref_dep(records: list[Captured], root: str = "cls", relations: str = "full") -> pd.DataFrame:
+    """DEP attention probe. ``root="cls"``: argmax over [CLS] + words (self included); root arcs
+    use [CLS]. ``root="none"``: root arcs skipped; argmax over the words (self included), and a row
+    with no weight on any word predicts nothing. ``relations="universal"``: UD subtypes dropped."""
     hits, counts = {}, Counter()
     L = H = 0
     for record in records:
@@ -118,13 +129,22 @@ def ref_dep(records: list[Captured]) -> pd.DataFrame:
             continue
         L, H = record.attentions.shape[:2]
         maps, n = _maps(record), len(s.words)
+        candidates = range(n + 1) if root == "cls" else range(1, n + 1)
+
+        def predict(row: np.ndarray):
+            best = first_argmax(row, candidates)
+            return best if root == "cls" or row[best] > 0 else None
+
         for d, (head, rel) in enumerate(zip(s.heads, s.rels)):
+            if root == "none" and head == 0:
+                continue
+            rel = _label(rel, relations)
             counts[rel] += 1
             hits.setdefault(rel, _grid(L, H))
             for l in range(L):
                 for h in range(H):
                     m = maps[l][h]
-                    if first_argmax(m[d + 1], range(n + 1)) == head or first_argmax(m[head], range(n + 1)) == d + 1:
+                    if predict(m[d + 1]) == head or predict(m[head]) == d + 1:
                         hits[rel][l][h] += 1
     return _table(hits, counts, L, H)
 
@@ -203,7 +223,7 @@ def ref_clustering(fit_records: list[Captured], records: list[Captured], kind: s
 
 
 # ---------------------------------------------------------------------- Clark et al.
-def _relation_hits(records: list[Captured]):
+def _relation_hits(records: list[Captured], relations: str = "full"):
     """Per relation: hits[direction][l][h], offset hits, counts (root arcs left out)."""
     hits, base, counts = {}, {}, Counter()
     L = H = 0
@@ -216,6 +236,7 @@ def _relation_hits(records: list[Captured]):
         for d, (head, rel) in enumerate(zip(s.heads, s.rels)):
             if head == 0:
                 continue
+            rel = _label(rel, relations)
             counts[rel] += 1
             hits.setdefault(rel, [_grid(L, H), _grid(L, H)])
             base.setdefault(rel, [0] * len(OFFSETS))
@@ -230,8 +251,8 @@ def _relation_hits(records: list[Captured]):
     return hits, base, counts, L, H
 
 
-def _relation_table(records: list[Captured]) -> pd.DataFrame:
-    hits, base, counts, L, H = _relation_hits(records)
+def _relation_table(records: list[Captured], relations: str = "full") -> pd.DataFrame:
+    hits, base, counts, L, H = _relation_hits(records, relations)
     best = {r: max(range(len(OFFSETS)), key=lambda k: (base[r][k], -k)) for r in base}
     baseline = {r: 100.0 * base[r][best[r]] / counts[r] for r in base}
     offset = {r: OFFSETS[best[r]] for r in base}
@@ -240,10 +261,12 @@ def _relation_table(records: list[Captured]) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True) if hits else pd.DataFrame()
 
 
-def ref_clark(records: list[Captured], start_name: str = "to [CLS]", end_name: str = "to [SEP]") -> pd.DataFrame:
+def ref_clark(records: list[Captured], start_name: str = "to [CLS]", end_name: str = "to [SEP]",
+              relations: str = "full") -> pd.DataFrame:
     """Clark et al.: relation accuracy in both directions vs the best offset, plus attention to
-    [CLS] / [SEP] / punctuation and entropy per sentence (token level), averaged over sentences."""
-    table = _relation_table(records)
+    [CLS] / [SEP] / punctuation and entropy per sentence (token level), averaged over sentences.
+    ``relations="universal"``: UD subtypes dropped."""
+    table = _relation_table(records, relations)
     L, H = records[0].attentions.shape[:2]
     sums = {name: _grid(L, H) for name in (start_name, end_name, "to punct", "entropy")}
     for record in records:

@@ -5,7 +5,9 @@ Layout (``<folder>/``):
 - ``<probe>.csv``: the full table, one row per (layer, head, label) (+ ``direction`` for Clark);
 - ``<probe>_summary.csv``: the best head per label with its score and count (+ baseline);
 - ``<probe>-<family>.png``: a layer x head heatmap per label of the family (most frequent first);
-- ``report.json``: what was probed (model, data, split, sentence and token counts, variants, time);
+- ``report.json``: what was probed (model, data, split, sentence and token counts, variants, time)
+  and, under ``choices``, the choices that decide whether its numbers compare with another
+  report's or a paper's (:func:`report_choices`): ``dep.root``, ``dep.relations``, ``data.pos``;
 - ``report.md``: a self-contained summary naming all of the above, with the best-head tables.
 """
 from __future__ import annotations
@@ -19,8 +21,88 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from probes.attention import RELATION_TEXT, ROOT_TEXT
+
 __all__ = ["write_report", "read_report", "is_report_dir", "Report", "heatmap_grid", "draw_heatmaps", "markdown_table",
-           "head_name", "safe_name"]
+           "head_name", "safe_name", "report_choices", "pos_tagset", "relation_labels", "choices_text", "choice_conflicts",
+           "CHOICE_PROBES"]
+
+# ---------------------------------------------------------------------- comparability choices
+CHOICE_PROBES = {"dep.root": ("dep",), "dep.relations": ("dep", "clark"), "data.pos": ("pos",)}
+"""Each recorded choice and the probes whose numbers it changes."""
+CHOICE_NAMES = {"dep.root": "DEP root slot", "dep.relations": "relation labels", "data.pos": "POS tag set"}
+CHOICE_VALUES = {"dep.root": ROOT_TEXT, "dep.relations": RELATION_TEXT,
+                 "data.pos": {"xpos": "XPOS (PTB tags)", "upos": "UPOS (UD universal tags)"}}
+
+
+def pos_tagset(data: dict | None) -> str:
+    """The tag set ``Sentence.pos`` holds for the data section ``data`` (a report's ``data``):
+    ``data.pos`` resolved as the corpus loader does (:func:`mtl_heads.data.corpus.pos_column`):
+    ``upos``/``xpos`` as given; ``auto`` (or no ``data.pos``, as in reports made before that key
+    existed) ``upos`` for ``data.format=conllu``, else ``xpos`` (the PTB tags of ewt, conll2012,
+    hf, demo)."""
+    from omegaconf import OmegaConf
+
+    from mtl_heads.config import ConfigError
+    from mtl_heads.data.corpus import pos_column
+
+    data = {"format": None, **(data or {})}
+    try:
+        return pos_column(OmegaConf.create(data))
+    except ConfigError:  # a value the loader refuses (a hand-edited report): say what it holds
+        return str(data.get("pos"))
+
+
+def relation_labels(data: dict | None, relations: str) -> str:
+    """The relation labels the DEP/Clark probes scored: ``universal`` when the probe option
+    ``dep.relations`` or the loader (``data.deprel``) dropped the UD subtypes, else ``full``."""
+    return "universal" if "universal" in (relations, (data or {}).get("deprel")) else "full"
+
+
+def report_choices(meta: dict) -> dict:
+    """``{choice: value}`` for the choices that apply to the probes of a report (its
+    ``report.json`` meta): ``dep.root`` (dep), ``dep.relations`` (dep, clark: the labels scored,
+    ``universal`` also when ``data.deprel=universal`` dropped the subtypes while loading),
+    ``data.pos`` (pos, resolved to ``upos``/``xpos``). The recorded ``choices`` when present; for
+    reports made before they were recorded, the values those reports were made with (He & Choi's
+    ``cls``/``full``)."""
+    if isinstance(meta.get("choices"), dict):
+        return dict(meta["choices"])
+    probes = meta.get("probes", {}) or {}
+    choices = {}
+    if "dep" in probes:
+        choices["dep.root"] = probes["dep"].get("root", "cls")
+    with_relations = [p for p in CHOICE_PROBES["dep.relations"] if p in probes]
+    if with_relations:
+        choices["dep.relations"] = relation_labels(meta.get("data"), probes[with_relations[0]].get("relations", "full"))
+    if "pos" in probes:
+        choices["data.pos"] = pos_tagset(meta.get("data"))
+    return choices
+
+
+def choices_text(choices: dict, short: bool = False) -> str:
+    """``dep.root=cls, dep.relations=full, data.pos=xpos`` (``short``) or the same with meanings."""
+    if not choices:
+        return "-"
+    if short:
+        return ", ".join(f"{k}={v}" for k, v in choices.items())
+    return "; ".join(f"{k}={v} ({CHOICE_VALUES.get(k, {}).get(v, v)})" for k, v in choices.items())
+
+
+def choice_conflicts(metas: list[dict], names: list[str], probes: list[str] | None = None) -> list[str]:
+    """One line per choice on which the reports differ (only choices of the compared ``probes``,
+    default all; a report whose probes the choice does not touch is left out of that line)."""
+    lines = []
+    per_report = [report_choices(m) for m in metas]
+    for key, touched in CHOICE_PROBES.items():
+        if probes is not None and not set(touched) & set(probes):
+            continue
+        values = [(name, c[key]) for name, c in zip(names, per_report) if key in c]
+        if len({v for _, v in values}) > 1:
+            which = ", ".join(f"{name}: {v}" for name, v in values)
+            scored = "/".join(t for t in touched if probes is None or t in probes)
+            lines.append(f"{key} differs ({CHOICE_NAMES[key]}): {which}; {scored} scores do not compare")
+    return lines
 
 
 def head_name(layer, head) -> str:
@@ -162,8 +244,11 @@ def write_report(folder: Path, probes: dict, meta: dict, panels: int = 16) -> di
             path = folder / f"{name}-{safe_name(family)}.png"
             draw_heatmaps(rows, unit, path, f"{meta.get('model_name', '')}: {name} / {family} ({unit})")
             images[f"{name}/{family}"] = path
-    meta = {**meta, "families": families, "files": sorted(p.name for p in folder.iterdir() if p.is_file())
-            + ["report.json", "report.md"]}
+    if "probes" not in meta:
+        meta = {**meta, "probes": {n: p.meta() for n, p in probes.items()}}
+    # the choices these probes were run with (recomputed, never taken over from the caller's meta)
+    meta = {**meta, "choices": report_choices({**meta, "choices": None}), "families": families,
+            "files": sorted(p.name for p in folder.iterdir() if p.is_file()) + ["report.json", "report.md"]}
     (folder / "report.json").write_text(json.dumps(meta, indent=1, default=str))
     (folder / "report.md").write_text(report_markdown(meta, summaries, images, probes))
     return {"tables": tables, "summaries": summaries, "images": images, "meta": meta}
@@ -191,6 +276,10 @@ def report_markdown(meta: dict, summaries: dict, images: dict, probes: dict) -> 
         used = f"sentences used: {info.get('sentences', '?')}"
         if "variant_text" in info:
             used += f"; variant: {info['variant']} ({info['variant_text']})"
+        if "choices_text" in info:
+            used += f"; {info['choices_text']}"
+        if name == "pos" and "data.pos" in meta.get("choices", {}):
+            used += f"; tag set: {CHOICE_VALUES['data.pos'][meta['choices']['data.pos']]}"
         lines += [used, ""]
         if "found" in info:
             for role, heads in info["found"].items():
@@ -216,10 +305,20 @@ def _meta_rows(meta: dict) -> list[tuple[str, str]]:
             ("sentences", meta.get("sentences")), ("tokens (words)", meta.get("words")),
             ("sub-words", meta.get("subwords")),
             ("clustering variant", meta.get("clustering_variant", "-")),
+            *[(f"{CHOICE_NAMES[k]} ({k})", f"{v}: {CHOICE_VALUES[k].get(v, v)}" + _choice_source(k, data))
+              for k, v in meta.get("choices", {}).items() if k in CHOICE_NAMES],
             ("tokenisation", "; ".join(meta.get("tokenize", []))),
             ("device, probing time", f"{meta.get('device')}, {meta.get('seconds')} s (loading included), "
                                      f"{meta.get('created')}")]
     return [(k, str(v)) for k, v in rows]
+
+
+def _choice_source(key: str, data: dict) -> str:
+    if key == "data.pos":
+        return f" (data.pos={data.get('pos') or 'auto'})"
+    if key == "dep.relations" and data.get("deprel") == "universal":
+        return " (data.deprel=universal)"
+    return ""
 
 
 @dataclass

@@ -85,6 +85,17 @@ class Task:
         """Training targets for a batch, padded to ``n_words``."""
         raise NotImplementedError
 
+    def annotate(self, sentence: Sentence, prediction: Any) -> None:
+        """Write one decoded prediction — one element of the list ``decoder.decode(...)`` returns —
+        onto the sentence's layers, in place.
+
+        The inverse of :meth:`gold`: afterwards ``self.gold(sentence)`` is the prediction again (up
+        to what the metric ignores; each task says what), so a predicted file is scored with
+        ``metric.update([task.gold(pred_sentence)], [task.gold(gold_sentence)])``.
+        """
+        raise NotImplementedError(f"task '{self.name}' ({type(self).__name__}) cannot write its predictions onto "
+                                  "a Sentence: it has no annotate() method")
+
     # --- model --------------------------------------------------------------------------------
     def build_decoder(self, hidden_size: int) -> Decoder:
         raise NotImplementedError

@@ -234,6 +234,24 @@ class ConTask(Task):
         self.chart(sentence)  # validates leaves == words
         return sentence.tree
 
+    def annotate(self, sentence: Sentence, prediction: nltk.Tree) -> None:
+        """``sentence.tree`` = the predicted tree with the sentence's words as leaves (the decoder's
+        leaves are placeholders ``"0" .. "n-1"``). Preterminals: the sentence's POS tags when it
+        already has them (a predictor writes POS before CON when both are predicted), else the
+        decoder's dummy tag ``_`` (:data:`DUMMY_POS`; CON predicts no tags). ``gold`` gives the
+        prediction back with those leaves and preterminals, which the metric ignores: the
+        brackets are the same."""
+        tree = prediction.copy(deep=True)
+        positions = tree.treepositions("leaves")
+        if len(positions) != len(sentence.words):
+            raise ValueError(f"predicted tree has {len(positions)} leaves for {len(sentence.words)} words")
+        tags = sentence.pos if sentence.pos is not None and len(sentence.pos) == len(positions) else None
+        for i, position in enumerate(positions):
+            tree[position] = sentence.words[i]
+            if tags is not None:
+                tree[position[:-1]].set_label(tags[i])
+        sentence.tree = tree
+
     def targets(self, sentences: list[Sentence], n_words: int) -> dict[str, torch.Tensor]:
         spans = torch.zeros(len(sentences), n_words + 1, n_words + 1, dtype=torch.bool)
         labels = torch.full((len(sentences), n_words + 1, n_words + 1), -100, dtype=torch.long)

@@ -33,12 +33,32 @@ class Parse(NamedTuple):
     punct: list[bool] | None = None
 
 
+PTB_TAGS = frozenset({
+    "CC", "CD", "DT", "EX", "FW", "IN", "JJ", "JJR", "JJS", "LS", "MD", "NN", "NNS", "NNP", "NNPS", "PDT", "POS",
+    "PRP", "PRP$", "RB", "RBR", "RBS", "RP", "SYM", "TO", "UH", "VB", "VBD", "VBG", "VBN", "VBP", "VBZ", "WDT",
+    "WP", "WP$", "WRB", "$", "#", "ADD", "AFX", "GW", "XX", "-NONE-"}) | PUNCT_TAGS
+"""The Penn Treebank tag set as OntoNotes and EWT use it (with their additions ADD AFX GW HYPH NFP XX)."""
+UPOS_TAGS = frozenset({"ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN", "NUM", "PART", "PRON", "PROPN",
+                       "PUNCT", "SCONJ", "SYM", "VERB", "X"})
+"""The 17 Universal POS tags (UD v2)."""
+
+
 def is_punct(word: str, pos: str | None) -> bool:
-    """Punctuation for evaluation: the CoNLL/Stanford convention, i.e. a gold PTB tag among
-    ``` `` '' , . : ``` plus ``-LRB- -RRB- NFP HYPH`` (:data:`PUNCT_TAGS`); without a tag, a word
-    made only of Unicode punctuation characters (categories P*)."""
-    if pos is not None:
-        return pos in PUNCT_TAGS
+    """Punctuation for evaluation, by the word's gold tag, whichever tag set ``pos`` holds.
+
+    * a Penn Treebank tag (``data.pos=xpos`` on EWT/OntoNotes/demo): the CoNLL/Stanford
+      convention, one of ``` `` '' , . : ``` plus ``-LRB- -RRB- NFP HYPH`` (:data:`PUNCT_TAGS`);
+    * a Universal POS tag (``data.pos=upos``, the default for CoNLL-U): ``PUNCT``;
+    * no tag, or a tag of neither set (another treebank's XPOS, e.g. STTS ``$.`` or CTB ``PU``):
+      a word made only of Unicode punctuation characters (categories P*), the CoNLL-X rule.
+
+    Punctuation is left out of UAS/LAS on every corpus, so EWT scored with PTB tags (``data=ewt``)
+    and with UPOS (``data=conllu``) leave out nearly the same words (all but 40 of EWT dev's 24,892
+    agree: emoticons and rules like ``:)`` or ``====`` are NFP in PTB but SYM in UPOS, and ``/``
+    is ``,`` but SYM). The CoNLL 2018 shared task scores every word instead.
+    """
+    if pos in PTB_TAGS or pos in UPOS_TAGS:
+        return pos in PUNCT_TAGS or pos == "PUNCT"
     return bool(word) and all(unicodedata.category(ch).startswith("P") for ch in word)
 
 
@@ -198,6 +218,15 @@ class DepTask(Task):
         heads = pad_ids([list(s.heads) for s in sentences], n_words)
         rels = pad_ids([self.ids(s.rels) for s in sentences], n_words)
         return heads, rels
+
+    def annotate(self, sentence: Sentence, prediction: Parse) -> None:
+        """``sentence.heads`` (1-based, 0 = root) and ``sentence.rels`` from a predicted :class:`Parse`.
+        ``gold`` gives back the same heads and relations; its ``punct`` is recomputed from the
+        sentence (the metric reads punctuation from the gold side only)."""
+        heads, rels = list(prediction.heads), list(prediction.rels)
+        if len(heads) != len(sentence.words) or len(rels) != len(sentence.words):
+            raise ValueError(f"{len(heads)} predicted heads and {len(rels)} relations for {len(sentence.words)} words")
+        sentence.heads, sentence.rels = heads, rels
 
     def build_decoder(self, hidden_size: int) -> BiaffineParser:
         get = self.options.get

@@ -184,6 +184,26 @@ class NerTask(Task):
     def gold(self, sentence: Sentence) -> list[str]:
         return spans_to_bio(sentence.entities, len(sentence.words))
 
+    def annotate(self, sentence: Sentence, prediction: list[str]) -> None:
+        """``sentence.entities`` = the spans ``(start, end_exclusive, type)`` of the predicted BIO tags
+        (both decoders, ``crf`` and ``biaffine``, decode to BIO tags; a list of spans is taken as
+        it is). Spans are read as conlleval and seqeval read them: an ``I-X`` that does not continue
+        an ``X`` span starts one. So ``gold`` gives the prediction back exactly when its BIO is
+        well formed, and otherwise with such an ``I-X`` written ``B-X``: the same entities, the
+        same score."""
+        from mtl_heads.data.trees import bio_to_spans
+
+        n = len(sentence.words)
+        if prediction and not isinstance(prediction[0], str):  # spans already
+            spans = sorted((int(s), int(e), str(label)) for s, e, label in prediction)
+        else:
+            if len(prediction) != n:
+                raise ValueError(f"{len(prediction)} predicted tags for {n} words")
+            spans = bio_to_spans(prediction)
+        if any(not 0 <= s < e <= n for s, e, _ in spans) or any(a[1] > b[0] for a, b in zip(spans, spans[1:])):
+            raise ValueError(f"entity spans {spans} overlap or lie outside the {n}-word sentence")
+        sentence.entities = spans
+
     def load_labels(self, labels: list[str]) -> None:
         super().load_labels(labels)
         self.types = sorted({label[2:] for label in self.labels if label != "O"})  # entity types

@@ -72,6 +72,12 @@ class PosTask(Task):
     def targets(self, sentences: list[Sentence], n_words: int) -> torch.Tensor:
         return pad_ids([self.ids(s.pos) for s in sentences], n_words)
 
+    def annotate(self, sentence: Sentence, prediction: list[str]) -> None:
+        """``sentence.pos`` = the predicted tags (one per word); ``gold`` gives them back exactly."""
+        if len(prediction) != len(sentence.words):
+            raise ValueError(f"{len(prediction)} predicted tags for {len(sentence.words)} words")
+        sentence.pos = list(prediction)
+
     def build_decoder(self, hidden_size: int) -> SoftmaxTagger:
         return SoftmaxTagger(hidden_size, self.labels, self.options.get("dropout", 0.1))
 

@@ -37,7 +37,8 @@ from mtl_heads.gates import HardConcreteGate
 from mtl_heads.model import MultiTaskModel
 from mtl_heads.precision import autocast, fp32, full_precision, to_fp32, uses_bf16
 from mtl_heads.sparsity import Sparsity
-from mtl_heads.train import build_encoder, build_tasks, prepare_examples
+from mtl_heads.build import build_encoder, build_tasks
+from mtl_heads.data.batching import prepare_examples
 
 RTOL = 1e-2
 CPU = torch.device("cpu")
@@ -286,8 +287,9 @@ def test_mtl5_dynamic_pruning_bf16_train_probe_prune_decode(tiny_encoder_dir, tm
     autocast), probe the run under bf16, remove its pruned heads and decode with the pruned model
     under bf16."""
     from mtl_heads.probe import run as probe
-    from mtl_heads.prune import load_pruned, main as prune_main
-    from mtl_heads.train import run as train
+    from mtl_heads.prune import main as prune_main
+    from mtl_heads.removal import load_pruned
+    from mtl_heads.experiment import run as train
 
     started = time.perf_counter()
     monkeypatch.setenv("MTL_HEADS_CACHE", str(tmp_path / "cache"))
@@ -341,7 +343,7 @@ def test_mtl5_dynamic_pruning_bf16_train_probe_prune_decode(tiny_encoder_dir, tm
     kept = int(printed.split("heads kept: ")[1].split("/")[0])
     pruned = load_pruned(run_dir / "pruned")
     assert sum(pruned.encoder.heads_per_layer) == kept < 8
-    from mtl_heads.runs import load_run
+    from mtl_heads.build import load_run
 
     loaded = load_run(run_dir)
     sentences = load_corpus(load_config([sizes]).data)["dev"]

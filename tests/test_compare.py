@@ -68,9 +68,10 @@ def test_settings_pool_seeds_and_keep_only_differing_keys(runs_dir):
     comparison = compare_runs([str(runs_dir)])
     summary = comparison.summary
     assert summary.attrs["config_columns"] == ["train.lr_encoder"]  # seed, run_dir, experiment, wandb, progress ignored
-    assert list(summary["setting"]) == ["pos [train.lr_encoder=0.0001]", "pos [train.lr_encoder=5e-05]", "pos+ner"]
+    # short names: the usual lr (3 of the 6 runs) goes unsaid, the other is named by its key's last part
+    assert list(summary["setting"]) == ["pos", "pos (lr_encoder=5e-05)", "pos+ner"]
     assert list(summary["n"]) == [3, 1, 2]
-    stl = row(summary, "pos [train.lr_encoder=0.0001]")
+    stl = row(summary, "pos")
     assert stl["test pos accuracy mean"] == pytest.approx(93.0)
     assert stl["test pos accuracy std"] == pytest.approx(math.sqrt(13.0))  # ((-3)^2 + (-1)^2 + 4^2) / 2
     assert stl["dev pos accuracy std"] == pytest.approx(0.0)
@@ -80,7 +81,7 @@ def test_settings_pool_seeds_and_keep_only_differing_keys(runs_dir):
     mtl = row(summary, "pos+ner")
     assert mtl["test ner f1 mean"] == pytest.approx(82.0) and mtl["test ner f1 std"] == pytest.approx(math.sqrt(8.0))
     assert mtl["test score mean"] == pytest.approx(np.mean([87.5, 90.0]))
-    single = row(summary, "pos [train.lr_encoder=5e-05]")
+    single = row(summary, "pos (lr_encoder=5e-05)")
     assert single["test pos accuracy mean"] == 88.0 and math.isnan(single["test pos accuracy std"])
     assert math.isnan(single["test ner f1 mean"])  # an STL run has no ner column value
 
@@ -170,7 +171,7 @@ def test_unfinished_runs(runs_dir, tmp_path, capsys):
     found, skipped = find_runs([str(runs_dir / "mtl")])
     assert len(found) == 2 and skipped == [running.resolve()]
     assert main([str(runs_dir / "mtl"), "--out", str(tmp_path / "o")]) == 0
-    assert "skipped (unfinished" in capsys.readouterr().err
+    assert f"note: not used: {running} (unfinished run: no metrics.json yet)" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="no metrics.json"):
         find_runs([str(running)])
 
@@ -197,3 +198,121 @@ def test_integer_key_missing_in_some_runs_stays_an_integer(tmp_path):
     comparison = compare_runs([str(root / "subset"), str(root / "full")])
     shown = comparison.shown.set_index("setting")
     assert sorted(shown["data.max_sentences"]) == ["", "4000"]
+
+
+# --- what a user is shown: runs found at any depth, notes for what is not used, short names ------
+def test_runs_in_experiment_folders_at_any_depth_and_notes_for_the_rest(tmp_path, capsys):
+    root = tmp_path / "runs"
+    make_run(root / "pos-20261122-101500", ("pos",), 1)                       # a run directly in runs/
+    make_run(root / "dep-dp" / "seed1", ("dep",), 1, prune__mode="dynamic")   # seeds=1,2 experiment=dep-dp
+    make_run(root / "dep-dp" / "seed2", ("dep",), 2, prune__mode="dynamic")
+    make_run(root / "ablation" / "srl-dp" / "seed1", ("srl",), 1)             # one level deeper
+    (root / "dep-dp" / "seed3").mkdir()
+    (root / "dep-dp" / "seed3" / "config.yaml").write_text("tasks: [dep]\nseed: 3\n")  # still training
+    probe = root / "probe-pos"
+    probe.mkdir()
+    (probe / "report.json").write_text("{}")
+    (root / "empty").mkdir()
+    out = tmp_path / "cmp"
+    assert main([str(root), str(root / "empty"), str(tmp_path / "nothing-*"), "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    saved = pd.read_csv(out / "compare-runs.csv")
+    assert len(saved) == 4 and set(saved["tasks"]) == {"pos", "dep", "srl"}
+    err = captured.err
+    assert f"note: not used: {root / 'dep-dp' / 'seed3'} (unfinished run: no metrics.json yet)" in err
+    assert f"note: not used: {probe} (a probe report folder" in err and "mtl_heads.report shows it" in err
+    assert f"note: not used: {root / 'empty'} (no finished run" in err
+    assert f"note: not used: {tmp_path / 'nothing-*'} (the glob matches nothing)" in err
+    # the last lines: one per file written, saying where
+    lines = captured.out.strip().splitlines()
+    assert lines[-3:] == [f"wrote {out / 'compare.csv'} (one row per setting: mean and std columns)",
+                          f"wrote {out / 'compare-runs.csv'} (one row per run)",
+                          f"wrote {out / 'compare.md'} (the tables as markdown)"]
+    assert "4 runs in 3 settings; 4 path(s) not used" in captured.out
+    assert "## Not used" in (out / "compare.md").read_text()
+
+
+def test_too_deep_runs_are_named_not_silently_missed(tmp_path):
+    deep = tmp_path / "a" / "b" / "c" / "d" / "e" / "run"
+    make_run(deep, ("pos",), 1)
+    make_run(tmp_path / "near", ("pos",), 2)
+    notes = []
+    found, _ = find_runs([str(tmp_path)], notes=notes)
+    assert found == [(tmp_path / "near").resolve()]
+    [note] = notes
+    assert "more than 4 levels below" in note.why and str(note.path).startswith(str(tmp_path / "a"))
+
+
+def test_setting_names_are_short_and_never_say_none(tmp_path, capsys):
+    root = tmp_path / "runs"
+    sizes = {"train": 200, "dev": 50, "test": 50}
+    for seed in (1, 2):
+        make_run(root / "pos" / f"seed{seed}", ("pos",), seed, data__demo_sizes=sizes)
+        make_run(root / "pos-dp" / f"seed{seed}", ("pos",), seed, prune__mode="dynamic", prune__budget=None,
+                 data__demo_sizes=sizes, heads_kept=40)
+        make_run(root / "pos-dp36" / f"seed{seed}", ("pos",), seed, prune__mode="dynamic", prune__budget=36,
+                 data__demo_sizes=sizes, heads_kept=36)
+        make_run(root / "pos-big" / f"seed{seed}", ("pos",), seed, data__demo_sizes={"train": 1200, "dev": 200,
+                                                                                     "test": 200})
+        make_run(root / "pos-ner" / f"seed{seed}", ("pos", "ner"), seed, data__demo_sizes=sizes)
+    out = tmp_path / "cmp"
+    assert main([str(root), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    summary = pd.read_csv(out / "compare.csv")
+    assert list(summary["setting"]) == ["pos", "pos #2", "pos (dynamic)", "pos (dynamic, budget=36)", "pos+ner"]
+    assert "None" not in printed and "None" not in (out / "compare.md").read_text()
+    # the keys go to a legend under the table, compactly; the table itself stays narrow
+    table, legend = printed.split("settings: the config keys that differ")
+    assert max(len(line) for line in table.splitlines()) < 160
+    assert "data.demo_sizes" not in table
+    assert "pos #2                    data.demo_sizes.{dev=200, test=200, train=1200}" in legend
+    assert "pos (dynamic, budget=36)  prune.{mode=dynamic, budget=36}" in legend
+    assert "usual values              data.demo_sizes.{dev=50, test=50, train=200}, prune.{mode=none, budget=null}" \
+        in legend
+
+
+@pytest.mark.filterwarnings("error:constrained_layout not applied:UserWarning")
+def test_plots_with_long_names_keep_their_axes(tmp_path):
+    """Long setting names (many differing keys) once collapsed the axes ("constrained_layout not
+    applied because axes sizes collapsed to zero"): the figures now grow with their labels."""
+    from mtl_heads.compare import plot_score_vs_heads
+    from mtl_heads.gate_report import plot_correlation
+
+    long = [f"pos+ner [{', '.join(f'data.demo_sizes.key{i}={1200 + j}' for i in range(6))}]" for j in range(5)]
+    runs = pd.DataFrame({"setting": long * 2, "heads kept": [72, 36, 40, 50, 60] * 2,
+                         "test score": np.arange(10.0), "heads total": 72})
+    assert plot_score_vs_heads(runs, tmp_path / "s.png").stat().st_size > 1000
+    table = pd.DataFrame(np.eye(5), index=long, columns=long)
+    assert plot_correlation(table, tmp_path / "c.png", left_out=long).stat().st_size > 1000
+
+
+@pytest.mark.filterwarnings("error:constrained_layout not applied:UserWarning")
+def test_gate_correlation_only_where_gates_move(tmp_path, capsys):
+    root = tmp_path / "runs"
+    still = [[1.0, 0.995, 0.999], [0.993, 1.0, 0.997]]  # unpruned: the gates never moved
+    for seed in (1, 2):
+        make_run(root / "pos" / f"seed{seed}", ("pos",), seed, gates=still)
+        make_run(root / "ner" / f"seed{seed}", ("ner",), seed, gates=np.roll(still, seed))
+        make_run(root / "dp" / f"seed{seed}", ("pos",), seed, prune__mode="dynamic",
+                 gates=[[1, 0, 0.5 * seed], [0, 1, 0.2]])
+    make_run(root / "dp1" / "seed1", ("ner",), 1, prune__mode="dynamic", gates=[[0, 1, 1], [1, 0, 0]])
+    out = tmp_path / "cmp"
+    assert main([str(root), "--out", str(out), "--plot"]) == 0
+    corr = pd.read_csv(out / "gate-correlation.csv", index_col=0)
+    assert corr.loc["pos", "pos"] != corr.loc["pos", "pos"]  # NaN: no consistency of gates that never moved
+    assert corr[["pos", "ner"]].isna().all().all() and corr.loc[["pos", "ner"]].isna().all().all()
+    assert not np.isnan(corr.loc["pos (dynamic)", "pos (dynamic)"])  # two runs whose gates vary
+    assert np.isnan(corr.loc["ner (dynamic)", "ner (dynamic)"])     # one run: no run-to-run consistency
+    assert not np.isnan(corr.loc["pos (dynamic)", "ner (dynamic)"])
+    assert (out / "gate-correlation.png").exists()
+    printed = capsys.readouterr().out
+    assert f"wrote {out / 'gate-correlation.png'}" in printed and f"wrote {out / 'score-vs-heads.png'}" in printed
+
+
+def test_no_gate_correlation_picture_when_no_gates_move(runs_dir, tmp_path, capsys):
+    for gates in runs_dir.rglob("gates.json"):
+        gates.write_text(json.dumps({"values": [[1.0, 0.999, 1.0], [0.995, 1.0, 1.0]]}))
+    out = tmp_path / "cmp"
+    assert main([str(runs_dir), "--out", str(out), "--plot"]) == 0
+    assert (out / "gate-correlation.csv").exists() and not (out / "gate-correlation.png").exists()
+    assert "gate-correlation.png (not drawn: no setting's gates vary" in capsys.readouterr().err

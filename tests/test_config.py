@@ -44,3 +44,25 @@ def test_malformed_override_and_unknown_preset():
 def test_task_options_are_free_form():
     cfg = load_config(["task.ner.decoder=biaffine", "task.ner.n_mlp=64", "task.dep.decode=eisner"])
     assert cfg.task.ner.decoder == "biaffine" and cfg.task.ner.n_mlp == 64 and cfg.task.dep.decode == "eisner"
+
+
+@pytest.mark.parametrize("argv", [["tasks=pso"], ["trian.epochs=1"], ["train.epochs=0"], ["precision=fp16"]])
+def test_config_errors_come_before_torch_is_imported(argv):
+    """A mistyped command fails before the heavy imports (torch, transformers, wandb)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from mtl_heads.train import main; rc = main(sys.argv[1:]); "
+            "heavy = [m for m in ('torch', 'transformers', 'wandb', 'nltk') if m in sys.modules]; "
+            "print('HEAVY', heavy); sys.exit(rc)")
+    done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True)
+    assert done.returncode == 2 and "config key" in done.stderr
+    assert "HEAVY []" in done.stdout
+
+
+def test_every_registered_task_lives_in_its_own_module():
+    from mtl_heads.config import task_modules
+    from tasks import TASKS
+
+    assert all(TASKS[name].__module__ == f"tasks.{name}" for name in TASKS)
+    assert set(TASKS) <= set(task_modules())

@@ -95,7 +95,7 @@ def test_attach_conllu(tmp_path):
 
 
 def test_read_conllu_skips_ranges_and_empty_nodes():
-    sentences = read_conllu(EWT_EXCERPT_CONLLU)
+    sentences = read_conllu(EWT_EXCERPT_CONLLU, pos="xpos")
     assert len(sentences) == 8
     assert sentences[0].pos == ["IN", "DT", "NNP", "VBZ", "DT", "NN", ":"]
     assert sentences[0].source == f"{EWT_EXCERPT_CONLLU}:6"
@@ -342,11 +342,12 @@ def _conllu_with(line: int, column: int, value: str) -> list[str]:
 def test_good_conllu_with_range_and_empty_node(tmp_path):
     lines = GOOD_CONLLU[:1] + ["1-2\tJohnruns\t_\t_\t_\t_\t_\t_\t_\t_"] + GOOD_CONLLU[1:] + [
         "3.1\tgoes\tgo\tVERB\t_\t_\t_\t_\t2:conj\t_"]
-    (sentence,) = read_conllu(_conllu_file(tmp_path, lines))
+    (sentence,) = read_conllu(_conllu_file(tmp_path, lines), pos="xpos")
     assert sentence.words == ["John", "runs", "."]
     assert sentence.heads == [2, 0, 2] and sentence.rels == ["nsubj", "root", "punct"]
     assert sentence.pos == ["NNP", "VBZ", "."]
-    assert read_conllu(_conllu_file(tmp_path, _conllu_with(2, 4, "_")))[0].pos is None
+    with pytest.raises(DataError, match=r":2: XPOS is missing"):
+        read_conllu(_conllu_file(tmp_path, _conllu_with(2, 4, "_")), pos="xpos")
 
 
 @pytest.mark.parametrize("lines, line, words", [

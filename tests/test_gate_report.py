@@ -1,6 +1,7 @@
 """Gate pictures and tables: hand-computed maps, correlations against numpy, the CLI on made-up runs."""
 import json
 import re
+from pathlib import Path
 import subprocess
 import sys
 import warnings
@@ -212,13 +213,95 @@ def test_python_m_mtl_heads_gates(runs_dir):
     assert "3 run(s) in 1 setting(s)" in done.stdout and (runs_dir / "o" / "overlap-dep.png").exists()
 
 
-def test_wandb_offline_logs_images_and_tables(runs_dir, monkeypatch):
+def test_wandb_offline_logs_images_and_tables(runs_dir, monkeypatch, capsys):
     pytest.importorskip("wandb")
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("WANDB_SILENT", "true")
     assert main([str(runs_dir), "--wandb", "offline"]) == 0
     [offline] = (runs_dir / "gate-report" / "wandb").glob("offline-run-*")
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last == f"W&B: offline run written to {offline}; upload with `wandb sync {offline}`"
     assert list(offline.glob("*.wandb"))
     assert list(offline.rglob("files/media/images/**/*.png"))
     assert list(offline.rglob("files/media/table/**/*.table.json"))
+
+
+# --- what a user is shown ----------------------------------------------------------------------
+def test_correlation_only_where_the_gates_move():
+    rng = np.random.default_rng(1)
+    unpruned = [0.993 + 0.007 * rng.random((3, 4)) for _ in range(2)]  # gates that never moved
+    pruned = [np.where(rng.random((3, 4)) > 0.5, 1.0, 0.0) for _ in range(2)]
+    table = correlation_matrix({"pos": unpruned, "pos (dynamic)": pruned, "one": [pruned[0]]})
+    assert table.loc["pos"].isna().all() and table["pos"].isna().all()  # no noise reported as a correlation
+    assert not np.isnan(table.loc["pos (dynamic)", "pos (dynamic)"])
+    assert np.isnan(table.loc["one", "one"]) and not np.isnan(table.loc["one", "pos (dynamic)"])
+    assert gate_report.still_settings({"pos": unpruned, "pos (dynamic)": pruned}) == ["pos"]
+
+
+def test_cli_says_where_it_wrote_and_what_it_left_out(tmp_path, capsys):
+    root = tmp_path / "runs"
+    make_run(root / "dep-direct", [[1, 0, 0], [1, 1, 0]], seed=1)
+    make_run(root / "dep-dp" / "seed2", [[1, 1, 0], [0, 1, 0]], seed=2)           # an experiment folder
+    make_run(root / "group" / "dep-dp" / "seed3", [[0, 1, 0], [0, 1, 1]], seed=3)  # one level deeper
+    make_run(root / "pos" / "seed1", [[1, 0.995, 1], [0.999, 1, 1]], tasks=["pos"], seed=1)
+    make_run(root / "pos" / "seed2", [[0.996, 1, 1], [1, 1, 0.998]], tasks=["pos"], seed=2)
+    running = root / "dep-dp" / "seed4"
+    running.mkdir()
+    (running / "config.yaml").write_text("tasks: [dep]\nseed: 4\n")
+    probe = root / "probe-reports" / "dep"
+    probe.mkdir(parents=True)
+    (probe / "report.json").write_text("{}")
+    assert main([str(root)]) == 0
+    captured = capsys.readouterr()
+    out = root / "gate-report"
+    assert "5 run(s) in 2 setting(s): dep (3), pos (2)" in captured.out
+    assert f"output folder: {out} (default: gate-report/ beside the runs" in captured.out
+    written = [line for line in captured.out.splitlines() if line.startswith("wrote ")]
+    assert sorted(line.split(" ")[1] for line in written) == sorted(str(p) for p in out.iterdir())
+    assert captured.out.strip().splitlines()[-1].startswith("wrote ")
+    assert "gate correlation leaves out pos: their gates never moved" in captured.out
+    assert f"note: not used: {running} (no gates.json: unfinished" in captured.err
+    assert f"note: not used: {probe} (a probe report folder" in captured.err
+    corr = pd.read_csv(out / "correlation.csv", index_col="setting")
+    assert np.isnan(corr.loc["pos", "pos"]) and not np.isnan(corr.loc["dep", "dep"])
+
+
+@pytest.mark.filterwarnings("error:constrained_layout not applied:UserWarning")
+def test_no_collapsed_axes_with_long_setting_names(tmp_path):
+    """Settings named by long keys once made matplotlib warn "constrained_layout not applied because
+    axes sizes collapsed to zero"; the figures now make room for their labels."""
+    long = {"data": {"demo_sizes": {"train": 1200, "dev": 200, "test": 200}, "max_sentences": 100000},
+            "train": {"lr_encoder_with_a_long_name": 1e-4, "lr_decoder_with_a_long_name": 1e-3}}
+    for seed in (1, 2, 3):
+        make_run(tmp_path / "a" / f"seed{seed}", np.eye(6, 12) * 0.9, tasks=["pos", "ner", "dep", "con", "srl"],
+                 seed=seed, prune={"mode": "dynamic"}, experiment="an-experiment-with-a-rather-long-name-20261122",
+                 **long)
+        make_run(tmp_path / "b" / f"seed{seed}", 1 - np.eye(6, 12) * 0.9, tasks=["pos", "ner", "dep", "con", "srl"],
+                 seed=seed, prune={"mode": "dynamic"}, experiment="an-experiment-with-a-rather-long-name-20261122")
+    assert main([str(tmp_path), "--out", str(tmp_path / "pics")]) == 0
+    assert (tmp_path / "pics" / "correlation.png").exists()
+    title = "pos+ner+dep+con+srl (dynamic) [" + ", ".join(f"data.demo_sizes.key{i}=1200" for i in range(6)) + "]"
+    for shape in ((6, 12), (2, 3), (24, 16)):
+        values = np.random.default_rng(0).random(shape)
+        gate_report.plot_gate_map(values, title, tmp_path / "map.png")
+        gate_report.plot_pixels(grey_mean([values]), title, tmp_path / "grey.png", f"{title}\nblack = kept")
+        gate_report.plot_kept_bars(kept_per_layer([values, values]), shape[1], title, tmp_path / "kept.png")
+    names = [f"{title} {i}" for i in range(4)]
+    gate_report.plot_correlation(pd.DataFrame(np.eye(4), index=names, columns=names), tmp_path / "c.png", names)
+
+
+def test_an_offline_wandb_run_says_where_it_went(tmp_path, monkeypatch, capsys):
+    """The one place (mtl_heads.tracking.start_run) that makes train, prune and probe print where an
+    offline W&B run was written and how to upload it, once, when it finishes."""
+    pytest.importorskip("wandb")
+    from mtl_heads.tracking import start_run, wandb_section
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.chdir(tmp_path)
+    run = start_run(wandb_section("offline"), tmp_path / "run", "probe", {"x": 1})
+    folder = Path(run.dir).parent.relative_to(tmp_path)
+    run.finish()
+    run.finish()
+    assert capsys.readouterr().out == f"W&B: offline run written to {folder}; upload with `wandb sync {folder}`\n"
+    assert start_run(wandb_section("disabled"), tmp_path / "off", "probe", {}) is None

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from mtl_heads.data.batching import collate
-from mtl_heads.runs import load_run
-from mtl_heads.train import run
+from mtl_heads.build import load_run
+from mtl_heads.experiment import run
 from probes.importance import (Ablation, Importance, gradient_importance, masked_scores,
                                normalise_per_layer, single_head_ablation, split_examples, task_batches)
 

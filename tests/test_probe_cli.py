@@ -4,12 +4,16 @@ and clear errors on bad input."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
+
 import pandas as pd
 import pytest
+import torch
 
 from mtl_heads.probe import main, run
 from probes import PROBES
-from probes.base import Probe
+from probes.base import Probe, ProbeContext
+from probes.report import choice_conflicts, pos_tagset, read_report, relation_labels, report_choices, write_report
 
 SIZES = "data.demo_sizes={train: 24, dev: 12, test: 16}"
 
@@ -35,10 +39,91 @@ def test_report_folder_of_all_probes(base, tmp_path, tiny_encoder_dir):
         assert len(summary) == table.label.nunique(), name
         assert any(p.name.startswith(f"{name}-") and p.suffix == ".png" for p in out.iterdir()), name
     assert "baseline" in pd.read_csv(out / "clark_summary.csv").columns
+    assert meta["choices"] == {"dep.root": "cls", "dep.relations": "full", "data.pos": "xpos"}  # He & Choi's
+    assert meta["probes"]["dep"]["root"] == "cls" and meta["probes"]["clark"]["relations"] == "full"
     text = (out / "report.md").read_text()
     for needle in (str(tiny_encoder_dir), "format=demo", "| split | test |", "| sentences | 16 |", "same_split",
-                   "## voita", "positional heads", "![dep/dep](dep-dep.png)"):
+                   "## voita", "positional heads", "![dep/dep](dep-dep.png)", "| DEP root slot (dep.root) | cls: ",
+                   "| relation labels (dep.relations) | full: ", "| POS tag set (data.pos) | xpos: XPOS"):
         assert needle in text, needle
+
+
+def test_report_records_the_dep_choices_and_compare_warns(base, tmp_path):
+    quiet = lambda *_: None  # noqa: E731
+    default = run(base + ["probes=dep,clark", f"out={tmp_path / 'default'}"], log=quiet)
+    clark_style = run(base + ["probes=dep,clark", "dep.root=none", "dep.relations=universal",
+                              f"out={tmp_path / 'clark'}"], log=quiet)
+    meta = json.loads((clark_style / "report.json").read_text())
+    assert meta["choices"] == {"dep.root": "none", "dep.relations": "universal"}  # no pos probe: no tag set
+    assert meta["probes"]["dep"]["root"] == "none" and meta["probes"]["clark"]["relations"] == "universal"
+    dep = pd.read_csv(clark_style / "dep.csv", keep_default_na=False, na_values=[""])
+    assert "root" not in set(dep.label)
+    text = (clark_style / "report.md").read_text()
+    assert "| DEP root slot (dep.root) | none: " in text and "| relation labels (dep.relations) | universal: " in text
+    assert "dep.root=none (no root slot" in text  # the dep section says it too
+
+    metas = [read_report(default).meta, read_report(clark_style).meta]
+    assert [report_choices(m) for m in metas][0] == {"dep.root": "cls", "dep.relations": "full"}
+    lines = choice_conflicts(metas, ["a", "b"], ["dep", "clark"])
+    assert len(lines) == 2 and "dep.root" in lines[0] and "a: cls, b: none" in lines[0] and "dep.relations" in lines[1]
+    assert choice_conflicts(metas, ["a", "b"], ["clark"]) == [  # the root slot does not touch clark
+        "dep.relations differs (relation labels): a: full, b: universal; clark scores do not compare"]
+    assert choice_conflicts([metas[0], metas[0]], ["a", "b"]) == []
+
+    # compare= shows the choices side by side and warns
+    logged = []
+    out = run(base + [f"compare={default},{clark_style}", "probes=dep,clark", f"out={tmp_path / 'cmp'}"], log=logged.append)
+    compared = json.loads((out / "compare.json").read_text())
+    assert [m["choices"]["dep.root"] for m in compared["models"]] == ["cls", "none"]
+    assert compared["choice_warnings"] == choice_conflicts(metas, compared["names"], ["dep", "clark"])
+    text = (out / "compare.md").read_text()
+    assert "dep.root=cls, dep.relations=full" in text and "dep.root=none, dep.relations=universal" in text
+    assert "**Warning: the reports used different probe choices" in text and compared["choice_warnings"][0] in text
+    assert any(line.startswith("warning: dep.root differs") for line in logged)
+    out = run(base + [f"compare={default},{default}", "probes=dep", f"out={tmp_path / 'same'}"], log=quiet)
+    assert json.loads((out / "compare.json").read_text())["choice_warnings"] == []
+
+
+def test_conllu_report_records_upos_and_universal_relations(base, tmp_path):
+    conllu = Path(__file__).parent / "fixtures" / "ewt_excerpt.conllu"
+    files = [f"data.{split}={conllu}" for split in ("train", "dev", "test")]
+    quiet = lambda *_: None  # noqa: E731
+    out = run(base + ["data=conllu", *files, "probes=pos,dep", f"out={tmp_path / 'ud'}"], log=quiet)
+    meta = json.loads((out / "report.json").read_text())
+    assert meta["choices"] == {"dep.root": "cls", "dep.relations": "full", "data.pos": "upos"}  # auto: UPOS here
+    assert "PROPN" in set(pd.read_csv(out / "pos.csv").label) and "nmod:poss" in set(pd.read_csv(out / "dep.csv").label)
+    assert "| POS tag set (data.pos) | upos: UPOS (UD universal tags) (data.pos=auto) |" in (out / "report.md").read_text()
+    out = run(base + ["data=conllu", *files, "data.deprel=universal", "data.pos=xpos", "probes=pos,dep",
+                      f"out={tmp_path / 'ud2'}"], log=quiet)
+    meta = json.loads((out / "report.json").read_text())
+    assert meta["choices"] == {"dep.root": "cls", "dep.relations": "universal", "data.pos": "xpos"}
+    assert "nmod:poss" not in set(pd.read_csv(out / "dep.csv").label)
+    assert "| relation labels (dep.relations) | universal: UD subtypes dropped, nsubj:pass -> nsubj (data.deprel=universal) |" \
+        in (out / "report.md").read_text()
+
+
+def test_choices_of_old_reports_and_the_pos_tag_set(tmp_path):
+    assert pos_tagset({"format": "ewt"}) == "xpos" and pos_tagset({"format": "conll2012", "pos": "auto"}) == "xpos"
+    assert pos_tagset({"format": "ewt", "pos": "upos"}) == "upos" and pos_tagset({"format": "conllu"}) == "upos"
+    assert pos_tagset({"format": "conllu", "pos": "xpos"}) == "xpos"
+    assert relation_labels({"format": "ewt", "deprel": "universal"}, "full") == "universal"  # dropped while loading
+    assert relation_labels({"format": "ewt", "deprel": "full"}, "universal") == "universal"
+    assert relation_labels({"format": "demo"}, "full") == "full"
+    assert report_choices({"data": {"format": "ewt", "deprel": "universal"}, "probes": {"clark": {}}}) == {
+        "dep.relations": "universal"}
+    # a report made before the choices were recorded: the defaults it was made with
+    old = {"data": {"format": "ewt"}, "probes": {"dep": {"sentences": 3}, "pos": {"sentences": 3}, "srl": {}}}
+    assert report_choices(old) == {"dep.root": "cls", "dep.relations": "full", "data.pos": "xpos"}
+    new = {"data": {"format": "ewt", "pos": "upos"}, "probes": {"pos": {}}, "choices": {"data.pos": "upos"}}
+    assert choice_conflicts([old, new], ["old", "new"]) == [
+        "data.pos differs (POS tag set): old: xpos, new: upos; pos scores do not compare"]
+    # write_report resolves data.pos itself
+    pos = PROBES["pos"](1, 1)
+    pos.setup(ProbeContext(None, {}, "test", torch.device("cpu")))
+    written = write_report(tmp_path / "r", {"pos": pos}, {"data": {"format": "ewt", "pos": "upos"}})
+    assert written["meta"]["choices"] == {"data.pos": "upos"}
+    assert json.loads((tmp_path / "r" / "report.json").read_text())["choices"] == {"data.pos": "upos"}
+    assert "| POS tag set (data.pos) | upos: UPOS (UD universal tags) (data.pos=upos) |" in (tmp_path / "r" / "report.md").read_text()
 
 
 def test_main_held_out_variant(base, tmp_path, capsys):
@@ -83,7 +168,7 @@ class External:
 
 @pytest.fixture
 def trained_run(tiny_encoder_dir, tmp_path, monkeypatch):
-    from mtl_heads.train import run as train
+    from mtl_heads.experiment import run as train
 
     monkeypatch.setenv("MTL_HEADS_CACHE", str(tmp_path / "cache"))
     folder = tmp_path / "runs" / "pos"
@@ -128,6 +213,8 @@ def test_run_folder_model_and_comparisons(base, trained_run, tmp_path, tiny_enco
     ("model=/no/such/encoder", "'model'"),
     ("compare=/tmp", "'compare'"),
     ("clustering.variant=other", "'clustering.variant'"),
+    ("dep.root=root", "'dep.root'"),
+    ("dep.relations=ud", "'dep.relations'"),
     ("probes=needsrun", "needs a trained run"),
     ("batch_size=0", "'batch_size'"),
 ])

@@ -152,6 +152,67 @@ def test_dep_probe_previous_and_next_word_heads_find_every_right_dependent():
     assert table.groupby("label")["count"].first().to_dict() == {"next": 11, "root": 1}
 
 
+def tree_sentence() -> Sentence:
+    """``a b c d e f``: b is the root; nsubj and nsubj:pass arcs to tell the label sets apart."""
+    return Sentence(words=list("abcdef"), heads=[2, 0, 2, 5, 3, 2],
+                    rels=["nsubj:pass", "root", "obj", "det", "nsubj", "nsubj"])
+
+
+def gold_head_maps() -> np.ndarray:
+    """``[1, heads=3, T, T]`` for :func:`tree_sentence`: head 0 sends every word's row to its gold
+    head (the root's to [CLS]); head 1 the same with 0.6 of each row on [CLS] and 0.4 on the gold
+    head; head 2 only the nsubj arcs (e -> c, f -> b), every other row on word d."""
+    s = tree_sentence()
+    T = len(s.words) + 2
+    gold = one_hot_map([0] + s.heads + [T - 1], T)
+    diluted = 0.4 * gold + 0.6 * one_hot_map([0] * T, T)
+    nsubj = one_hot_map([4] * T, T)
+    for d, (h, r) in enumerate(zip(s.heads, s.rels)):
+        if r == "nsubj":
+            nsubj[d + 1] = 0
+            nsubj[d + 1, h] = 1.0
+    return np.stack([gold, diluted, nsubj])[None]
+
+
+def test_dep_probe_without_cls_scores_word_arcs_only_over_the_words():
+    batch = one_piece_batch([tree_sentence()], [gold_head_maps()])
+    table = run_one("dep", batch, root="none").result()
+    assert "root" not in set(table.label)  # root arcs are not scored
+    assert table.groupby("label")["count"].first().to_dict() == {"nsubj:pass": 1, "obj": 1, "det": 1, "nsubj": 2}
+    assert (table[table["head"] == 0].score == 100.0).all()  # every non-root arc
+    assert (table[table["head"] == 1].score == 100.0).all()  # [CLS] is not in the argmax
+    with_cls = run_one("dep", one_piece_batch([tree_sentence()], [gold_head_maps()])).result()
+    assert score(with_cls, "root", 0, 0) == 100.0 and with_cls[with_cls.label == "root"]["count"].iloc[0] == 1
+    diluted = with_cls[(with_cls["head"] == 1) & (with_cls.label != "root")]
+    assert (diluted.score == 0.0).all()  # every row's argmax is [CLS] (a hit for the root arc only)
+    probe = run_one("dep", one_piece_batch([tree_sentence()], [gold_head_maps()]), root="none")
+    assert probe.meta()["root"] == "none" and probe.meta()["relations"] == "full"
+
+
+def test_dep_probe_without_cls_a_row_with_no_weight_on_words_predicts_nothing():
+    s = Sentence(words=["a", "b"], heads=[2, 0], rels=["nsubj", "root"])
+    to_cls = one_hot_map([0, 0, 0, 0], 4)  # every row on [CLS]: the words-only argmax would pick word a
+    table = run_one("dep", one_piece_batch([s], [to_cls[None, None]]), heads=1, root="none").result()
+    assert score(table, "nsubj", 0, 0) == 0.0
+
+
+def test_universal_relations_merge_subtypes_with_summed_counts():
+    batch = one_piece_batch([tree_sentence()], [gold_head_maps()])
+    full = run_one("dep", batch).result()
+    assert score(full, "nsubj", 0, 2) == 100.0 and score(full, "nsubj:pass", 0, 2) == 0.0
+    universal = run_one("dep", one_piece_batch([tree_sentence()], [gold_head_maps()]), relations="universal").result()
+    counts = universal.groupby("label")["count"].first().to_dict()
+    assert counts == {"nsubj": 3, "root": 1, "obj": 1, "det": 1}  # nsubj 2 + nsubj:pass 1, one row per head
+    assert len(universal[universal.label == "nsubj"]) == 3
+    assert score(universal, "nsubj", 0, 2) == pytest.approx(100 * 2 / 3)  # the hits are summed too
+    clark = run_one("clark", one_piece_batch([tree_sentence()], [gold_head_maps()]), relations="universal").result()
+    assert "nsubj:pass" not in set(clark.label)
+    assert clark[clark.label == "nsubj"]["count"].iloc[0] == 3
+    assert score(clark, "nsubj", 0, 2, direction="dep->head") == pytest.approx(100 * 2 / 3)
+    clark_full = run_one("clark", one_piece_batch([tree_sentence()], [gold_head_maps()])).result()
+    assert {"nsubj", "nsubj:pass"} <= set(clark_full.label)
+
+
 def test_clark_probe_directions_and_offset_baseline():
     probe = run_one("clark", chain_batch())
     table = probe.result()
@@ -322,7 +383,8 @@ def probe_all(encoder, corpus, names, batch_size=3, **options) -> tuple[dict, Pr
     probes = {}
     for n in names:
         wanted = {"pos": ("variant", "centroid_split"), "ner": ("variant", "centroid_split"),
-                  "con": ("variant", "centroid_split"), "voita": ("min_arcs",)}.get(n, ())
+                  "con": ("variant", "centroid_split"), "voita": ("min_arcs",), "dep": ("root", "relations"),
+                  "clark": ("relations",)}.get(n, ())
         opts = {k: v for k, v in options.items() if k in wanted}
         probes[n] = PROBES[n](encoder.num_layers, encoder.num_heads, **opts)
     run_probes(probes, context, batch_size=batch_size, log=lambda *_: None)
@@ -354,6 +416,46 @@ def test_fast_probes_match_the_reference_loops(tiny, excerpt, deps):
         assert not probe.result().duplicated(list(keys)).any(), name  # e.g. no clash of "punct" the relation
         same_tables(probe.result().fillna({"direction": ""}), expected[name].fillna({"direction": ""})
                     if "direction" in expected[name] else expected[name], keys)
+
+
+def random_maps(sentences: list[Sentence], heads: int = 4, seed: int = 0) -> list[np.ndarray]:
+    """One layer of random attention ``[B, heads, T, T]`` (padding keys get 0), with [CLS] weighted
+    x0, x1, x4, x16 in heads 0..3 and exact zeros sprinkled in (rows on the specials only)."""
+    rng = np.random.default_rng(seed)
+    T = max(len(s.words) for s in sentences) + 2
+    maps = np.zeros((len(sentences), heads, T, T))
+    for i, s in enumerate(sentences):
+        t = len(s.words) + 2
+        for h in range(heads):
+            m = rng.random((t, t)) ** 3
+            m[:, 0] *= 4.0 ** h if h else 0.0
+            m[rng.random(t) < 0.15, 1:t - 1] = 0.0  # some rows give the words nothing
+            m[:, t - 1] += 1e-3
+            maps[i, h, :t, :t] = m / m.sum(1, keepdims=True)
+    return [maps]
+
+
+@pytest.mark.parametrize("root, relations", [("none", "full"), ("cls", "universal"), ("none", "universal")])
+def test_dep_and_clark_choices_match_the_reference_loops(tiny, gated, excerpt, root, relations):
+    assert any(":" in r for s in excerpt for r in s.rels)  # UD subtypes (nmod:poss, ...): universal merges rows
+    # hand-built maps where [CLS] often wins the argmax, and rows with no weight on the words
+    for maps, sentences in ((random_maps(excerpt[:5]), excerpt[:5]), ([gold_head_maps()], [tree_sentence()])):
+        batch, heads = one_piece_batch(sentences, maps), maps[0].shape[1]
+        slow = ref.split_batch(batch)
+        same_tables(run_one("dep", batch, heads=heads, root=root, relations=relations).result(),
+                    ref.ref_dep(slow, root=root, relations=relations))
+        same_tables(run_one("clark", batch, heads=heads, relations=relations).result().fillna({"direction": ""}),
+                    ref.ref_clark(slow, relations=relations).fillna({"direction": ""}), ("layer", "head", "label", "direction"))
+    for encoder in (tiny, gated):
+        probes, context = probe_all(encoder, {"test": excerpt}, ["dep", "clark"], root=root, relations=relations)
+        slow = records(encoder, context, "test")
+        dep = probes["dep"].result()
+        same_tables(dep, ref.ref_dep(slow, root=root, relations=relations))
+        assert ("root" in set(dep.label)) == (root == "cls")
+        assert all(":" not in label for label in dep.label) or relations == "full"
+        clark = probes["clark"].result().fillna({"direction": ""})
+        same_tables(clark, ref.ref_clark(slow, relations=relations).fillna({"direction": ""}),
+                    ("layer", "head", "label", "direction"))
 
 
 def test_gated_heads_and_held_out_centroids_match_the_reference(gated, excerpt):

@@ -8,7 +8,7 @@ from safetensors.torch import load_file
 from mtl_heads.config import ConfigError, load_config
 from mtl_heads.gates import HardConcreteGate
 from mtl_heads.sparsity import LagrangianBudget, Sparsity, resolve_budget, resolve_lambda, sparsity_from_config
-from mtl_heads.train import run, run_seeds
+from mtl_heads.experiment import run, run_seeds
 
 
 @pytest.fixture

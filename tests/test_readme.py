@@ -7,7 +7,7 @@ from conftest import REPO
 
 def test_readme_task_example_trains(tiny_encoder_dir, tmp_path, monkeypatch):
     import tasks
-    from mtl_heads.train import run
+    from mtl_heads.experiment import run
 
     readme = (REPO / "README.md").read_text()
     code = re.search(r"```python\n(# tasks/chunk.py\n.*?)```", readme, re.S).group(1)

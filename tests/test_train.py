@@ -10,8 +10,9 @@ import torch
 from safetensors.torch import load_file
 
 from mtl_heads.config import ConfigError
-from mtl_heads.data.errors import DataError
-from mtl_heads.train import main, run
+
+from mtl_heads.experiment import run
+from mtl_heads.train import main
 from mtl_heads.trainer import TrainingError
 
 from conftest import REPO
@@ -88,7 +89,7 @@ def test_stl_keeps_only_sentences_with_the_layer(base, tmp_path):
 
 
 @pytest.mark.parametrize("override, error, match", [
-    ("tasks=pos,xyz", ConfigError, "unknown task 'xyz'; known tasks: pos, ner"),
+    ("tasks=pos,xyz", ConfigError, r"config key 'tasks': expected task names from con, dep, ner, pos, srl \(unknown: xyz\)"),
     ("data.format=conll2012", ConfigError, "data.path"),
     ("data.train=/no/such/file_conll", ConfigError, "'data.train': path '/no/such/file_conll' does not exist"),
     ("encoder.name=no-such-org/no-such-encoder", ConfigError, "'encoder.name'.*no-such-org/no-such-encoder"),

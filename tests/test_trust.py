@@ -1,7 +1,5 @@
 """Files users share are data, never code; broken files and bad values are one-line errors (exit 2);
 a crash at any moment loses nothing that was complete."""
-import json
-import os
 import shutil
 
 import numpy as np
@@ -13,8 +11,10 @@ from mtl_heads.config import ConfigError, load_config
 from mtl_heads.data.conll2012 import write_conll2012
 from mtl_heads.data.sentence import Sentence
 from mtl_heads.files import RefusedFile, UnreadableFile, load_state, load_tensors, save_state
-from mtl_heads.runs import load_run
-from mtl_heads.train import main, run
+from mtl_heads.build import load_run
+from mtl_heads.removal import load_pruned
+from mtl_heads.experiment import run
+from mtl_heads.train import main
 from mtl_heads.trainer import TrainingError
 
 
@@ -125,7 +125,7 @@ def test_truncated_pruned_weights(finished_run):
     weights = finished_run / "pruned" / "pruned.safetensors"
     weights.write_bytes(weights.read_bytes()[:64])
     with pytest.raises(UnreadableFile, match="pruned.safetensors: not a complete weights file"):
-        prune.load_pruned(finished_run / "pruned")
+        load_pruned(finished_run / "pruned")
 
 
 def test_load_tensors_names_empty_and_foreign_files(tmp_path):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mtl_heads.tracking import resolve_mode
-from mtl_heads.train import run
+from mtl_heads.experiment import run
 
 wandb = pytest.importorskip("wandb")
 

@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
+from omegaconf import DictConfig, OmegaConf
 
+from mtl_heads.config import ConfigError
+from mtl_heads.data.errors import DataError
 from mtl_heads.data.sentence import Sentence
 
 
@@ -202,3 +206,59 @@ def epoch_plan(batches: dict[str, list[list[int]]], alpha: float, rng: random.Ra
         plan.append((task, queues[task][cursor[task]]))
         cursor[task] += 1
     return plan
+
+
+# --- examples per task ------------------------------------------------------------------------
+def prepare_examples(corpus: dict, tasks: dict, encoder, policy: str, log: Callable,
+                     task_splits: dict | None = None, require_train: bool = True) -> dict:
+    """``{role: {task: [Example]}}``: each role's sentences tokenised once with ``encoder``'s tokenizer
+    and length limit (``policy``: ``data.long_policy``); each task keeps those
+    that carry the layers it needs. ``task_splits`` (``data.task_splits``) lets one task read
+    another role's sentences, e.g. ``{ner: {train: dev}}`` (EWT annotates entities on dev/test only).
+    A task left with no ``train`` sentence is a DataError saying why, unless ``require_train`` is
+    False (evaluation)."""
+    tokenised, reports = {}, {}
+    for role, sentences in corpus.items():
+        tokenised[role], reports[role] = tokenize(sentences, encoder.tokenizer, encoder.max_length, policy)
+        log(f"data {role}: " + "; ".join(reports[role].lines()))
+    remap = check_task_splits(task_splits, tasks, corpus)
+    examples = {role: {} for role in corpus}
+    for role in corpus:
+        for name, task in tasks.items():
+            source = remap.get(name, {}).get(role, role)
+            usable = [e for e in tokenised[source] if task.usable(e.sentence)]
+            left_out = len(tokenised[source]) - len(usable)
+            examples[role][name] = usable
+            log(f"  {role} {name}: {len(usable)} sentences" + (f" (from {source})" if source != role else "")
+                + (f" ({left_out} without the '{'/'.join(task.needs)}' layer left out)" if left_out else ""))
+            if role == "train" and require_train and not usable:
+                raise DataError(f"task '{name}' has no training sentence: "
+                                + _why_empty(len(corpus[source]), reports[source].skipped, left_out, task, source,
+                                             encoder.max_length))
+    return examples
+
+
+def _why_empty(n_read: int, n_long: int, n_without: int, task, split: str, limit: int) -> str:
+    """Why a task's training set came out empty, for the error message."""
+    if n_read == 0:
+        return f"the '{split}' split holds no sentence (see data.* and data.max_sentences)"
+    reasons = []
+    if n_long:
+        reasons.append(f"{n_long} of {n_read} longer than the encoder limit of {limit} sub-words "
+                       "(skipped under data.long_policy=skip; data.long_policy=split keeps them)")
+    if n_without:
+        reasons.append(f"{n_without} without the '{'/'.join(task.needs)}' layer (see data.unannotated and "
+                       "data.task_splits)")
+    return f"all {n_read} sentences of the '{split}' split were left out: " + "; ".join(reasons)
+
+
+def check_task_splits(value, tasks: dict, corpus: dict) -> dict[str, dict[str, str]]:
+    """``data.task_splits`` as ``{task: {role: source role}}``, checked."""
+    remap = OmegaConf.to_container(value) if isinstance(value, DictConfig) else dict(value or {})
+    for name, roles in remap.items():
+        if name not in tasks:
+            raise ConfigError(f"config key 'data.task_splits.{name}': {name} is not among the tasks {', '.join(tasks)}")
+        if not isinstance(roles, dict) or any(r not in corpus or s not in corpus for r, s in roles.items()):
+            raise ConfigError(f"config key 'data.task_splits.{name}': expected {{role: role}} with roles "
+                              f"{', '.join(corpus)}, got {roles!r}")
+    return remap

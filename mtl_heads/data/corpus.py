@@ -2,6 +2,12 @@
 
 Roles are ``train``, ``dev`` and ``test``; ``data.splits`` says which corpus split plays each role
 (for EWT NER, ``data.splits.train=dev``).
+
+Formats (``data.format``): ``demo``, ``conll2012`` (OntoNotes), ``ewt`` (CoNLL-2012 + aligned
+CoNLL-U), ``hf`` and ``conllu`` (any Universal Dependencies treebank: ``data.path`` = a UD folder
+holding ``*-ud-{train,dev,test}.conllu``, or ``data.train/dev/test`` = one file per split).
+``data.pos`` picks the POS column (``upos``/``xpos``; ``auto`` = UPOS for CoNLL-U, the PTB tags
+elsewhere) and ``data.deprel`` the relations (``full`` or ``universal``, without subtypes).
 """
 from __future__ import annotations
 
@@ -17,6 +23,9 @@ ROLES = ("train", "dev", "test")
 # where dependencies come from: auto = UD from an aligned CoNLL-U file when the corpus has one
 # (EWT), else converted from the constituency trees by head rules
 DEPS = ("auto", "ud", "converted", "none")
+POS = ("auto", "upos", "xpos")  # data.pos: auto = upos for conllu, xpos (PTB tags) for the other formats
+DEPRELS = ("full", "universal")  # data.deprel: UD relations as written, or without ":subtype"
+UD_FORMATS = ("conllu", "ewt")  # formats whose files hold UPOS and UD relations
 LAYER_FIELDS = {"pos": ("pos",), "tree": ("tree",), "entities": ("entities",),
                 "srl": ("predicates", "arguments"), "deps": ("heads", "rels")}
 
@@ -36,21 +45,26 @@ def resolve_path(value: str, key: str) -> Path:
 
 
 def load_corpus(data, layers: set[str] | None = None) -> dict[str, list[Sentence]]:
-    """Sentences for each role, read per ``data.format`` (demo | conll2012 | ewt | hf).
+    """Sentences for each role, read per ``data.format`` (demo | conll2012 | ewt | hf | conllu).
 
     Args:
         data: the config's ``data`` section.
         layers: the layers the run's tasks need (default: all); dependencies are converted from
             trees only when ``deps`` is among them.
     """
-    readers = {"demo": _demo, "conll2012": _conll2012, "ewt": _ewt, "hf": _hf}
+    readers = {"demo": _demo, "conll2012": _conll2012, "ewt": _ewt, "hf": _hf, "conllu": _conllu}
     if data.format not in readers:
         raise ConfigError(f"config key 'data.format': expected one of {', '.join(readers)}, got {data.format!r}")
     if data.deps not in DEPS:
         raise ConfigError(f"config key 'data.deps': expected one of {', '.join(DEPS)}, got {data.deps!r}")
-    if data.deps == "ud" and data.format != "ewt":
-        raise ConfigError(f"config key 'data.deps': ud needs aligned CoNLL-U files (data.format=ewt), "
+    if data.deps == "ud" and data.format not in UD_FORMATS:
+        raise ConfigError(f"config key 'data.deps': ud needs CoNLL-U files (data.format=conllu or ewt), "
                           f"not data.format={data.format}; use converted")
+    if data.deps == "converted" and data.format == "conllu":
+        raise ConfigError("config key 'data.deps': converted needs constituency trees, which CoNLL-U files do not "
+                          "hold; use auto (the file's own trees) or none")
+    pos_column(data)
+    deprel(data)
     convert = layers is None or "deps" in layers
     splits = dict(data.splits)
     corpus = {}
@@ -64,6 +78,33 @@ def load_corpus(data, layers: set[str] | None = None) -> dict[str, list[Sentence
             sentences = sentences[: data.max_sentences]
         corpus[role] = sentences
     return corpus
+
+
+def pos_column(data) -> str:
+    """The POS column ``data.pos`` asks for, ``auto`` resolved: ``upos`` or ``xpos`` (CoNLL-U's
+    XPOS; for the CoNLL-2012-based formats, their PTB tags in column 5)."""
+    value = data.get("pos", "auto")  # absent from run folders saved before the key existed
+    if value not in POS:
+        raise ConfigError(f"config key 'data.pos': expected one of {', '.join(POS)}, got {value!r}")
+    if value == "auto":
+        return "upos" if data.format == "conllu" else "xpos"
+    if value == "upos" and data.format not in UD_FORMATS:
+        raise ConfigError(f"config key 'data.pos': upos needs CoNLL-U files (data.format=conllu, or ewt whose aligned "
+                          f".conllu has them), not data.format={data.format}; use xpos (its PTB tags) or auto")
+    return value
+
+
+def deprel(data) -> str:
+    """``data.deprel``: ``full`` (UD relations as written) or ``universal`` (subtypes stripped,
+    ``nsubj:pass`` -> ``nsubj``); universal needs UD relations, i.e. CoNLL-U files."""
+    value = data.get("deprel", "full")
+    if value not in DEPRELS:
+        raise ConfigError(f"config key 'data.deprel': expected one of {', '.join(DEPRELS)}, got {value!r}")
+    if value == "universal" and (data.format not in UD_FORMATS or data.deps == "converted"):
+        raise ConfigError(f"config key 'data.deprel': universal strips the subtypes of UD relations read from CoNLL-U "
+                          f"(data.format=conllu, or ewt with data.deps=auto/ud), not of data.format={data.format} "
+                          f"with data.deps={data.deps}; use full")
+    return value
 
 
 def _drop_layers(sentences: list[Sentence], layers, split: str) -> None:
@@ -91,7 +132,7 @@ def _conll2012(data, role: str, split: str) -> list[Sentence]:
         return read_conll2012(resolve_path(data[role], f"data.{role}"))
     if not data.path:
         raise ConfigError(f"config key 'data.path' (or data.{role}): needed for data.format=conll2012")
-    return read_conll2012(resolve_path(str(Path(data.path) / split), f"data.path"))
+    return read_conll2012(resolve_path(str(Path(data.path) / split), "data.path"))
 
 
 def _ewt(data, role: str, split: str) -> list[Sentence]:
@@ -103,11 +144,53 @@ def _ewt(data, role: str, split: str) -> list[Sentence]:
         raise ConfigError(f"config key 'data.path': {conll} does not exist")
     sentences = read_conll2012(conll)
     conllu = folder / f"en_ewt.{split}.conllu"
-    if data.deps in ("auto", "ud"):
+    layers = (("deps",) if data.deps in ("auto", "ud") else ()) + (("pos",) if pos_column(data) == "upos" else ())
+    if layers:
         if not conllu.exists():
-            raise ConfigError(f"config key 'data.deps': {data.deps} needs {conllu}, which does not exist")
-        attach_conllu(sentences, read_conllu(conllu), conllu)
+            key, value = ("data.deps", data.deps) if "deps" in layers else ("data.pos", "upos")
+            raise ConfigError(f"config key '{key}': {value} needs {conllu}, which does not exist")
+        attach_conllu(sentences, read_conllu(conllu, pos="upos", deprel=deprel(data)), conllu, layers)
     return sentences
+
+
+def _conllu(data, role: str, split: str) -> list[Sentence]:
+    """One split of a CoNLL-U corpus: the file ``data.<split>`` (a file, or a folder searched as
+    below), else the one file matching ``*-ud-<split>.conllu`` in the folder ``data.path``."""
+    explicit = data.get(split) if split in ROLES else None
+    if explicit:
+        key = f"data.{split}"
+        path = resolve_path(str(explicit), key)
+    elif data.path:
+        key = "data.path"
+        path = resolve_path(str(data.path), key)
+        if not path.is_dir():
+            raise ConfigError(f"config key 'data.path': {path} is a file; expected a UD treebank folder holding "
+                              f"*-ud-{{train,dev,test}}.conllu (or one file per split: data.train, data.dev, data.test)")
+    else:
+        raise ConfigError(f"config key 'data.path' (or data.{split}): needed for data.format=conllu: a UD treebank "
+                          f"folder holding *-ud-{{train,dev,test}}.conllu, or data.{split}=<file>")
+    if path.is_dir():
+        path = find_split_file(path, split, key)
+    sentences = read_conllu(path, pos=pos_column(data), deprel=deprel(data))
+    if data.deps == "none":
+        for s in sentences:
+            s.heads = s.rels = None
+    return sentences
+
+
+def find_split_file(folder: Path, split: str, key: str) -> Path:
+    """The one file ``*-ud-<split>.conllu`` in ``folder`` (UD's naming: ``de_gsd-ud-dev.conllu``);
+    a ConfigError naming ``key`` when there is none or several."""
+    pattern = f"*-ud-{split}.conllu"
+    found = sorted(p for p in folder.glob(pattern) if p.is_file())
+    name_it = f"data.{split}=<file>" if split in ROLES else "a folder holding only one of them"
+    if not found:
+        raise ConfigError(f"config key '{key}': no file matching {pattern} in {folder}; expected a UD treebank "
+                          f"folder with one (or {name_it})")
+    if len(found) > 1:
+        raise ConfigError(f"config key '{key}': {len(found)} files match {pattern} in {folder} "
+                          f"({', '.join(p.name for p in found)}); expected one: use {name_it}")
+    return found[0]
 
 
 def convert_trees(sentences: list[Sentence]) -> None:

@@ -207,3 +207,42 @@ def bio_to_spans(tags: list[str]) -> list[Span]:
         if prefix in ("B", "I") and not continues:
             label, start = name, i
     return spans
+
+
+# ---------------------------------------------------------------- PTB bracket lines
+
+PTB_ESCAPES = {"(": "-LRB-", ")": "-RRB-"}
+"""Brackets inside words and labels are written as PTB writes them, so each line parses back."""
+
+
+def ptb_line(tree: nltk.Tree) -> str:
+    """``tree`` on one line, ``(TOP (S (NP (PRP She)) ...))``, with ``(`` and ``)`` inside leaves and
+    labels written ``-LRB-`` and ``-RRB-``."""
+    def escape(text: str) -> str:
+        for bracket, name in PTB_ESCAPES.items():
+            text = text.replace(bracket, name)
+        return text
+
+    def walk(node) -> str:
+        if not isinstance(node, nltk.Tree):
+            return escape(str(node))
+        return f"({escape(str(node.label()))} " + " ".join(walk(child) for child in node) + ")"
+
+    return walk(tree)
+
+
+def write_ptb(sentences: list, path):
+    """Write each sentence's constituency tree as one PTB bracket line (:func:`ptb_line`), in order.
+
+    A sentence without a tree (``tree is None``: not predicted, or too long for the encoder) is an
+    empty line, so that line ``i`` of the file always belongs to sentence ``i``. Written
+    atomically (a temporary file, then a rename); returns the path.
+    """
+    from pathlib import Path
+
+    from mtl_heads.files import atomic_write_text
+
+    path = Path(path)
+    lines = ["" if s.tree is None else ptb_line(s.tree) for s in sentences]
+    atomic_write_text(path, "".join(line + "\n" for line in lines))
+    return path

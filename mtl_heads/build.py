@@ -1,0 +1,243 @@
+"""One home for building a model: from a config (train, probe, predict) or from a run folder
+(prune, probe, predict, evaluate, static pruning's ``init=``).
+
+A finished run folder (written by ``python -m mtl_heads.train``) holds ``config.yaml``,
+``labels.json``, ``model.safetensors`` (the selected epoch), ``metrics.json`` and ``gates.json``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from mtl_heads.config import ConfigError, load_saved_config
+from mtl_heads.encoder import EncoderNotFound, GatedEncoder
+from mtl_heads.files import load_numpy, load_tensors, read_json
+from mtl_heads.sparsity import prune_mode
+
+__all__ = ["build_tasks", "build_encoder", "gate_init_mean", "load_gate_mask", "pick_device", "LoadedRun",
+           "is_run_dir", "is_pruned_dir", "check_run_dir", "read_labels", "tasks_with_labels", "load_run_weights",
+           "load_run", "load_trained"]
+
+
+# --- from a config ----------------------------------------------------------------------------
+def build_tasks(cfg: DictConfig) -> dict:
+    from tasks import TASKS
+
+    names = list(cfg.tasks)
+    if not names:
+        raise ConfigError("config key 'tasks': give at least one task, e.g. tasks=pos,ner")
+    unknown = [n for n in names if n not in TASKS]
+    if unknown:
+        raise ConfigError(f"config key 'tasks': unknown task {', '.join(map(repr, unknown))}; known tasks: {', '.join(TASKS)}")
+    if len(set(names)) != len(names):
+        raise ConfigError(f"config key 'tasks': a task is listed twice: {names}")
+    options = cfg.get("task") or {}
+    return {n: TASKS[n](OmegaConf.to_container(options[n]) if n in options else {}) for n in names}
+
+
+def build_encoder(cfg: DictConfig) -> GatedEncoder:
+    enc = cfg.encoder
+    kwargs = {}
+    if enc.gate == "hard_concrete":
+        kwargs = {"init_range": enc.gate_init, "init_mean": gate_init_mean(cfg),
+                  "eval_keep_expected": prune_mode(cfg) != "none" and OmegaConf.select(cfg, "prune.budget") is not None}
+    elif enc.gate == "fixed":
+        kwargs = {"mask": load_gate_mask(enc.gate_mask)}
+    try:
+        return GatedEncoder.from_pretrained(enc.name, gate=enc.gate, attn_implementation=enc.attn_implementation,
+                                            gate_kwargs=kwargs, pool=OmegaConf.select(cfg, "encoder.pool", default="auto"))
+    except EncoderNotFound as err:
+        raise ConfigError(f"config key 'encoder.name': {err}") from None
+    except ValueError as err:  # unknown architecture, slow tokenizer, bad gate kind or mask
+        raise ConfigError(f"config key 'encoder' (name={enc.name}, gate={enc.gate}): {err}") from None
+
+
+def gate_init_mean(cfg: DictConfig) -> float:
+    """``encoder.gate_init_mean``; ``auto`` = 0 when pruning (reference init, eval gates ~0.5),
+    else 3 (gates start open, so plain training behaves like fine-tuning)."""
+    value = cfg.encoder.gate_init_mean
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return 0.0 if prune_mode(cfg) != "none" else 3.0
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"config key 'encoder.gate_init_mean': expected a number or auto, got {value!r}") from None
+
+
+def load_gate_mask(value) -> torch.Tensor:
+    """A fixed gate mask from the config: a nested list, or a .json / .npy file of [layers, heads]
+    (a run's ``gates.json`` too)."""
+    import numpy as np
+
+    key = "config key 'encoder.gate_mask'"
+    if value is None:
+        raise ConfigError(f"{key}: needed for encoder.gate=fixed")
+    where = key
+    if isinstance(value, str):
+        path = Path(value)
+        if not path.is_file():
+            raise ConfigError(f"{key}: {value} does not exist")
+        where = f"{key} ({path})"
+        data = load_numpy(path) if path.suffix == ".npy" else read_json(path)
+        if isinstance(data, dict):  # a run's gates.json
+            if "values" not in data:
+                raise ConfigError(f"{path}: a JSON object without 'values'; expected [[g, ...], ...] or a run's gates.json")
+            data = data["values"]
+    else:
+        data = OmegaConf.to_container(value) if not isinstance(value, list) else value
+    try:
+        array = np.asarray(data, dtype=np.float32)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where}: expected numbers in a [layers, heads] grid, e.g. [[1, 0], [1, 1]]") from None
+    return torch.from_numpy(array)  # shape and range are checked by FixedGate
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"config key 'device': expected auto, cpu, cuda or cuda:N, got {name!r}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"config key 'device': {name} asked for, but no CUDA device is available")
+    return device
+
+
+
+# --- from a run folder ------------------------------------------------------------------------
+REQUIRED = ("config.yaml", "labels.json", "model.safetensors")
+
+
+@dataclass
+class LoadedRun:
+    """A run folder read back.
+
+    cfg: the run's saved config; model: the ``MultiTaskModel`` with the best weights, in eval mode;
+    tasks: ``{name: Task}`` with the saved label vocabularies; metrics/gates: the saved JSON (or None).
+    """
+
+    path: Path
+    cfg: DictConfig
+    model: torch.nn.Module
+    tasks: dict
+    metrics: dict | None
+    gates: dict | None
+
+
+def is_run_dir(path: str | Path) -> bool:
+    """True when ``path`` is a folder holding a trained model (config, labels and weights)."""
+    path = Path(path)
+    return path.is_dir() and all((path / name).exists() for name in REQUIRED)
+
+
+def check_run_dir(path: str | Path, key: str | None = None) -> Path:
+    """``path`` as a Path when it holds a finished run; else a ConfigError (naming ``key`` if given)."""
+    path = Path(path)
+    missing = [name for name in REQUIRED if not (path / name).exists()]
+    if not path.is_dir() or missing:
+        where = f"config key '{key}': " if key else ""
+        raise ConfigError(f"{where}{path} is not a finished run folder (missing: {', '.join(missing) or 'the folder'}); "
+                          "train one with `python -m mtl_heads.train`")
+    return path
+
+
+def load_run_weights(model: torch.nn.Module, path: str | Path, gate: bool = True) -> None:
+    """Load a run's ``model.safetensors`` into ``model``; ``gate=False`` leaves the model's own gate
+    parameters as they are (a fresh gate on trained weights, as static pruning starts). Decoders
+    of tasks the model does not have are skipped; anything else missing is an error."""
+    file = Path(path) / "model.safetensors"
+    state = load_tensors(file)
+    own = model.state_dict()
+    is_gate = lambda k: k.startswith("encoder.gate.")  # noqa: E731
+    wanted = {k for k in own if gate or not is_gate(k)}
+    state = {k: v for k, v in state.items() if k in wanted}
+    missing = sorted(wanted - set(state))
+    if missing:
+        raise ConfigError(f"{file}: no weights for {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''} "
+                          "(was this run trained with another encoder or gate kind?)")
+    bad = [k for k, v in state.items() if v.shape != own[k].shape]
+    if bad:
+        raise ConfigError(f"{file}: weight {bad[0]} has shape {tuple(state[bad[0]].shape)}, the model needs "
+                          f"{tuple(own[bad[0]].shape)}")
+    model.load_state_dict(state, strict=False)
+
+
+def read_labels(labels_file: Path, names) -> dict[str, list[str]]:
+    """The saved label vocabularies of tasks ``names`` from a run's ``labels.json``, checked."""
+    labels = read_json(labels_file)
+    if labels is None:
+        raise ConfigError(f"{labels_file}: missing (the label vocabularies of the trained decoders)")
+    if not isinstance(labels, dict):
+        raise ConfigError(f"{labels_file}: expected an object {{task: [label, ...]}}, got a {type(labels).__name__}")
+    for name in names:
+        if name not in labels:
+            raise ConfigError(f"{labels_file}: no labels for task '{name}'")
+        vocab = labels[name]
+        if not isinstance(vocab, list) or not vocab or not all(isinstance(x, str) for x in vocab) \
+                or len(set(vocab)) != len(vocab):
+            raise ConfigError(f"{labels_file}: the labels of task '{name}' must be a non-empty list of distinct strings")
+    return {name: labels[name] for name in names}
+
+
+def tasks_with_labels(cfg: DictConfig, labels_file: Path) -> dict:
+    """``{name: Task}`` of ``cfg.tasks`` with the label vocabularies saved in ``labels_file``."""
+    tasks = build_tasks(cfg)
+    for name, vocab in read_labels(labels_file, tasks).items():
+        tasks[name].load_labels(vocab)
+    return tasks
+
+
+def load_run(path: str | Path, device: str | torch.device = "cpu", gate: str | None = None) -> LoadedRun:
+    """Rebuild a run's model from its folder and load the best weights.
+
+    Args:
+        path: the run folder.
+        device: where the model goes (default cpu).
+        gate: override the gate kind the model is built with (default: the run's own
+            ``encoder.gate``); the saved gate parameters are loaded when the kinds match.
+    """
+    from mtl_heads.model import MultiTaskModel
+
+    path = check_run_dir(path)
+    cfg = load_saved_config(path / "config.yaml")
+    if "srl" in cfg.tasks and OmegaConf.select(cfg, "task.srl.span_ratio") is None:
+        OmegaConf.update(cfg, "task.srl.span_ratio", "off", merge=True)  # saved before candidate pruning existed
+    same_gate = gate is None or gate == cfg.encoder.gate
+    if gate is not None:
+        cfg.encoder.gate = gate
+    tasks = tasks_with_labels(cfg, path / "labels.json")
+    encoder = build_encoder(cfg)
+    model = MultiTaskModel(encoder, tasks)
+    load_run_weights(model, path, gate=same_gate)
+    model.to(device).eval()
+    return LoadedRun(path, cfg, model, tasks, read_json(path / "metrics.json"), read_json(path / "gates.json"))
+
+
+def is_pruned_dir(path: str | Path) -> bool:
+    """True when ``path`` holds a pruned multi-task model (``python -m mtl_heads.prune``'s output)."""
+    path = Path(path)
+    return path.is_dir() and all((path / name).exists() for name in ("heads.json", "config.yaml", "labels.json"))
+
+
+def load_trained(path: str | Path, device: str | torch.device = "cpu") -> LoadedRun:
+    """A trained model from a run folder (:func:`load_run`) or from its pruned folder
+    (``runs/<run>/pruned/``, :func:`mtl_heads.removal.load_pruned`), in eval mode on ``device``.
+    For a pruned folder, ``metrics`` and ``gates`` are those of the run it came from when it sits
+    inside it, and ``cfg`` is the pruned folder's config (``encoder.gate=none``)."""
+    path = Path(path)
+    if is_run_dir(path):
+        return load_run(path, device=device)
+    if is_pruned_dir(path):
+        from mtl_heads.removal import load_pruned
+
+        model = load_pruned(path, device=device)
+        parent = path.parent if is_run_dir(path.parent) else None
+        return LoadedRun(path, load_saved_config(path / "config.yaml"), model, model.tasks,
+                         read_json(parent / "metrics.json") if parent else None,
+                         read_json(parent / "gates.json") if parent else None)
+    raise ConfigError(f"{path} is neither a finished run folder (config.yaml, labels.json, model.safetensors) "
+                      "nor a pruned model folder (heads.json, config.yaml, labels.json)")

@@ -1,0 +1,261 @@
+"""A training run from a config: the run folder, ``init=``, data, model, trainer, metrics; and
+one run per seed. ``python -m mtl_heads.train`` is the command over :func:`run_seeds`."""
+from __future__ import annotations
+
+import os
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Callable
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from mtl_heads.build import build_encoder, build_tasks, check_run_dir, load_run_weights, pick_device, read_labels
+from mtl_heads.config import ConfigError, load_config, load_saved_config
+from mtl_heads.data.batching import prepare_examples
+from mtl_heads.data.corpus import load_corpus
+from mtl_heads.encoder import GatedEncoder
+from mtl_heads.files import atomic_write_text, load_weights, read_json, write_json
+from mtl_heads.model import MultiTaskModel
+from mtl_heads.sparsity import PRUNE_MODES, prune_mode
+from mtl_heads.tracking import Tracker
+from mtl_heads.trainer import Trainer, format_scores, mean_score, seed_everything, selection_tasks
+
+RUNS = Path("runs")
+# keys that may differ when resuming (everything else must match the saved config)
+RESUME_FREE = ("resume", "run_dir", "wandb", "train.progress", "device", "precision")
+
+
+# --- distributed ------------------------------------------------------------------------------
+def setup_distributed(cfg: DictConfig) -> tuple[int, int, torch.device]:
+    """(rank, world size, device). Under torchrun, joins the process group (NCCL on CUDA, gloo on
+    CPU) and picks this process's GPU."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    device = pick_device(cfg.device)
+    if world > 1:
+        import torch.distributed as dist
+
+        if device.type == "cuda":
+            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+            torch.cuda.set_device(device)
+        if not dist.is_initialized():
+            dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return rank, world, device
+
+
+# --- run folder -------------------------------------------------------------------------------
+def prepare_run_dir(cfg: DictConfig, overrides: list[str]) -> tuple[DictConfig, Path, bool]:
+    """The run folder and the config to run with. A new run gets a fresh folder (an existing
+    finished or started run is never overwritten); ``resume=true`` reloads the saved config."""
+    if cfg.resume:
+        run_dir = Path(cfg.run_dir) if cfg.run_dir else newest_unfinished_run()
+        saved = run_dir / "config.yaml"
+        if not saved.exists():
+            raise ConfigError(f"config key 'resume': {run_dir} holds no run (no config.yaml)")
+        saved_cfg = load_saved_config(saved)
+        _check_resume_overrides(cfg, saved_cfg, overrides)
+        for key in ("wandb", "device", "precision"):
+            saved_cfg[key] = cfg[key]
+        saved_cfg.train.progress = cfg.train.progress
+        return saved_cfg, run_dir, True
+    run_dir = Path(cfg.run_dir) if cfg.run_dir else RUNS / f"{setting_name(cfg)}-{datetime.now():%Y%m%d-%H%M%S}"
+    if (run_dir / "config.yaml").exists():
+        raise ConfigError(f"config key 'run_dir': {run_dir} already holds a run; pass resume=true to continue it "
+                          "or choose another run_dir")
+    return cfg, run_dir, False
+
+
+def _check_resume_overrides(cfg: DictConfig, saved: DictConfig, overrides: list[str]) -> None:
+    for item in overrides:
+        key = item.split("=", 1)[0]
+        if key.startswith(RESUME_FREE):
+            continue
+        if OmegaConf.select(cfg, key) != OmegaConf.select(saved, key):
+            raise ConfigError(f"config key '{key}': a resumed run keeps its saved config "
+                              f"({key}={OmegaConf.select(saved, key)}); drop this override or start a new run")
+
+
+def newest_unfinished_run() -> Path:
+    candidates = sorted((p for p in RUNS.glob("*") if (p / "config.yaml").exists() and not (p / "metrics.json").exists()),
+                        key=lambda p: p.stat().st_mtime)
+    if not candidates:
+        raise ConfigError("config key 'resume': no unfinished run in runs/; pass run_dir=<folder>")
+    return candidates[-1]
+
+
+def setting_name(cfg: DictConfig) -> str:
+    """``dep``, ``pos-ner``, ``dep-dynamic``: the tasks and the prune mode, for folder and group names."""
+    mode = prune_mode(cfg)
+    return "-".join(cfg.tasks) + (f"-{mode}" if mode != "none" else "")
+
+
+# --- starting from a trained run (init=) --------------------------------------------------------
+# Sections taken from the init run unless the command line sets them: the model must match its weights.
+INHERITED = ("tasks", "encoder.name", "encoder.attn_implementation", "data", "task")
+
+
+def apply_init(cfg: DictConfig, overrides: list[str]) -> DictConfig:
+    """Check ``prune.mode`` and ``init``; with ``init=<run>``, copy ``INHERITED`` keys from that run
+    unless they were given on the command line. ``tasks`` may be a subset of the run's tasks."""
+    mode = prune_mode(cfg)
+    if mode not in PRUNE_MODES:
+        raise ConfigError(f"config key 'prune.mode': expected one of {', '.join(PRUNE_MODES)}, got {mode!r}")
+    if not cfg.init:
+        if mode == "static":
+            raise ConfigError("config key 'init': static pruning learns gates on a trained run; "
+                              "pass init=runs/<trained run>")
+        return cfg
+    saved = load_saved_config(check_run_dir(cfg.init, key="init") / "config.yaml")
+    given = [item.split("=", 1)[0].strip() for item in overrides]
+    for key in INHERITED:
+        value = OmegaConf.select(saved, key)
+        if value is not None and not any(g == key or g.startswith(key + ".") or key.startswith(g + ".") for g in given):
+            OmegaConf.update(cfg, key, value, merge=False)
+    extra = [t for t in cfg.tasks if t not in saved.tasks]
+    if extra:
+        raise ConfigError(f"config key 'tasks': {cfg.init} has no decoder for {', '.join(extra)} "
+                          f"(its tasks: {', '.join(saved.tasks)})")
+    return cfg
+
+
+def freeze(model: MultiTaskModel, cfg: DictConfig) -> None:
+    """Static pruning: the decoders are frozen, and the encoder too with ``prune.freeze_encoder``."""
+    if prune_mode(cfg) != "static":
+        return
+    for p in model.decoders.parameters():
+        p.requires_grad_(False)
+    if cfg.prune.freeze_encoder:
+        for p in model.param_groups()["encoder"]:
+            p.requires_grad_(False)
+
+
+def gates_record(encoder: GatedEncoder) -> dict:
+    values = encoder.gate_values().cpu()
+    record = {"kind": type(encoder.gate).__name__ if encoder.gate is not None else "none",
+              "layers": encoder.num_layers, "heads": encoder.num_heads, "values": values.tolist(),
+              "kept": int((values >= 1e-3).sum())}
+    if hasattr(encoder.gate, "expected_l0"):
+        record["expected_l0"] = encoder.gate.expected_l0().detach().cpu().tolist()
+    return record
+
+
+# --- the run ----------------------------------------------------------------------------------
+def run(overrides: list[str], on_step: Callable | None = None) -> dict:
+    """Train and test as configured; returns the metrics written to ``metrics.json``."""
+    cfg = load_config(overrides)
+    rank, world, device = setup_distributed(cfg)
+    prepared = None
+    if rank == 0:
+        if not cfg.resume:
+            cfg = apply_init(cfg, overrides)
+        cfg, run_dir, resuming = prepare_run_dir(cfg, overrides)
+        prepared = (OmegaConf.to_yaml(cfg), str(run_dir), resuming)
+    if world > 1:  # every rank uses rank 0's run folder and config
+        import torch.distributed as dist
+
+        box = [prepared]
+        dist.broadcast_object_list(box, src=0)
+        text, folder, resuming = box[0]
+        cfg, run_dir = OmegaConf.create(text), Path(folder)
+    log = print if rank == 0 else (lambda *_: None)
+    started = time.time()
+    # everything that can fail on bad input runs before the run folder is written
+    tasks = build_tasks(cfg)
+    corpus = load_corpus(cfg.data, {layer for task in tasks.values() for layer in task.needs})
+    seed_everything(cfg.seed)
+    encoder = build_encoder(cfg)
+    examples = prepare_examples(corpus, tasks, encoder, cfg.data.long_policy, log,
+                                OmegaConf.select(cfg, "data.task_splits", default=None))
+    if rank == 0:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if not resuming:
+            atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg))
+    init_labels = read_labels(Path(cfg.init) / "labels.json", tasks) if cfg.init else None
+    for name, task in tasks.items():
+        if init_labels is not None:  # the init run's decoders predict its label sets
+            task.load_labels(init_labels[name])
+        else:
+            task.fit_labels([e.sentence for e in examples["train"][name]])
+    model = MultiTaskModel(encoder, tasks)
+    if cfg.init and not resuming:  # pruning starts from fresh gates; plain training keeps the run's gates
+        load_run_weights(model, cfg.init, gate=prune_mode(cfg) == "none")
+    freeze(model, cfg)
+    model.to(device)
+    wrapped = model
+    if world > 1:
+        wrapped = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None, find_unused_parameters=True)
+    tracker = Tracker(cfg, run_dir, enabled=rank == 0)
+    trainer = Trainer(model, tasks, examples, cfg, run_dir, device, tracker, rank, world, wrapped, on_step)
+    if resuming and trainer.load_checkpoint():
+        log(f"resuming {run_dir} at epoch {trainer.state.epoch + 1}, step {trainer.state.step_in_epoch}")
+    if trainer.sparsity.active:
+        target = (f"budget {trainer.sparsity.controller.target} heads" if trainer.sparsity.controller is not None
+                  else f"lambda {trainer.sparsity.weight:g}")
+        log(f"{prune_mode(cfg)} pruning of {encoder.num_layers * encoder.num_heads} heads, {target}")
+    log(f"training {', '.join(tasks)} on {device} ({world} process{'es' if world > 1 else ''}); run folder {run_dir}")
+    try:
+        trainer.fit()
+        metrics = finish(trainer, tasks, cfg, run_dir, rank, started)
+    finally:
+        tracker.finish()
+    return metrics
+
+
+def finish(trainer: Trainer, tasks: dict, cfg: DictConfig, run_dir: Path, rank: int, started: float) -> dict:
+    """Reload the best checkpoint, evaluate dev and test, write metrics, labels and gates."""
+    import json
+
+    best = run_dir / "model.safetensors"
+    if best.exists():
+        load_weights(trainer.model, best)
+    results = trainer._broadcast({role: trainer.evaluate(role) for role in ("dev", "test")} if rank == 0 else None)
+    metrics = {"tasks": list(tasks), "best_epoch": trainer.state.best_epoch, "dev": results["dev"],
+               "test": results["test"], "dev_mean": mean_score(results["dev"], selection_tasks(cfg, tasks)),
+               "test_mean": mean_score(results["test"], tasks), "history": trainer.state.history,
+               "sentences": {role: {t: len(ex) for t, ex in per.items()} for role, per in trainer.examples.items()},
+               "seed": cfg.seed, "experiment": cfg.experiment, "prune": prune_mode(cfg),
+               "heads_kept": int((trainer.model.encoder.gate_values() >= 1e-3).sum()),
+               "heads_total": trainer.model.encoder.num_layers * trainer.model.encoder.num_heads,
+               "seconds": round(time.time() - started, 1)}
+    if rank == 0:
+        write_json(run_dir / "gates.json", gates_record(trainer.model.encoder))
+        atomic_write_text(run_dir / "labels.json", json.dumps({n: t.labels for n, t in tasks.items()}, indent=1))
+        write_json(run_dir / "metrics.json", metrics)
+        trainer.tracker.summary({f"{role}/{t}/{k}": v for role in ("dev", "test") for t, m in results[role].items()
+                                 for k, v in m.items()})
+        print(f"{'best' if trainer.select == 'best' else 'last'} epoch {trainer.state.best_epoch}; "
+              f"heads kept {metrics['heads_kept']}/{metrics['heads_total']}")
+        trained_on = tuple(set(tasks) - set(selection_tasks(cfg, tasks)))
+        print(f"dev  {format_scores(results['dev'], tasks, trained_on)}")
+        print(f"test {format_scores(results['test'], tasks)}")
+        print(f"run folder: {run_dir}")
+    return metrics
+
+
+def run_seeds(overrides: list[str], on_step: Callable | None = None) -> list[dict]:
+    """``seeds=1,2,3``: the same setting once per seed, into ``<experiment folder>/seed<N>``
+    (``run_dir``, default ``runs/<experiment>``), all with the same ``experiment`` (W&B group).
+    With ``resume=true``, finished seeds are skipped and an unfinished one continues. Without
+    ``seeds``, one plain :func:`run`."""
+    cfg = load_config(overrides)
+    if not cfg.seeds:
+        return [run(overrides, on_step)]
+    if len(set(cfg.seeds)) != len(cfg.seeds):
+        raise ConfigError(f"config key 'seeds': a seed is listed twice: {list(cfg.seeds)}")
+    experiment = cfg.experiment or f"{setting_name(apply_init(cfg, overrides))}-{datetime.now():%Y%m%d-%H%M%S}"
+    parent = Path(cfg.run_dir) if cfg.run_dir else RUNS / experiment
+    results = []
+    for seed in cfg.seeds:
+        child = parent / f"seed{seed}"
+        if cfg.resume and (child / "metrics.json").exists():
+            print(f"seed {seed}: finished already ({child})")
+            results.append(read_json(child / "metrics.json"))
+            continue
+        resume = cfg.resume and (child / "config.yaml").exists()
+        extra = [f"seed={seed}", "seeds=[]", f"experiment={experiment}", f"run_dir={child}", f"resume={str(resume).lower()}"]
+        print(f"=== experiment {experiment}: seed {seed} -> {child}")
+        results.append(run([o for o in overrides if not o.startswith(("resume=", "run_dir="))] + extra, on_step))
+    return results

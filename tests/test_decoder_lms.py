@@ -1,0 +1,213 @@
+"""Decoder-only language models as gated encoders: Llama, Mistral, Qwen2/3, Gemma 1/2/3, OLMo 1/2/3,
+Phi-3 and GPT-2, with grouped-query attention. Every model is a tiny random one built from its config
+class and saved to a folder, with a byte-level BPE tokenizer trained in memory (no download)."""
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+import transformers
+
+from mtl_heads.encoder import GatedEncoder, attention_shape, pool_words
+
+SENTENCES = [
+    "The dog saw a cat in the park .",
+    "Mary and John walked to the old house yesterday .",
+    "A company said its profits rose sharply in the third quarter .",
+    "They will meet the new president of the bank on Monday .",
+]
+
+HEADS = 4
+# family -> (config class, extra kwargs); every family with num_key_value_heads gets GQA ratios 1, 2, 4
+FAMILIES = {
+    "llama": (transformers.LlamaConfig, {}),
+    "mistral": (transformers.MistralConfig, {}),
+    "qwen2": (transformers.Qwen2Config, {}),
+    "qwen3": (transformers.Qwen3Config, {"head_dim": 16}),  # heads * head_dim = 64 != hidden 32
+    "gemma": (transformers.GemmaConfig, {"head_dim": 16}),
+    "gemma2": (transformers.Gemma2Config, {"head_dim": 16, "query_pre_attn_scalar": 16}),
+    "gemma3_text": (transformers.Gemma3TextConfig, {"head_dim": 16, "query_pre_attn_scalar": 16,
+                                                    "sliding_window": 16}),
+    "phi3": (transformers.Phi3Config, {"pad_token_id": None}),
+    "olmo": (transformers.OlmoConfig, {}),
+    "olmo2": (transformers.Olmo2Config, {}),
+    "olmo3": (transformers.Olmo3Config, {}),
+}
+CASES = [(f, kv) for f in FAMILIES for kv in (4, 2, 1)] + [("gpt2", 4)]
+
+
+@functools.lru_cache(maxsize=None)
+def _tokenizer(with_bos: bool):
+    """A byte-level BPE (GPT-2 style) over the sentences above; Llama-style when ``with_bos``
+    (``<s>`` put first), GPT-2-style otherwise (no BOS added, no pad token: the loader sets pad = eos)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tk = Tokenizer(models.BPE())
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    tk.decoder = decoders.ByteLevel()
+    tk.train_from_iterator(SENTENCES, trainers.BpeTrainer(vocab_size=320, special_tokens=["<|endoftext|>", "<s>"],
+                                                          initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    if with_bos:
+        tk.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", tk.token_to_id("<s>"))])
+        return transformers.PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="<|endoftext|>")
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<|endoftext|>", eos_token="<|endoftext|>")
+
+
+def _save(folder, family: str, kv_heads: int):
+    """A 2-layer, 4-query-head random model of ``family`` with ``kv_heads`` KV heads, saved with its tokenizer."""
+    tokenizer = _tokenizer(with_bos=family != "gpt2")
+    ids = {"vocab_size": len(tokenizer), "bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id}
+    if family == "gpt2":
+        config = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=HEADS, n_positions=64, **ids)
+    else:
+        cls, extra = FAMILIES[family]
+        config = cls(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=HEADS,
+                     num_key_value_heads=kv_heads, max_position_embeddings=64, **{**ids, **extra})
+    torch.manual_seed(0)
+    transformers.AutoModel.from_config(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny matrices: one thread is faster than several fighting over the shared cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    made = {}
+
+    def get(family: str, kv_heads: int = HEADS):
+        if (family, kv_heads) not in made:
+            made[family, kv_heads] = _save(tmp_path_factory.mktemp(f"{family}-kv{kv_heads}"), family, kv_heads)
+        return made[family, kv_heads]
+
+    return get
+
+
+def _batch(encoder: GatedEncoder):
+    words = [["The", "dog", "walked", "yesterday", "."], ["Mary", "saw", "profits"]]
+    enc = encoder.tokenizer(words, is_split_into_words=True, padding=True, return_tensors="pt")
+    index = torch.tensor([[-1 if w is None else w for w in enc.word_ids(i)] for i in range(len(words))])
+    index = index.masked_fill(enc["attention_mask"] == 0, -1)
+    mask = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])
+    return enc["input_ids"], enc["attention_mask"], index, mask
+
+
+@pytest.mark.parametrize("family,kv_heads", CASES, ids=[f"{f}-kv{kv}" for f, kv in CASES])
+def test_gate_on_every_query_head(folders, family, kv_heads):
+    encoder = GatedEncoder.from_pretrained(str(folders(family, kv_heads)), gate="hard_concrete").eval()
+    config = encoder.model.config
+    shape = attention_shape(config)
+    assert (encoder.num_layers, encoder.num_heads, encoder.num_kv_heads) == (2, HEADS, kv_heads) == (
+        shape.layers, shape.heads, shape.kv_heads)
+    assert tuple(encoder.gate.values().shape) == (2, HEADS)
+    assert encoder.head_dim == (16 if "head_dim" in FAMILIES.get(family, (None, {}))[1] else 32 // HEADS)
+    assert encoder.causal and encoder.pool == "last" and encoder.max_length == 64
+    assert encoder.tokenizer.pad_token == "<|endoftext|>"  # none was saved: pad = eos
+
+    ids, attention, index, mask = _batch(encoder)
+    with torch.no_grad():
+        base = encoder(ids, attention, index, mask)
+        # both layers for llama; one (layer, head) per other case keeps the file fast
+        for layer, head in [(0, 1), (1, HEADS - 1)] if family == "llama" else [(int(kv_heads == 1), 2)]:
+            closed = torch.ones(2, HEADS)
+            closed[layer, head] = 0.0
+            with encoder.mask_heads(closed):
+                gated = encoder(ids, attention, index, mask).hidden
+            # the same by hand: zero that head's slice of W_O's input (after the gate's own scaling)
+            width = encoder.head_dim
+
+            def zero(module, args, h=head):
+                x = args[0].clone()
+                x[..., h * width:(h + 1) * width] = 0
+                return (x, *args[1:])
+
+            handle = encoder.out_projs[layer].register_forward_pre_hook(zero)
+            try:
+                by_hand = encoder(ids, attention, index, mask).hidden
+            finally:
+                handle.remove()
+            real = attention.bool()
+            torch.testing.assert_close(gated[real], by_hand[real], rtol=1e-5, atol=1e-6)
+            assert not torch.allclose(gated[real], base.hidden[real], atol=1e-6)  # that head contributes
+            # another head of the same KV group is untouched: closing it gives another output
+            other = torch.ones(2, HEADS)
+            other[layer, head ^ 1] = 0.0
+            with encoder.mask_heads(other):
+                assert not torch.allclose(encoder(ids, attention, index, mask).hidden[real], gated[real], atol=1e-6)
+
+
+def test_causal_words_and_root(folders):
+    llama = GatedEncoder.from_pretrained(str(folders("llama", 2)), gate="hard_concrete").eval()
+    ids, attention, index, mask = _batch(llama)
+    assert llama.root_source == "bos" and llama.root_embedding is None
+    assert (ids[:, 0] == llama.tokenizer.bos_token_id).all() and (index[:, 0] == -1).all()
+    with torch.no_grad():
+        out = llama(ids, attention, index, mask)
+    torch.testing.assert_close(out.root, out.hidden[:, 0])
+    torch.testing.assert_close(out.words, pool_words(out.hidden, index, mask, mode="last"))
+
+    gpt2 = GatedEncoder.from_pretrained(str(folders("gpt2")), gate="hard_concrete").eval()
+    ids, attention, index, mask = _batch(gpt2)
+    assert gpt2.root_source == "learnt" and (index[:, 0] == 0).all()  # no BOS: the first piece is a word's
+    assert any(p is gpt2.root_embedding for p in gpt2.parameters())
+    with torch.no_grad():
+        out = gpt2(ids, attention, index, mask)
+    assert out.root.shape == (2, 32)
+    torch.testing.assert_close(out.root, gpt2.root_embedding.expand(2, -1))
+    # a padded GPT-2 batch (pad = eos) pools the same words as the sentence alone
+    with torch.no_grad():
+        alone = gpt2(ids[1:, :int(attention[1].sum())], attention[1:, :int(attention[1].sum())], index[1:, :int(attention[1].sum())], mask[1:, :3])
+    torch.testing.assert_close(out.words[1, :3], alone.words[0], rtol=1e-5, atol=1e-5)
+
+    first = GatedEncoder(gpt2.model, None, tokenizer=gpt2.tokenizer, pool="first")
+    assert first.pool == "first"
+    with pytest.raises(ValueError, match="pool"):
+        GatedEncoder(gpt2.model, None, tokenizer=gpt2.tokenizer, pool="max")
+
+
+def test_encoders_keep_mean_and_cls_root(tiny_encoder_dir):
+    bert = GatedEncoder.from_pretrained(str(tiny_encoder_dir), gate="hard_concrete").eval()
+    assert not bert.causal and bert.pool == "mean" and bert.root_embedding is None
+    assert bert.num_kv_heads == bert.num_heads == 4 and bert.head_dim == 8
+    assert not any("root" in name for name, _ in bert.named_parameters())  # run weights unchanged
+    enc = bert.tokenizer([["The", "dog", "walked"]], is_split_into_words=True, return_tensors="pt")
+    index = torch.tensor([[-1 if w is None else w for w in enc.word_ids(0)]])
+    with torch.no_grad():
+        out = bert(enc["input_ids"], enc["attention_mask"], index, torch.ones(1, 3, dtype=torch.bool))
+    torch.testing.assert_close(out.root, out.hidden[:, 0], rtol=0, atol=0)
+    assert torch.equal(out.words, pool_words(out.hidden, index, torch.ones(1, 3, dtype=torch.bool)))
+
+
+def test_pool_first_last_mean_by_hand():
+    hidden = torch.arange(16, dtype=torch.float).view(1, 8, 2)  # position t holds (2t, 2t + 1)
+    index = torch.tensor([[-1, 0, 0, 0, 1, 2, 2, -1]])  # word 3 has no piece; the last position is padding
+    mask = torch.tensor([[True, True, True, True, False]])
+    first = pool_words(hidden, index, mask, mode="first")
+    last = pool_words(hidden, index, mask, mode="last")
+    mean = pool_words(hidden, index, mask, mode="mean")
+    zero = [0.0, 0.0]
+    assert first.tolist() == [[[2.0, 3.0], [8.0, 9.0], [10.0, 11.0], zero, zero]]
+    assert last.tolist() == [[[6.0, 7.0], [8.0, 9.0], [12.0, 13.0], zero, zero]]
+    assert mean.tolist() == [[[4.0, 5.0], [8.0, 9.0], [11.0, 12.0], zero, zero]]
+    assert pool_words(hidden, index, mode="last").shape == (1, 3, 2)  # n_words from the index
+    with pytest.raises(ValueError, match="mode"):
+        pool_words(hidden, index, mask, mode="max")
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_one_epoch_pos_dep(folders, family, tmp_path):
+    from mtl_heads.experiment import run
+
+    kv = 2 if family == "llama" else HEADS
+    metrics = run([f"encoder.name={folders(family, kv)}", "tasks=pos,dep", "data.demo_sizes={train: 16, dev: 8, test: 8}",
+                   "train.epochs=1", "train.batch_size=8", "wandb.mode=disabled", "train.progress=false",
+                   f"run_dir={tmp_path / 'run'}"])
+    assert 0 <= metrics["test"]["pos"]["accuracy"] <= 100 and 0 <= metrics["test"]["dep"]["las"] <= 100
