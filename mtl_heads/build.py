@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from mtl_heads.config import ConfigError, load_saved_config
+from mtl_heads.config import ConfigError, load_saved_config, pick
 from mtl_heads.encoder import EncoderNotFound, GatedEncoder
 from mtl_heads.files import load_numpy, load_tensors, read_json
 from mtl_heads.sparsity import prune_mode
@@ -26,16 +26,9 @@ __all__ = ["build_tasks", "build_encoder", "gate_init_mean", "load_gate_mask", "
 def build_tasks(cfg: DictConfig) -> dict:
     from tasks import TASKS
 
-    names = list(cfg.tasks)
-    if not names:
-        raise ConfigError("config key 'tasks': give at least one task, e.g. tasks=pos,ner")
-    unknown = [n for n in names if n not in TASKS]
-    if unknown:
-        raise ConfigError(f"config key 'tasks': unknown task {', '.join(map(repr, unknown))}; known tasks: {', '.join(TASKS)}")
-    if len(set(names)) != len(names):
-        raise ConfigError(f"config key 'tasks': a task is listed twice: {names}")
+    names = pick(TASKS, cfg.tasks, "tasks", "pos,ner")
     options = cfg.get("task") or {}
-    return {n: TASKS[n](OmegaConf.to_container(options[n]) if n in options else {}) for n in names}
+    return {n: cls(OmegaConf.to_container(options[n]) if n in options else {}) for n, cls in names.items()}
 
 
 def build_encoder(cfg: DictConfig) -> GatedEncoder:

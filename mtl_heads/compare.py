@@ -714,44 +714,40 @@ def plot_score_vs_heads(runs: pd.DataFrame, path: Path, score: str = "test score
     return path
 
 
-def gate_settings(runs: pd.DataFrame) -> dict[str, list[np.ndarray]]:
-    """``{setting: [gates [layers, heads] of its runs]}`` for the runs with a ``gates.json``, settings as
-    in the table (with several grid shapes, the most common)."""
-    from mtl_heads.gate_report import _read_gates
+def gate_settings(runs: pd.DataFrame) -> dict[str, list]:
+    """``{setting: [RunGates of its runs]}`` (:class:`mtl_heads.gate_report.RunGates`) for the runs with
+    a ``gates.json``, settings as in the table (with several grid shapes, the most common)."""
+    from mtl_heads.gate_report import read_run
 
-    settings: dict[str, list[np.ndarray]] = {}
+    settings: dict[str, list] = {}
     for setting, run in zip(runs["setting"], runs["run"]):
         if (Path(run) / "gates.json").is_file():
-            settings.setdefault(setting, []).append(_read_gates(Path(run) / "gates.json"))
-    shapes = pd.Series([g.shape for gates in settings.values() for g in gates])
+            settings.setdefault(setting, []).append(read_run(Path(run)))
+    shapes = pd.Series([r.values.shape for group in settings.values() for r in group])
     if shapes.empty:
         return {}
     shape = shapes.mode()[0]
-    settings = {s: [g for g in gates if g.shape == shape] for s, gates in settings.items()}
-    return {s: gates for s, gates in settings.items() if gates}
+    settings = {s: [r for r in group if r.values.shape == shape] for s, group in settings.items()}
+    return {s: group for s, group in settings.items() if group}
 
 
 def plot_gate_correlation(runs: pd.DataFrame, out: Path, notes: list[Note] | None = None) -> dict[str, Path]:
     """``gate-correlation.csv`` / ``.png``: :func:`~mtl_heads.gate_report.correlation_matrix` between the
     settings' gates (runs without ``gates.json`` left out; with several grid shapes, the most common).
     The picture leaves out settings whose gates never moved; none is drawn when no setting's gates
-    move (a note says so)."""
-    from mtl_heads.gate_report import MIN_GATE_SPREAD, correlation_matrix, plot_correlation, still_settings
+    moved (a note says so)."""
+    from mtl_heads.gate_report import STILL_TEXT, write_correlation
 
-    settings = gate_settings(runs)
-    if not settings:
+    groups = gate_settings(runs)
+    if not groups:
         return {}
-    table = correlation_matrix(settings)
     out.mkdir(parents=True, exist_ok=True)
-    table.to_csv(out / "gate-correlation.csv", float_format="%.4f")
-    paths = {"gate_correlation_csv": out / "gate-correlation.csv"}
-    still = still_settings(settings)
-    moving = [s for s in table.index if s not in still]
-    if moving:
-        paths["gate_correlation"] = plot_correlation(table.loc[moving, moving], out / "gate-correlation.png", still)
+    written = write_correlation(groups, out, "gate-correlation")
+    paths = {"gate_correlation_csv": written["gate-correlation_csv"]}
+    if "gate-correlation" in written:
+        paths["gate_correlation"] = written["gate-correlation"]
     elif notes is not None:
-        notes.append(Note(out / "gate-correlation.png", f"not drawn: no setting's gates vary (max - min below "
-                                                         f"{MIN_GATE_SPREAD:g}; unpruned gates never move)"))
+        notes.append(Note(out / "gate-correlation.png", f"not drawn: {STILL_TEXT} in every setting"))
     return paths
 
 

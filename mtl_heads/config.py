@@ -189,6 +189,20 @@ def _float_or_same(value: Any) -> Any:
     return value
 
 
+def pick(registry: dict, names: list[str], key: str, example: str) -> dict:
+    """``{name: registry[name]}`` for the names given under config ``key``; none, an unknown one or
+    one listed twice is a ConfigError naming the key (``example``: a good value for the message)."""
+    names = list(names)
+    if not names:
+        raise ConfigError(f"config key '{key}': give at least one, e.g. {key}={example}")
+    unknown = [n for n in names if n not in registry]
+    if unknown:
+        raise ConfigError(f"config key '{key}': unknown {', '.join(map(repr, unknown))}; known: {', '.join(registry)}")
+    if len(set(names)) != len(names):
+        raise ConfigError(f"config key '{key}': listed twice in {names}")
+    return {n: registry[n] for n in names}
+
+
 def to_yaml(cfg: DictConfig) -> str:
     return OmegaConf.to_yaml(cfg)
 

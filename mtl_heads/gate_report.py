@@ -13,8 +13,9 @@ the seeds of one setting form one group) and writes, as PNG and CSV, into ``--ou
 - ``mean-gates.png``: ``255 * (1 - mean gate)`` over every run given (all tasks), black = always kept;
 - ``correlation.csv`` / ``.png``: Pearson correlation between the settings' mean gate vectors, with
   run-to-run consistency (mean pairwise Pearson of its runs) on the diagonal, only where it means
-  something: settings whose gates never moved (max - min below ``MIN_GATE_SPREAD``; unpruned) are
-  blank in the CSV and left out of the picture, and the diagonal needs two runs whose gates vary;
+  something: settings whose gates never moved (:func:`gates_moved`: unpruned, all near 1, or still
+  within their initial range) are blank in the CSV and left out of the picture, and the diagonal
+  needs two runs whose gates moved;
 - ``kept-per-layer.csv`` and ``kept-<setting>.png``: heads kept per layer (gate >= threshold).
 
 A head counts as kept when its gate is at least ``1e-3`` (``KEEP_THRESHOLD``). The command prints
@@ -43,16 +44,19 @@ from matplotlib.figure import Figure
 from mtl_heads.config import ConfigError
 
 __all__ = ["KEEP_THRESHOLD", "MIN_GATE_SPREAD", "RunGates", "rgb_overlap", "grey_mean", "pearson_matrix",
-           "gates_vary", "run_consistency", "correlation_matrix", "still_settings", "correlation_note", "wrap_label",
+           "gates_vary", "initial_gate_range", "gates_moved", "moved_flags", "run_consistency", "correlation_matrix",
+           "still_settings", "correlation_note", "wrap_label",
            "kept_per_layer", "is_gate_run", "read_run", "read_runs", "group_settings", "plot_gate_map", "plot_pixels",
            "plot_correlation", "plot_kept_bars", "write_overlap", "write_correlation",
            "write_kept", "write_report", "log_to_wandb", "default_out", "main"]
 
 KEEP_THRESHOLD = 1e-3  # a head is pruned when its evaluation gate is below this (background, section 1)
 MIN_GATE_SPREAD = 0.1  # gates vary when max - min reaches this; an unpruned run's never do
+STILL_TEXT = ("their gates never moved (unpruned: all near 1; or never out of their initial range, "
+              "see initial_gate_range)")
 DIAGONAL_TEXT = ("diagonal: run-to-run consistency, the mean Pearson correlation between the gates of a setting's "
-                 "runs (seeds), shown where at least two runs have gates that vary; settings whose gates never "
-                 "moved (unpruned) are left out")
+                 "runs (seeds), shown where at least two runs have gates that moved; settings whose gates never "
+                 "moved (unpruned, or still at their initial values) are left out")
 WANDB_MODES = ("disabled", "offline", "online")
 
 
@@ -142,43 +146,97 @@ def gates_vary(gates: np.ndarray, spread: float = MIN_GATE_SPREAD) -> bool:
     return values.size > 0 and float(values.max() - values.min()) >= spread
 
 
-def run_consistency(gates: list[np.ndarray]) -> float:
-    """Mean pairwise Pearson correlation between the flattened gates of the runs whose gates vary
-    (:func:`gates_vary`); NaN with fewer than 2 such runs."""
-    gates = [g for g in gates if gates_vary(g)]
+def initial_gate_range(cfg: dict | None) -> tuple[float, float] | None:
+    """(lowest, highest) evaluation gate value a run's Hard Concrete gates can have at initialisation,
+    from its config: ``log_alpha ~ U(mean - encoder.gate_init, mean + encoder.gate_init)`` with mean
+    ``encoder.gate_init_mean`` (auto: 0 when pruning, else 3), gate ``clamp(sigmoid(log_alpha) * 1.2 - 0.1,
+    0, 1)``: [0.30, 0.70] for a pruning run, [0.99, 1] otherwise. None without a config, or for
+    gates that are not learnt."""
+    if not cfg:
+        return None
+    encoder = cfg.get("encoder") if isinstance(cfg.get("encoder"), dict) else {}
+    if str(encoder.get("gate", "hard_concrete")) != "hard_concrete":
+        return None
+    try:
+        width = float(encoder.get("gate_init", 0.68) or 0.68)
+        mean = encoder.get("gate_init_mean", "auto")
+        mean = (0.0 if _prune_mode(cfg) != "none" else 3.0) if mean in (None, "auto") else float(mean)
+    except (TypeError, ValueError):
+        return None
+
+    def gate(log_alpha: float) -> float:
+        return min(max(1.0 / (1.0 + math.exp(-log_alpha)) * 1.2 - 0.1, 0.0), 1.0)
+
+    return gate(mean - width), gate(mean + width)
+
+
+def gates_moved(gates: np.ndarray, cfg: dict | None = None, tolerance: float = 0.02) -> bool:
+    """True when a run's gates moved: they vary (:func:`gates_vary`) and, when the run's config tells
+    their initial range (:func:`initial_gate_range`), some gate left it (by more than ``tolerance``).
+    An unpruned run's gates never do; nor do those of a pruning run too short to push them."""
+    if not gates_vary(gates):
+        return False
+    start = initial_gate_range(cfg)
+    if start is None:
+        return True
+    values = np.asarray(gates, dtype=float)
+    return bool((values < start[0] - tolerance).any() or (values > start[1] + tolerance).any())
+
+
+def _moved(settings: dict[str, list[np.ndarray]], moved: dict[str, list[bool]] | None) -> dict[str, list[bool]]:
+    if moved is None:
+        return {n: [gates_vary(g) for g in gates] for n, gates in settings.items()}
+    return {n: list(moved.get(n, [gates_vary(g) for g in gates])) for n, gates in settings.items()}
+
+
+def run_consistency(gates: list[np.ndarray], moved: list[bool] | None = None) -> float:
+    """Mean pairwise Pearson correlation between the flattened gates of the runs whose gates moved
+    (``moved``, default :func:`gates_vary` of each); NaN with fewer than 2 such runs."""
+    moved = [gates_vary(g) for g in gates] if moved is None else moved
+    gates = [g for g, m in zip(gates, moved) if m]
     if len(gates) < 2:
         return math.nan
     corr = pearson_matrix(_stack(gates).reshape(len(gates), -1))  # [runs, runs]
     return float(corr[np.triu_indices(len(gates), k=1)].mean())
 
 
-def correlation_matrix(settings: dict[str, list[np.ndarray]]) -> pd.DataFrame:
+def correlation_matrix(settings: dict[str, list[np.ndarray]],
+                       moved: dict[str, list[bool]] | None = None) -> pd.DataFrame:
     """Task-to-task gate correlation: a settings x settings table.
 
     Args:
         settings: ``{setting name: [gates [layers, heads] of each run]}``, in display order.
+        moved: ``{setting name: [whether each run's gates moved]}`` (:func:`gates_moved`, which knows
+            a run's initial gate range from its config); default :func:`gates_vary` of each run.
 
     Off the diagonal: Pearson correlation between two settings' mean gate vectors (mean over runs,
     flattened layer x head). On the diagonal: run-to-run consistency of that setting (mean pairwise
-    Pearson between its runs). Only where it means something: a setting whose mean gates do not
-    vary (:func:`gates_vary`; e.g. unpruned, the gates never moved) has NaN in its row and column,
-    and the diagonal is NaN unless at least two of the setting's runs have gates that vary.
+    Pearson between its runs). Only where it means something: a setting none of whose runs' gates
+    moved (e.g. unpruned) has NaN in its row and column, and the diagonal is NaN unless at least
+    two of the setting's runs have gates that moved.
     """
     if not settings:
         raise ValueError("correlation_matrix needs at least one setting")
     names = list(settings)
+    moved = _moved(settings, moved)
     means = np.stack([_stack(settings[n]).mean(0).ravel() for n in names])  # [settings, layers * heads]
     corr = pearson_matrix(means)  # [settings, settings]
-    still = [i for i, mean in enumerate(means) if not gates_vary(mean)]
+    still = [i for i, n in enumerate(names) if not any(moved[n])]
     corr[still, :] = np.nan
     corr[:, still] = np.nan
-    np.fill_diagonal(corr, [run_consistency(settings[n]) for n in names])
+    np.fill_diagonal(corr, [run_consistency(settings[n], moved[n]) for n in names])
     return pd.DataFrame(corr, index=pd.Index(names, name="setting"), columns=names)
 
 
-def still_settings(settings: dict[str, list[np.ndarray]]) -> list[str]:
-    """The settings whose mean gates do not vary (left out of the correlation picture)."""
-    return [n for n, gates in settings.items() if not gates_vary(_stack(gates).mean(0))]
+def still_settings(settings: dict[str, list[np.ndarray]], moved: dict[str, list[bool]] | None = None) -> list[str]:
+    """The settings none of whose runs' gates moved (left out of the correlation picture)."""
+    moved = _moved(settings, moved)
+    return [n for n in settings if not any(moved[n])]
+
+
+def moved_flags(groups: dict[str, list[RunGates]]) -> dict[str, list[bool]]:
+    """``{setting: [gates_moved of each run]}``, each run judged against its own config."""
+    return {s: [gates_moved(r.values, r.config) for r in g] for s, g in groups.items()}
 
 
 def kept_per_layer(gates: np.ndarray | list[np.ndarray], threshold: float = KEEP_THRESHOLD) -> np.ndarray:
@@ -436,7 +494,7 @@ def plot_correlation(table: pd.DataFrame, path: Path, left_out: list[str] | tupl
     labels = [wrap_label(s, 24) for s in table.index]
     label_width, label_lines = _text_size(labels, 9)
     cell = 0.75
-    footnote = wrap_label(f"left out, gates never moved (unpruned): {', '.join(left_out)}", 70) if left_out else ""
+    footnote = wrap_label(f"left out, gates never moved: {', '.join(left_out)}", 70) if left_out else ""
     width = max(5.0, cell * n + label_width + 1.6)
     footnote_lines = footnote.count("\n") + 1 if footnote else 0
     height = cell * n + 0.75 * label_width + 0.25 * label_lines + 1.2 + 0.18 * footnote_lines
@@ -501,10 +559,11 @@ def write_correlation(groups: dict[str, list[RunGates]], out: Path, stem: str = 
     :func:`correlation_matrix`) and ``<stem>.png`` (the settings whose gates vary; none drawn when
     no setting's do)."""
     settings = {s: [r.values for r in g] for s, g in groups.items()}
-    table = correlation_matrix(settings)
+    moved = moved_flags(groups)
+    table = correlation_matrix(settings, moved)
     table.to_csv(out / f"{stem}.csv", float_format="%.4f")
     paths = {f"{stem}_csv": out / f"{stem}.csv"}
-    still = still_settings(settings)
+    still = still_settings(settings, moved)
     moving = [s for s in table.index if s not in still]
     if moving:
         paths[stem] = plot_correlation(table.loc[moving, moving], out / f"{stem}.png", left_out=still)
@@ -513,14 +572,12 @@ def write_correlation(groups: dict[str, list[RunGates]], out: Path, stem: str = 
 
 def correlation_note(groups: dict[str, list[RunGates]]) -> str | None:
     """A line saying which settings the correlation picture leaves out and why (None: none left out)."""
-    still = still_settings({s: [r.values for r in g] for s, g in groups.items()})
+    still = still_settings({s: [r.values for r in g] for s, g in groups.items()}, moved_flags(groups))
     if not still:
         return None
     if len(still) == len(groups):
-        return ("gate correlation not drawn: no setting's gates vary (max - min below "
-                f"{MIN_GATE_SPREAD:g}; unpruned gates never move)")
-    return (f"gate correlation leaves out {', '.join(still)}: their gates never moved (max - min below "
-            f"{MIN_GATE_SPREAD:g}, e.g. unpruned), so a correlation of them would be noise")
+        return f"gate correlation not drawn: {STILL_TEXT} in every setting"
+    return f"gate correlation leaves out {', '.join(still)}: {STILL_TEXT}, so a correlation of them would be noise"
 
 
 def write_kept(groups: dict[str, list[RunGates]], labels: dict[Path, str], out: Path,

@@ -28,7 +28,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from mtl_heads.cli import command
-from mtl_heads.config import CONFIG_DIR, ConfigError, load_config
+from mtl_heads.config import CONFIG_DIR, ConfigError, load_config, pick
 from mtl_heads.data.corpus import ROLES, load_corpus
 from mtl_heads.encoder import EncoderNotFound, GatedEncoder
 from mtl_heads.precision import autocast
@@ -44,14 +44,7 @@ def probe_classes(names: list[str]) -> dict:
     """``{name: Probe class}`` from ``probes.PROBES``; unknown names are a ConfigError."""
     from probes import PROBES
 
-    if not names:
-        raise ConfigError("config key 'probes': give at least one probe, e.g. probes=dep,pos")
-    unknown = [n for n in names if n not in PROBES]
-    if unknown:
-        raise ConfigError(f"config key 'probes': unknown probe {', '.join(map(repr, unknown))}; known: {', '.join(PROBES)}")
-    if len(set(names)) != len(names):
-        raise ConfigError(f"config key 'probes': a probe is listed twice: {names}")
-    return {n: PROBES[n] for n in names}
+    return pick(PROBES, names, "probes", "dep,pos")
 
 
 def load_model(spec: str, device: torch.device) -> tuple[GatedEncoder, object | None, dict]:

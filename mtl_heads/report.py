@@ -291,8 +291,7 @@ def gate_pictures(runs: pd.DataFrame | list[Path], folder: Path) -> str:
     """The gate pictures of :func:`mtl_heads.gate_report.write_report` for the runs that have gates,
     grouped into the settings of the comparison table (``runs``: its run table; a plain list of run
     folders is grouped by :func:`mtl_heads.gate_report.group_settings`)."""
-    from mtl_heads.gate_report import (DIAGONAL_TEXT, KEEP_THRESHOLD, MIN_GATE_SPREAD, gates_vary, read_run,
-                                       still_settings, write_report)
+    from mtl_heads.gate_report import DIAGONAL_TEXT, KEEP_THRESHOLD, moved_flags, read_run, still_settings, write_report
 
     table = runs if isinstance(runs, pd.DataFrame) else pd.DataFrame({"run": [str(p) for p in runs]})
     settings = list(table["setting"]) if "setting" in table else [None] * len(table)
@@ -316,7 +315,8 @@ def gate_pictures(runs: pd.DataFrame | list[Path], folder: Path) -> str:
 
         groups = group_settings([r for _, r in read])
     values = {s: [r.values for r in g] for s, g in groups.items()}
-    still = still_settings(values)
+    moved = moved_flags(groups)
+    still = still_settings(values, moved)
     moving = [s for s in groups if s not in still]
     n_runs = sum(len(g) for g in groups.values())
     parts = [head, f'<p class="meta">{n_runs} runs with gates in {len(groups)} settings (those of the table). '
@@ -326,17 +326,17 @@ def gate_pictures(runs: pd.DataFrame | list[Path], folder: Path) -> str:
         parts.append(f'<p class="note">{len(table) - len(with_gates)} run(s) of the table have no gates.json '
                      "(trained without gates, encoder.gate=none): not in the pictures.</p>")
     if still:
-        parts.append(f'<p class="note">Gates that never moved (max - min below {MIN_GATE_SPREAD:g}; unpruned, all '
-                     f"heads kept): {_e(', '.join(still))}. They are left out of the correlation and the "
+        parts.append(f'<p class="note">Gates that never moved (unpruned, all near 1; or never out of their '
+                     f"initial range): {_e(', '.join(still))}. They are left out of the correlation and the "
                      "kept-per-layer "
                      "charts; their gate maps are below.</p>")
     figures = [_figure(paths["mean"], f"mean gate over the {n_runs} runs of {len(groups)} settings")]
     if "correlation" in paths:
         figures.append(_figure(paths["correlation"], "gate correlation between settings (Pearson, mean gates); "
                                + DIAGONAL_TEXT))
-        consistent = [s for s in moving if sum(gates_vary(v) for v in values[s]) >= 2]
+        consistent = [s for s in moving if sum(moved[s]) >= 2]
         if not consistent:
-            parts.append('<p class="note">No setting has two runs whose gates vary: the diagonal (run-to-run '
+            parts.append('<p class="note">No setting has two runs whose gates moved: the diagonal (run-to-run '
                          "consistency) is n/a everywhere.</p>")
     figures += [_figure(paths[k], k.replace("/", ": ", 1)) for k in paths if k.startswith("overlap/")]
     figures += [_figure(paths[f"kept/{s}"], f"heads kept per layer: {s}") for s in moving if f"kept/{s}" in paths]

@@ -315,4 +315,4 @@ def test_no_gate_correlation_picture_when_no_gates_move(runs_dir, tmp_path, caps
     out = tmp_path / "cmp"
     assert main([str(runs_dir), "--out", str(out), "--plot"]) == 0
     assert (out / "gate-correlation.csv").exists() and not (out / "gate-correlation.png").exists()
-    assert "gate-correlation.png (not drawn: no setting's gates vary" in capsys.readouterr().err
+    assert "gate-correlation.png (not drawn: their gates never moved" in capsys.readouterr().err

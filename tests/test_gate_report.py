@@ -305,3 +305,33 @@ def test_an_offline_wandb_run_says_where_it_went(tmp_path, monkeypatch, capsys):
     run.finish()
     assert capsys.readouterr().out == f"W&B: offline run written to {folder}; upload with `wandb sync {folder}`\n"
     assert start_run(wandb_section("disabled"), tmp_path / "off", "probe", {}) is None
+
+
+def test_gates_still_at_their_initial_values_did_not_move():
+    """A pruning run too short to push its gates keeps them in their initial range ([0.30, 0.70] for
+    log_alpha ~ U(-0.68, 0.68)): they vary, but only as their random start did."""
+    pruning = {"tasks": ["pos"], "prune": {"mode": "dynamic"}, "encoder": {"gate": "hard_concrete"}}
+    low, high = gate_report.initial_gate_range(pruning)
+    assert low == pytest.approx(0.3035, abs=1e-3) and high == pytest.approx(0.6965, abs=1e-3)
+    assert gate_report.initial_gate_range({"tasks": ["pos"]})[0] == pytest.approx(0.9928, abs=1e-3)
+    assert gate_report.initial_gate_range({"tasks": ["pos"], "encoder": {"gate": "fixed"}}) is None
+    at_start = np.random.default_rng(0).uniform(0.31, 0.68, (6, 12))
+    assert gate_report.gates_vary(at_start) and not gate_report.gates_moved(at_start, pruning)
+    pruned = at_start.copy()
+    pruned[0, :5] = 0.0
+    assert gate_report.gates_moved(pruned, pruning)
+    assert gate_report.gates_moved(at_start)  # without a config: only "do they vary" can be told
+    assert not gate_report.gates_moved(np.full((6, 12), 0.998), {"tasks": ["pos"]})
+
+
+def test_cli_leaves_out_pruning_runs_whose_gates_never_left_their_start(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    for seed in (1, 2):
+        make_run(tmp_path / "short" / f"seed{seed}", rng.uniform(0.31, 0.68, (2, 3)), tasks=["pos"], seed=seed,
+                 prune={"mode": "dynamic"})
+        make_run(tmp_path / "long" / f"seed{seed}", [[1, 0, 0], [1, 1, 0.5 * seed]], tasks=["ner"], seed=seed,
+                 prune={"mode": "dynamic"})
+    assert main([str(tmp_path), "--out", str(tmp_path / "o")]) == 0
+    assert "gate correlation leaves out pos (dynamic): their gates never moved" in capsys.readouterr().out
+    corr = pd.read_csv(tmp_path / "o" / "correlation.csv", index_col="setting")
+    assert corr.loc["pos (dynamic)"].isna().all() and not np.isnan(corr.loc["ner (dynamic)", "ner (dynamic)"])
