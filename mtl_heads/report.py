@@ -492,7 +492,7 @@ def probe_comparison_section(folder: Path, index: int, panels: int = PANELS) -> 
     models = meta.get("models", [])
     if models:
         frame = pd.DataFrame([{"name": n, "model": m.get("model"), "kind": m.get("model_kind"), "split": m.get("split"),
-                               "sentences": m.get("sentences")} for n, m in zip(names, models)]).fillna("")
+                               "sentences": m.get("sentences")} for n, m in zip(shown, models)]).fillna("")
         parts.append(html_table(frame.astype(str), None, f"probe-compare-{index}-models", text_columns=("model",)))
     for probe in meta.get("probes", []):
         parts.append(f"<h4>{_e(probe)}</h4>")
