@@ -47,7 +47,7 @@ def evaluate_trained(path: str | Path, data: DictConfig | None = None, split: st
     loaded = load_trained(path, device=target)
     chosen = _chosen_tasks(loaded.tasks, tasks, f"{path}")
     data = copy.deepcopy(data if data is not None else loaded.cfg.data)
-    corpus = load_corpus(data, {layer for task in chosen.values() for layer in task.needs})
+    corpus = load_corpus(data, {layer for task in chosen.values() for layer in task.needs}, roles=(split,))
     examples = prepare_examples({split: corpus[split]}, chosen, loaded.model.encoder, data.long_policy, log,
                                 require_train=False)[split]
     scores = evaluate_examples(loaded.model, chosen, examples, target, precision, batch_size, progress, split)

@@ -44,13 +44,14 @@ def resolve_path(value: str, key: str) -> Path:
     raise ConfigError(f"config key '{key}': path {value!r} does not exist")
 
 
-def load_corpus(data, layers: set[str] | None = None) -> dict[str, list[Sentence]]:
+def load_corpus(data, layers: set[str] | None = None, roles: tuple[str, ...] = ROLES) -> dict[str, list[Sentence]]:
     """Sentences for each role, read per ``data.format`` (demo | conll2012 | ewt | hf | conllu).
 
     Args:
         data: the config's ``data`` section.
         layers: the layers the run's tasks need (default: all); dependencies are converted from
             trees only when ``deps`` is among them.
+        roles: the roles to read (default: train, dev and test).
     """
     readers = {"demo": _demo, "conll2012": _conll2012, "ewt": _ewt, "hf": _hf, "conllu": _conllu}
     if data.format not in readers:
@@ -68,7 +69,7 @@ def load_corpus(data, layers: set[str] | None = None) -> dict[str, list[Sentence
     convert = layers is None or "deps" in layers
     splits = dict(data.splits)
     corpus = {}
-    for role in ROLES:
+    for role in roles:
         split = splits.get(role, role)
         sentences = readers[data.format](data, role, split)
         if convert and (data.deps == "converted" or (data.deps == "auto" and not any(s.has("deps") for s in sentences))):
