@@ -201,5 +201,5 @@ def build_gate(kind: str, layers: int, heads: int, **kwargs) -> nn.Module | None
 
 
 if __name__ == "__main__":  # `python -m mtl_heads.gates runs/...`: gate pictures and tables
-    from mtl_heads.gate_report import main
+    from mtl_heads.gate_pictures import main
     raise SystemExit(main())

@@ -158,7 +158,7 @@ def gate_scalars(values: torch.Tensor) -> dict[str, float]:
 
 def log_gate_pictures(run, values: torch.Tensor, title: str, step: int | None = None, prefix: str = "gates") -> None:
     """Log ``<prefix>/table`` (layer, head, gate), ``<prefix>/heatmap`` (the layer x head picture of
-    :func:`mtl_heads.gate_report.plot_gate_map`) and ``<prefix>/kept`` (heads with gate >= 1e-3).
+    :func:`mtl_heads.reports.gates.plot_gate_map`) and ``<prefix>/kept`` (heads with gate >= 1e-3).
 
     Args:
         run: a W&B run (None: nothing is logged).
@@ -172,7 +172,7 @@ def log_gate_pictures(run, values: torch.Tensor, title: str, step: int | None = 
     import numpy as np
     import wandb
 
-    from mtl_heads.gate_report import KEEP_THRESHOLD, plot_gate_map
+    from mtl_heads.reports.gates import KEEP_THRESHOLD, plot_gate_map
 
     array = np.clip(values.detach().cpu().double().numpy(), 0.0, 1.0)  # [layers, heads]
     with tempfile.TemporaryDirectory() as tmp:

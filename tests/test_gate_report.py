@@ -11,10 +11,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from mtl_heads import gate_report
 from mtl_heads.config import ConfigError
-from mtl_heads.gate_report import (correlation_matrix, grey_mean, group_settings, kept_per_layer, main, read_runs,
-                                   rgb_overlap, write_report)
+from mtl_heads.gate_pictures import main
+from mtl_heads.reports import gates as gate_report
+from mtl_heads.reports.gates import (correlation_matrix, grey_mean, group_settings, kept_per_layer, read_runs,
+                                     rgb_overlap, write_report)
 
 from conftest import REPO
 

@@ -8,7 +8,8 @@ import shutil
 import pandas as pd
 import pytest
 
-from mtl_heads.report import build_page, main, split_specs
+from mtl_heads.report import main
+from mtl_heads.reports.page import build_page, split_specs
 
 from test_compare import make_run
 

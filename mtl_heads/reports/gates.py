@@ -1,10 +1,10 @@
-"""Gate pictures and tables from run folders: ``python -m mtl_heads.gates runs/... [--out F] [--wandb MODE]``.
+"""Gate pictures and tables from run folders (the library of ``python -m mtl_heads.gates``,
+whose command line is :mod:`mtl_heads.gate_pictures`).
 
 Reads the ``gates.json`` and ``config.yaml`` of finished runs (run folders, globs, or folders with runs
 at any depth below them), groups the runs into *settings* as ``python -m mtl_heads.compare`` does
 (configs equal apart from seed, folders and W&B; named ``dep``, ``pos+ner``, ``pos (dynamic, budget=36)``;
-the seeds of one setting form one group) and writes, as PNG and CSV, into ``--out`` (default:
-``gate-report/`` in the runs' common parent folder, e.g. ``runs/gate-report/``; see
+the seeds of one setting form one group) and writes, as PNG and CSV (:func:`write_report`; see
 ``docs/background.md``, section 4):
 
 - ``gates-<setting>-seed<seed>.png``: the layer x head gate map of every run, with its kept count;
@@ -18,37 +18,35 @@ the seeds of one setting form one group) and writes, as PNG and CSV, into ``--ou
   needs two runs whose gates moved;
 - ``kept-per-layer.csv`` and ``kept-<setting>.png``: heads kept per layer (gate >= threshold).
 
-A head counts as kept when its gate is at least ``1e-3`` (``KEEP_THRESHOLD``). The command prints
-what it left out (``note: not used: <path> (<why>)``), the output folder, and one ``wrote <file>``
-line per file.
+A head counts as kept when its gate is at least ``1e-3`` (``KEEP_THRESHOLD``).
 """
 from __future__ import annotations
 
-import argparse
 import glob
 import json
 import math
 import os
 import re
-import sys
-import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-import yaml
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
 from mtl_heads.config import ConfigError
+from mtl_heads.reports.plots import chars_in, lines_height, new_figure, text_size, wrap_label
+from mtl_heads.reports.runs import KIND_WHY, Note, folder_kind, read_yaml, setting_names, walk_runs
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = ["KEEP_THRESHOLD", "MIN_GATE_SPREAD", "RunGates", "rgb_overlap", "grey_mean", "pearson_matrix",
            "gates_vary", "initial_gate_range", "gates_moved", "moved_flags", "run_consistency", "correlation_matrix",
-           "still_settings", "correlation_note", "wrap_label",
+           "still_settings", "correlation_note",
            "kept_per_layer", "is_gate_run", "read_run", "read_runs", "group_settings", "plot_gate_map", "plot_pixels",
            "plot_correlation", "plot_kept_bars", "write_overlap", "write_correlation",
-           "write_kept", "write_report", "log_to_wandb", "default_out", "main"]
+           "write_kept", "write_report", "log_to_wandb", "default_out", "describe_file"]
 
 KEEP_THRESHOLD = 1e-3  # a head is pruned when its evaluation gate is below this (background, section 1)
 MIN_GATE_SPREAD = 0.1  # gates vary when max - min reaches this; an unpruned run's never do
@@ -263,10 +261,8 @@ def _has_config_only(path: Path) -> bool:
 
 def _expand(spec: str, notes: list | None = None) -> list[Path]:
     """The run folders named by ``spec``: a run folder, a glob, or a folder with run folders at any
-    depth up to ``mtl_heads.compare.MAX_DEPTH`` below it. What is named or found and not used is
-    added to ``notes`` (:class:`mtl_heads.compare.Note`)."""
-    from mtl_heads.compare import KIND_WHY, Note, folder_kind, walk_runs
-
+    depth up to ``mtl_heads.reports.runs.MAX_DEPTH`` below it. What is named or found and not used is
+    added to ``notes`` (:class:`mtl_heads.reports.runs.Note`)."""
     notes = [] if notes is None else notes
     matches = sorted(glob.glob(spec)) if glob.has_magic(spec) else [spec]
     if not matches or not all(os.path.exists(m) for m in matches):
@@ -289,18 +285,6 @@ def _expand(spec: str, notes: list | None = None) -> list[Path]:
             if not runs:
                 notes.append(Note(match, "no run folder (gates.json and config.yaml) in it or below it"))
     return found
-
-
-def _read_yaml(path: Path) -> dict:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{path}{where}: not valid YAML ({getattr(err, 'problem', None) or err})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping of config keys, got {type(data).__name__}")
-    return data
 
 
 def _read_gates(path: Path) -> np.ndarray:
@@ -334,7 +318,7 @@ def _prune_mode(cfg: dict) -> str:
 
 def read_run(folder: Path) -> RunGates:
     """One run folder's gates and identity (task list, seed, experiment)."""
-    cfg = _read_yaml(folder / "config.yaml")
+    cfg = read_yaml(folder / "config.yaml")
     tasks = cfg.get("tasks")
     if isinstance(tasks, str):
         tasks = [t for t in tasks.split(",") if t.strip()]
@@ -350,7 +334,7 @@ def read_runs(paths: list[str | Path], notes: list | None = None) -> list[RunGat
 
     Args:
         paths: what the command was given.
-        notes: when given, a :class:`mtl_heads.compare.Note` is appended for everything named or
+        notes: when given, a :class:`mtl_heads.reports.runs.Note` is appended for everything named or
             found and not used (runs without gates.json, probe reports, files).
 
     Raises ``ConfigError`` naming the path or file for a missing path, no run found, or a broken file.
@@ -371,13 +355,11 @@ def _seed_order(run: RunGates) -> tuple:
 def group_settings(runs: list[RunGates]) -> dict[str, list[RunGates]]:
     """``{setting: runs sorted by seed}``, settings ordered by number of tasks (STL first), then name.
 
-    A setting is what ``python -m mtl_heads.compare`` calls one (:func:`mtl_heads.compare.setting_names`:
+    A setting is what ``python -m mtl_heads.compare`` calls one (:func:`mtl_heads.reports.runs.setting_names`:
     configs equal apart from seed, folders, W&B; named by task list and pruning regime, plus the keys
     that tell apart settings of one name: ``pos (dynamic, budget=36)``). Runs from different
     ``experiment`` names are never pooled as seeds: their names get `` [experiment]`` appended.
     """
-    from mtl_heads.compare import setting_names
-
     names = dict(zip((r.path for r in runs), setting_names([r.config or {"tasks": list(r.tasks),
                                                                           "prune": {"mode": r.prune}}
                                                             for r in runs])))
@@ -410,37 +392,6 @@ def _run_labels(groups: dict[str, list[RunGates]]) -> dict[Path, str]:
     return labels
 
 
-def _new_figure(width: float, height: float) -> Figure:
-    fig = Figure(figsize=(width, height), layout="constrained")
-    FigureCanvasAgg(fig)  # the Agg canvas, without pyplot's global state
-    return fig
-
-
-def wrap_label(text: str, width: int = 26) -> str:
-    """``text`` on lines of at most ``width`` characters (broken at spaces, commas, else anywhere):
-    figure sizes below are computed for labels of bounded width, so long setting names never
-    squeeze the axes to nothing."""
-    lines = textwrap.wrap(str(text), width, break_on_hyphens=False) or [str(text)]
-    return "\n".join(lines)
-
-
-def _chars(inches: float, fontsize: float) -> int:
-    """About how many characters of ``fontsize`` points fit in ``inches`` (0.6 em per character)."""
-    return max(12, int(inches * 72 / (0.6 * fontsize)))
-
-
-def _lines_height(text: str, fontsize: float) -> float:
-    """Inches taken by the lines of ``text`` at ``fontsize`` points (1.3 line spacing)."""
-    return (text.count("\n") + 1) * 1.3 * fontsize / 72
-
-
-def _text_size(labels: list[str], fontsize: float) -> tuple[float, int]:
-    """(inches of the longest line, most lines) of wrapped labels at ``fontsize`` points
-    (about 0.6 em per character)."""
-    lines = [line for label in labels for line in label.split("\n")] or [""]
-    return max(len(x) for x in lines) * 0.6 * fontsize / 72, max(label.count("\n") + 1 for label in labels or [""])
-
-
 def _grid_axes(ax, layers: int, heads: int) -> None:
     ax.set_xticks(range(heads))
     ax.set_yticks(range(layers))
@@ -458,8 +409,8 @@ def plot_gate_map(values: np.ndarray, title: str, path: Path, threshold: float =
     layers, heads = values.shape
     kept = kept_per_layer(values, threshold)  # [layers]
     width = max(3.6, 0.45 * heads + 2.2)
-    title = wrap_label(f"{title}: {int(kept.sum())}/{values.size} heads kept", _chars(width - 0.4, 9))
-    fig = _new_figure(width, 0.45 * layers + 1.1 + _lines_height(title, 9))
+    title = wrap_label(f"{title}: {int(kept.sum())}/{values.size} heads kept", chars_in(width - 0.4, 9))
+    fig = new_figure(width, 0.45 * layers + 1.1 + lines_height(title, 9))
     ax = fig.add_subplot()
     image = ax.imshow(values, cmap="gray_r", vmin=0.0, vmax=1.0, interpolation="nearest")
     for layer, head in zip(*np.nonzero(values < threshold)):
@@ -475,9 +426,9 @@ def plot_pixels(pixels: np.ndarray, title: str, path: Path, note: str) -> Path:
     """An RGB ``[L, H, 3]`` or grey ``[L, H]`` uint8 map shown cell by cell, with a note under it."""
     layers, heads = pixels.shape[:2]
     width = max(3.6, 0.45 * heads + 1.2)
-    title = wrap_label(title, _chars(width - 0.3, 9))
-    note = "head\n" + "\n".join(wrap_label(line, _chars(width - 0.2, 8)) for line in note.split("\n"))
-    fig = _new_figure(width, 0.45 * layers + 0.8 + _lines_height(title, 9) + _lines_height(note, 8))
+    title = wrap_label(title, chars_in(width - 0.3, 9))
+    note = "head\n" + "\n".join(wrap_label(line, chars_in(width - 0.2, 8)) for line in note.split("\n"))
+    fig = new_figure(width, 0.45 * layers + 0.8 + lines_height(title, 9) + lines_height(note, 8))
     ax = fig.add_subplot()
     ax.imshow(pixels, cmap="gray", vmin=0, vmax=255, interpolation="nearest")
     _grid_axes(ax, layers, heads)
@@ -492,13 +443,13 @@ def plot_correlation(table: pd.DataFrame, path: Path, left_out: list[str] | tupl
     setting names, so the matrix keeps its size whatever they are."""
     n = len(table)
     labels = [wrap_label(s, 24) for s in table.index]
-    label_width, label_lines = _text_size(labels, 9)
+    label_width, label_lines = text_size(labels, 9)
     cell = 0.75
     footnote = wrap_label(f"left out, gates never moved: {', '.join(left_out)}", 70) if left_out else ""
     width = max(5.0, cell * n + label_width + 1.6)
     footnote_lines = footnote.count("\n") + 1 if footnote else 0
     height = cell * n + 0.75 * label_width + 0.25 * label_lines + 1.2 + 0.18 * footnote_lines
-    fig = _new_figure(width, height)
+    fig = new_figure(width, height)
     ax = fig.add_subplot()
     image = ax.imshow(table.to_numpy(), cmap="RdBu_r", vmin=-1.0, vmax=1.0)
     for (i, j), value in np.ndenumerate(table.to_numpy()):
@@ -517,8 +468,8 @@ def plot_kept_bars(kept: np.ndarray, heads: int, title: str, path: Path) -> Path
     """Bar chart of heads kept per layer, mean over seeds (``kept`` is ``[runs, layers]``), seeds as dots."""
     runs, layers = kept.shape
     width = max(3.6, 0.5 * layers + 2.5)
-    title = wrap_label(title, _chars(width - 0.3, 9))
-    fig = _new_figure(width, 2.6 + _lines_height(title, 9))
+    title = wrap_label(title, chars_in(width - 0.3, 9))
+    fig = new_figure(width, 2.6 + lines_height(title, 9))
     ax = fig.add_subplot()
     ax.bar(range(layers), kept.mean(0), color="0.6", label=f"mean of {runs} run(s)")
     for row in kept:
@@ -662,72 +613,20 @@ def log_to_wandb(paths: dict[str, Path], out: Path, mode: str, project: str = "m
     return folder
 
 
-# --- command line -----------------------------------------------------------------------------
+# --- where the command writes, and what -------------------------------------------------------
 def default_out(runs: list[RunGates]) -> Path:
     """``gate-report/`` under the common parent of the runs' folders."""
     return Path(os.path.commonpath([str(run.path.parent) for run in runs])) / "gate-report"
-
-
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m mtl_heads.gates",
-                                     description="Gate pictures and tables (PNG, CSV) from training run folders.")
-    parser.add_argument("runs", nargs="+", help="run folders, globs, or folders whose children are run folders")
-    parser.add_argument("--out", help="output folder (default: gate-report/ in the runs' common parent folder, "
-                                      "e.g. runs/gate-report/)")
-    parser.add_argument("--wandb", default="disabled", choices=WANDB_MODES, help="log the pictures and tables to W&B")
-    parser.add_argument("--project", default="mtl-heads", help="W&B project (default mtl-heads)")
-    parser.add_argument("--threshold", type=float, default=KEEP_THRESHOLD, help="kept when gate >= this (default 1e-3)")
-    return parser.parse_args(argv)
 
 
 WHAT = {"mean": "mean gate over every run", "correlation": "gate correlation between settings",
         "correlation_csv": "gate correlation between settings", "kept_csv": "heads kept per layer, one row per run"}
 
 
-def _what(key: str) -> str:
+def describe_file(key: str) -> str:
+    """What the file named ``key`` by :func:`write_report` shows, for the command's ``wrote`` lines."""
     if key in WHAT:
         return WHAT[key]
     kind, _, name = key.partition("/")
     return {"gates": f"gate map of run {name}", "overlap": f"three runs of {name} as R, G, B",
             "kept": f"heads kept per layer, {name}"}.get(kind, key)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Command line entry point; returns 0, or 2 with a message for bad input (no runs, broken files)."""
-    args = parse_args(argv)
-    notes: list = []
-    try:
-        runs = read_runs(args.runs, notes)
-        out = Path(args.out) if args.out else default_out(runs)
-        paths = write_report(runs, out, args.threshold)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    for note in notes:
-        print(f"note: {note}", file=sys.stderr)
-    groups = group_settings(runs)
-    print(f"{len(runs)} run(s) in {len(groups)} setting(s): " + ", ".join(f"{s} ({len(g)})" for s, g in groups.items()))
-    note = correlation_note(groups)
-    if note:
-        print(note)
-    where = "--out" if args.out else "default: gate-report/ beside the runs, in their common parent; --out to change"
-    print(f"output folder: {out} ({where})")
-    for key, path in paths.items():
-        print(f"wrote {path} ({_what(key)})")
-    if args.wandb != "disabled":
-        try:
-            folder = log_to_wandb(paths, out, args.wandb, args.project)
-        except Exception as err:  # wandb raises its own errors (no API key, no network)
-            print(f"error: W&B logging ({args.wandb}) failed: {err}", file=sys.stderr)
-            return 2
-        if args.wandb == "offline":
-            from mtl_heads.tracking import offline_message
-
-            print(offline_message(Path(folder)))
-        else:
-            print(f"W&B: online run logged (local files in {folder})")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

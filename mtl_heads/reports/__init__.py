@@ -1,0 +1,12 @@
+"""Reports on run folders: the library behind ``python -m mtl_heads.compare``, ``python -m
+mtl_heads.report`` and ``python -m mtl_heads.gates`` (their command lines are ``mtl_heads/compare.py``,
+``mtl_heads/report.py`` and ``mtl_heads/gate_pictures.py``; nothing here imports a command).
+
+Imports run one way, each module using only those above it:
+
+- :mod:`~mtl_heads.reports.plots`: what the figures share (a figure without pyplot, label wrapping, sizes);
+- :mod:`~mtl_heads.reports.runs`: finding run folders, reading their config, settings and their names;
+- :mod:`~mtl_heads.reports.gates`: gate pictures and tables of runs (maps, overlaps, correlation, kept per layer);
+- :mod:`~mtl_heads.reports.comparison`: the comparison table of runs, seeds pooled, and its figures;
+- :mod:`~mtl_heads.reports.page`: the self-contained HTML page of all of it and of probe reports.
+"""

@@ -1,0 +1,499 @@
+"""Comparison of runs: one table of many runs, seeds pooled (the library of ``python -m mtl_heads.compare``).
+
+Runs (found by :func:`mtl_heads.reports.runs.find_runs`) whose configs are identical apart from
+:data:`~mtl_heads.reports.runs.IGNORED_KEYS` (seed, folders, W&B, resume, progress bars) form one *setting*; their seeds are
+pooled. The table has one row per setting:
+
+- ``setting``: a short name, the task list (``pos+ner``) with its prune mode (``dep (dynamic)``);
+  where two settings share that name, the keys whose value is not the usual one are added by their
+  last part (``pos (dynamic, budget=36)``; unset values never), or a number when that would be long
+  (``pos #2``);
+- ``n``: the number of runs (seeds); per task ``dev <task> <metric>`` and ``test <task> <metric>``
+  (the task's main metric: pos accuracy, ner f1, dep las, con f1, srl f1); ``dev score`` and
+  ``test score`` (the run's mean over its tasks); ``heads kept`` and ``seconds`` (training time);
+  ``pruned heads`` and ``pruned params`` when a run has a ``pruned/`` folder (``python -m mtl_heads.prune``);
+- each number as mean and sample standard deviation (ddof 1; blank with one seed);
+- then the config keys (dotted, e.g. ``train.lr_encoder``) whose values differ between settings; the
+  terminal and ``compare.md`` show them as a legend under the table (:func:`config_legend`).
+
+:func:`write_comparison` writes ``compare.csv`` (one row per setting, ``<column> mean`` and
+``<column> std``), ``compare-runs.csv`` (one row per run) and ``compare.md`` (``mean ± std``);
+:func:`write_plots` adds ``score-vs-heads.png`` (test score against heads kept, one point per run, one
+colour per setting) and ``gate-correlation.png`` / ``.csv`` (:func:`mtl_heads.reports.gates.correlation_matrix`
+between the settings' gates: settings whose gates never moved left out, run-to-run consistency on the
+diagonal where two runs have gates that vary).
+"""
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from mtl_heads.config import ConfigError
+from mtl_heads.files import UnreadableFile, read_json
+from mtl_heads.reports.gates import KEEP_THRESHOLD, STILL_TEXT, read_run, write_correlation
+from mtl_heads.reports.plots import new_figure, wrap_label
+from mtl_heads.reports.runs import (RUNS, Note, find_runs, flatten_config, is_null, name_settings, read_yaml,
+                                    setting_config, value_text, varying_keys)
+
+__all__ = ["Comparison", "read_run_row", "config_legend", "run_table", "summarise", "format_summary",
+           "number_columns", "numbers_shown", "runs_shown", "short_run_names", "markdown", "text_table",
+           "terminal_table", "legend_text", "compare_runs", "write_comparison", "plot_score_vs_heads",
+           "gate_settings", "plot_gate_correlation", "write_plots", "written_lines"]
+
+SCORE_DIGITS = 2
+
+
+# --- reading one run's numbers -----------------------------------------------------------------
+def _main_metric(task: str, scores: dict) -> str | None:
+    """The task's main metric (``tasks.TASKS``); for an unknown task, the first metric it reports."""
+    from tasks import TASKS
+
+    metric = getattr(TASKS.get(task), "main_metric", None)
+    return metric if metric in scores else next(iter(scores), None)
+
+
+def _encoder_params(weights: Path) -> int:
+    """Number of encoder parameters in a safetensors file (keys ``encoder.``, gates left out), read
+    from its header without loading the tensors."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(weights), "pt") as f:
+            keys = [k for k in f.keys() if not k.startswith(("decoders.", "encoder.gate."))]
+            return int(sum(math.prod(f.get_slice(k).get_shape()) for k in keys))
+    except SafetensorError as err:
+        raise UnreadableFile(f"{weights}: not a complete safetensors file ({err}); it may be truncated") from None
+
+
+def _pruned_info(run: Path) -> dict:
+    """``pruned heads`` and ``pruned params`` of ``run/pruned`` (written by ``python -m mtl_heads.prune``)."""
+    heads = read_json(run / "pruned" / "heads.json")
+    if not heads:
+        return {}
+    info = {"pruned heads": heads.get("kept", sum(len(k) for k in heads.get("kept_heads", [])))}
+    weights = run / "pruned" / heads.get("weights", "pruned.safetensors")
+    if weights.exists():
+        info["pruned params"] = _encoder_params(weights)
+    return info
+
+
+def _heads(metrics: dict, gates: dict | None) -> tuple[float, float]:
+    """(heads kept, heads in all) from metrics.json, else gates.json; NaN when neither says."""
+    kept, total = metrics.get("heads_kept"), metrics.get("heads_total")
+    if gates and kept is None:
+        values = np.asarray(gates.get("values", []), dtype=float)
+        kept = gates.get("kept", int((values >= KEEP_THRESHOLD).sum()) if values.size else None)
+        total = total or (values.size or None)
+    return (float(kept) if kept is not None else math.nan, float(total) if total is not None else math.nan)
+
+
+def _number(value) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+
+
+def read_run_row(path: Path) -> tuple[dict, dict]:
+    """(row of numbers and identity, flattened config) of one finished run folder.
+
+    The row holds ``run`` (the folder), ``seed``, ``tasks``, ``prune``, per task ``dev <task> <metric>``
+    and ``test <task> <metric>``, ``dev score``, ``test score``, ``heads kept``, ``heads total``,
+    ``seconds`` and, when present, ``pruned heads`` / ``pruned params``. Missing keys are left out
+    (older runs); a broken file is a ``ConfigError`` naming it.
+    """
+    cfg = read_yaml(path / "config.yaml")
+    metrics = read_json(path / "metrics.json")
+    if not isinstance(metrics, dict):
+        raise ConfigError(f"{path / 'metrics.json'}: expected an object with keys dev, test, ...")
+    tasks = cfg.get("tasks") or metrics.get("tasks") or []
+    tasks = [t.strip() for t in tasks.split(",")] if isinstance(tasks, str) else [str(t) for t in tasks]
+    prune = cfg.get("prune", {}).get("mode") if isinstance(cfg.get("prune"), dict) else cfg.get("prune")
+    row = {"run": str(path), "seed": cfg.get("seed", metrics.get("seed")), "tasks": "+".join(tasks),
+           "prune": str(prune or metrics.get("prune") or "none")}
+    for role in ("dev", "test"):
+        scores = metrics.get(role) or {}
+        if not isinstance(scores, dict):
+            raise ConfigError(f"{path / 'metrics.json'}: '{role}' must map each task to its metrics")
+        for task in tasks:
+            task_scores = scores.get(task)
+            if not isinstance(task_scores, dict) or not task_scores:
+                continue
+            metric = _main_metric(task, task_scores)
+            row[f"{role} {task} {metric}"] = _number(task_scores[metric])
+        row[f"{role} score"] = _number(metrics.get(f"{role}_mean"))
+    row["heads kept"], row["heads total"] = _heads(metrics, read_json(path / "gates.json"))
+    row["seconds"] = _number(metrics.get("seconds"))
+    row.update(_pruned_info(path))
+    return row, flatten_config(cfg)
+
+
+# --- the tables --------------------------------------------------------------------------------
+def _grouped(pairs: list[tuple[str, str]]) -> str:
+    """``key=value`` pairs, dotted keys of one parent written once: ``data.demo_sizes.{train=200, dev=50}``."""
+    parts, i = [], 0
+    while i < len(pairs):
+        parent = pairs[i][0].rpartition(".")[0]
+        j = i + 1
+        while parent and j < len(pairs) and pairs[j][0].rpartition(".")[0] == parent:
+            j += 1
+        if j - i > 1:
+            parts.append(f"{parent}.{{" + ", ".join(f"{k.rpartition('.')[2]}={v}" for k, v in pairs[i:j]) + "}")
+        else:
+            parts.append(f"{pairs[i][0]}={pairs[i][1]}")
+        i = j
+    return ", ".join(parts)
+
+
+def config_legend(summary: pd.DataFrame) -> list[tuple[str, str]]:
+    """``[(setting, "key=value, ...")]``: per setting, the config keys that differ between settings
+    (tasks left out: the name says them) where its value is not the usual one (the most common over
+    the settings); a last entry ``("others", ...)`` gives the usual values. Unset is written ``null``,
+    as in a config. Empty when the settings differ only in their tasks."""
+    columns = [c for c in summary.attrs.get("config_columns", []) if c != "tasks"]
+    if not columns:
+        return []
+    text = {c: ["null" if is_null(v) else value_text(v) for v in summary[c]] for c in columns}
+    usual = {c: pd.Series(values).mode().iloc[0] for c, values in text.items()}
+    legend = []
+    for i, name in enumerate(summary["setting"]):
+        pairs = [(c, text[c][i]) for c in columns if text[c][i] != usual[c]]
+        legend.append((str(name), _grouped(pairs) if pairs else "(the usual values)"))
+    legend.append(("usual values", _grouped([(c, usual[c]) for c in columns])))
+    return legend
+
+
+def run_table(paths: list[Path]) -> pd.DataFrame:
+    """One row per run: ``setting``, ``seed``, the varying config keys, the numbers of :func:`read_run_row`.
+
+    Rows are ordered by setting (fewest tasks first, then name) and seed. ``attrs["config_columns"]``
+    lists the varying config keys, ``attrs["shared"]`` the config common to all settings.
+    """
+    if not paths:
+        raise ConfigError("no runs to compare")
+    read = [read_run_row(Path(p)) for p in paths]
+    rows, flats = [r for r, _ in read], [setting_config(f) for _, f in read]
+    varying = varying_keys(flats)
+    names = name_settings(rows, flats, varying)
+    config_columns = [k for k in varying if k != "tasks"]
+    table = pd.DataFrame([{"setting": n, **r} for n, r in zip(names, rows)])
+    # object dtype: an int key absent from some runs stays 4000, not 4000.0
+    for i, k in enumerate(config_columns, start=1):
+        table.insert(i, k, pd.Series([f.get(k) for f in flats], dtype=object))
+    table = table[_ordered(list(table.columns))]
+    table["_tasks"] = table["tasks"].str.count(r"\+")
+    table = table.sort_values(["_tasks", "setting", "seed"], kind="stable").drop(columns="_tasks")
+    table = table.reset_index(drop=True)
+    table.attrs["config_columns"] = config_columns
+    table.attrs["shared"] = {k: v for k, v in flats[0].items() if k not in varying}
+    return table
+
+
+def _ordered(columns: list[str]) -> list[str]:
+    """Per-task dev columns, then ``dev score``, the test columns, ``test score``, then the rest."""
+    def rank(column: str) -> tuple[int, int]:
+        for i, role in enumerate(("dev", "test")):
+            if column == f"{role} score":
+                return 2 * i + 2, 0
+            if column.startswith(f"{role} "):
+                return 2 * i + 1, 0
+        return (0 if column in ("setting", "run", "seed", "tasks", "prune") or column not in numbers else 5), 0
+
+    numbers = {c for c in columns if c.startswith(("dev ", "test ")) or c in ("heads kept", "heads total", "seconds",
+                                                                            "pruned heads", "pruned params")}
+    return sorted(columns, key=rank)  # stable: tasks keep their first-seen order
+
+
+def number_columns(runs: pd.DataFrame) -> list[str]:
+    """The numeric columns of a run table (scores, heads, seconds, pruned) that hold a value."""
+    identity = {"setting", "run", "seed", "tasks", "prune", "heads total", *runs.attrs.get("config_columns", [])}
+    return [c for c in runs.columns if c not in identity and runs[c].notna().any()]
+
+
+def summarise(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per setting: ``setting``, its config columns, ``n`` (runs), ``seeds`` and, for each
+    number of :func:`run_table`, ``<column> mean`` and ``<column> std`` (sample std, ddof 1)."""
+    config_columns = runs.attrs.get("config_columns", [])
+    numbers = number_columns(runs)
+    groups = runs.groupby("setting", sort=False)
+    summary = groups[config_columns].first() if config_columns else pd.DataFrame(index=groups.size().index)
+    summary.insert(0, "n", groups.size())
+    summary.insert(1, "seeds", groups["seed"].agg(lambda s: ",".join(str(x) for x in s if pd.notna(x))))
+    stats = groups[numbers].agg(["mean", "std"])  # columns: (number, mean|std)
+    stats.columns = [f"{column} {stat}" for column, stat in stats.columns]
+    summary = summary.join(stats).reset_index()
+    summary.attrs.update(runs.attrs, numbers=numbers)
+    return summary
+
+
+def _format(mean: float, std: float, digits: int) -> str:
+    if pd.isna(mean):
+        return ""
+    text = f"{mean:.{digits}f}"
+    return text if pd.isna(std) else f"{text} ± {std:.{digits}f}"
+
+
+def _digits(column: str) -> int:
+    if column.startswith(("dev ", "test ")):
+        return SCORE_DIGITS
+    return 0 if column == "pruned params" else 1
+
+
+def format_summary(summary: pd.DataFrame) -> pd.DataFrame:
+    """The summary as display strings: ``setting``, ``n``, ``mean ± std`` per number (two decimals for
+    scores), then the config keys that differ between settings."""
+    config_columns = summary.attrs.get("config_columns", [])
+    shown = summary[["setting", "n"]].copy()
+    for column in summary.attrs["numbers"]:
+        shown[column] = [_format(m, s, _digits(column))
+                         for m, s in zip(summary[f"{column} mean"], summary[f"{column} std"])]
+    for column in config_columns:
+        shown[column] = ["" if is_null(v) else value_text(v) for v in summary[column]]
+    shown = shown.fillna("").astype(str)
+    shown.attrs["config_columns"] = list(config_columns)
+    return shown
+
+
+def markdown(frame: pd.DataFrame) -> str:
+    """``frame`` (strings) as a GitHub markdown table."""
+    def cell(value) -> str:
+        return str(value).replace("|", "\\|")
+
+    lines = ["| " + " | ".join(map(cell, frame.columns)) + " |", "|" + "---|" * len(frame.columns)]
+    lines += ["| " + " | ".join(map(cell, row)) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def _wrap_words(text: str, room: int) -> list[str]:
+    """``text`` broken at spaces into lines of at most ``room`` characters (a longer word stays whole)."""
+    lines, line = [], ""
+    for word in text.split():
+        if line and len(line) + 1 + len(word) > room:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}".strip()
+    return lines + [line]
+
+
+def text_table(frame: pd.DataFrame, width: int = 12) -> str:
+    """``frame`` (strings) as a plain-text table whose headers wrap at spaces (up to three lines), so
+    that a column is as wide as its numbers rather than its header: ``test pos accuracy`` over
+    ``93.00 ± 3.61``. The first column is left-aligned, the others right-aligned."""
+    heads, widths = [], []
+    for column in frame.columns:
+        column = str(column)
+        values = [str(v) for v in frame[column]]
+        room = max([len(v) for v in values] + [len(w) for w in column.split()] + [min(width, len(column))])
+        lines = _wrap_words(column, room)
+        while len(lines) > 3:
+            room += 2
+            lines = _wrap_words(column, room)
+        heads.append(lines)
+        widths.append(max([room] + [len(x) for x in lines]))
+    depth = max(len(h) for h in heads)
+
+    def row(values: list[str]) -> str:
+        return "  ".join(v.ljust(w) if i == 0 else v.rjust(w)
+                         for i, (v, w) in enumerate(zip(values, widths))).rstrip()
+
+    out = [row([h[k - depth + len(h)] if k >= depth - len(h) else "" for h in heads]) for k in range(depth)]
+    out.append("  ".join("-" * w for w in widths))
+    out += [row([str(v) for v in values]) for values in frame.itertuples(index=False)]
+    return "\n".join(out)
+
+
+def numbers_shown(shown: pd.DataFrame) -> pd.DataFrame:
+    """The display table without its config columns (they go to the legend)."""
+    return shown[[c for c in shown.columns if c not in shown.attrs.get("config_columns", [])]]
+
+
+def legend_text(summary: pd.DataFrame) -> list[str]:
+    """Lines naming each setting's differing config keys (none when the settings differ only in tasks)."""
+    legend = config_legend(summary)
+    if not legend:
+        return []
+    room = max(len(name) for name, _ in legend)
+    return ["settings: the config keys that differ between them, where not the usual value"] + \
+        [f"  {name.ljust(room)}  {pairs}" for name, pairs in legend]
+
+
+@dataclass
+class Comparison:
+    """Runs compared: ``runs`` (one row per run), ``summary`` (one row per setting, mean and std
+    columns), ``shown`` (the summary as ``mean ± std`` strings), ``skipped`` (unfinished runs),
+    ``notes`` (what was named or found and not used, and why)."""
+
+    runs: pd.DataFrame
+    summary: pd.DataFrame
+    shown: pd.DataFrame
+    skipped: list[Path]
+    notes: list[Note] = field(default_factory=list)
+
+
+def compare_runs(specs: list[str], root: str | Path = RUNS, uses: tuple[str, ...] = ()) -> Comparison:
+    """Find the runs named by ``specs`` (see :func:`find_runs`; ``uses``: folder kinds the caller
+    takes itself, not noted) and build the tables."""
+    notes: list[Note] = []
+    paths, skipped = find_runs(specs, root, notes, uses)
+    if not paths:
+        why = "".join(f"\n  {note}" for note in notes)
+        raise ConfigError(f"no finished runs (folders with config.yaml and metrics.json) found in: {', '.join(specs)}"
+                          + why)
+    runs = run_table(paths)
+    summary = summarise(runs)
+    return Comparison(runs, summary, format_summary(summary), skipped, notes)
+
+
+def write_comparison(comparison: Comparison, out: str | Path) -> dict[str, Path]:
+    """Write ``compare.csv``, ``compare-runs.csv`` and ``compare.md`` into ``out``; returns their paths."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"csv": out / "compare.csv", "runs_csv": out / "compare-runs.csv", "md": out / "compare.md"}
+    comparison.summary.to_csv(paths["csv"], index=False)
+    comparison.runs.to_csv(paths["runs_csv"], index=False)
+    shared = comparison.runs.attrs.get("shared", {})
+    text = [f"# Comparison of {len(comparison.runs)} runs in {len(comparison.summary)} settings", "",
+            "Mean ± sample standard deviation over the runs (seeds) of each setting; scores in %.", "",
+            markdown(numbers_shown(comparison.shown)), ""]
+    legend = config_legend(comparison.summary)
+    if legend:
+        frame = pd.DataFrame({"setting": [n for n, _ in legend], "config keys that differ": [p for _, p in legend]})
+        text += ["## Settings", "", "The config keys that differ between settings, where a setting's value is not "
+                 "the usual one (the most common).", "", markdown(frame), ""]
+    text += ["## Runs", "", markdown(runs_shown(comparison.runs)), ""]
+    if shared:
+        frame = pd.DataFrame({"key": list(shared), "value": [str(v) for v in shared.values()]})
+        text += ["## Config shared by all runs", "", markdown(frame), ""]
+    if comparison.notes:
+        text += ["## Not used", ""] + [f"- `{n.path}`: {n.why}" for n in comparison.notes] + [""]
+    paths["md"].write_text("\n".join(text))
+    return paths
+
+
+def short_run_names(runs: list[str]) -> list[str]:
+    """Each run folder relative to the runs' common parent (``pos-dp/seed1``); the folder name alone
+    for a single run."""
+    paths = [Path(r) for r in runs]
+    if not paths:
+        return []
+    try:
+        common = Path(os.path.commonpath([str(p.parent) for p in paths]))
+    except ValueError:  # different drives
+        return [p.name for p in paths]
+    return [str(p.relative_to(common)) if p != common else p.name for p in paths]
+
+
+def runs_shown(runs: pd.DataFrame) -> pd.DataFrame:
+    """The run table as display strings: setting, seed, the numbers (scores with two decimals), and
+    the run folder relative to the runs' common parent (the full path is in ``compare-runs.csv``)."""
+    columns = ["setting", "seed", *number_columns(runs), "run"]
+    shown = runs[columns].copy()
+    for column in number_columns(runs):
+        shown[column] = [_format(v, math.nan, _digits(column)) for v in runs[column]]
+    shown["seed"] = [str(int(s)) if isinstance(s, (int, float)) and not pd.isna(s) else "" for s in runs["seed"]]
+    shown["run"] = short_run_names(list(runs["run"]))
+    return shown.fillna("").astype(str)
+
+
+# --- figures -----------------------------------------------------------------------------------
+def plot_score_vs_heads(runs: pd.DataFrame, path: Path, score: str = "test score") -> Path:
+    """Scatter of ``score`` (default the test score) against heads kept: one point per run, one colour
+    (and marker) per setting, the legend under the axes (it never squeezes them, however many settings)."""
+    groups = list(runs.groupby("setting", sort=False))
+    labels = [wrap_label(f"{setting} ({len(group)})", 30) for setting, group in groups]
+    columns = 3 if len(groups) > 4 else max(1, len(groups))
+    legend_rows = sum(max(label.count("\n") + 1 for label in labels[i:i + columns])
+                      for i in range(0, len(labels), columns))
+    fig = new_figure(8.0, 4.0 + 0.25 * legend_rows + 0.3)
+    ax = fig.add_subplot()
+    markers = "osD^vP*Xh<>"
+    for i, ((setting, group), label) in enumerate(zip(groups, labels)):
+        ax.scatter(group["heads kept"], group[score], s=48, color=f"C{i % 10}", marker=markers[i // 10 % len(markers)],
+                   label=label, edgecolors="black", linewidths=0.5, zorder=3)
+    total = runs["heads total"].max()
+    if pd.notna(total):
+        ax.set_xlim(-1, total + 2)
+    ax.set_xlabel("heads kept")
+    ax.set_ylabel(f"{score} (%)")
+    ax.set_title(f"{score} against heads kept, one point per run", fontsize=10)
+    ax.grid(alpha=0.3)
+    fig.legend(loc="outside lower center", ncols=columns, fontsize=9, title="setting (runs)", title_fontsize=9,
+               frameon=False)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def gate_settings(runs: pd.DataFrame) -> dict[str, list]:
+    """``{setting: [RunGates of its runs]}`` (:class:`mtl_heads.reports.gates.RunGates`) for the runs with
+    a ``gates.json``, settings as in the table (with several grid shapes, the most common)."""
+    settings: dict[str, list] = {}
+    for setting, run in zip(runs["setting"], runs["run"]):
+        if (Path(run) / "gates.json").is_file():
+            settings.setdefault(setting, []).append(read_run(Path(run)))
+    shapes = pd.Series([r.values.shape for group in settings.values() for r in group])
+    if shapes.empty:
+        return {}
+    shape = shapes.mode()[0]
+    settings = {s: [r for r in group if r.values.shape == shape] for s, group in settings.items()}
+    return {s: group for s, group in settings.items() if group}
+
+
+def plot_gate_correlation(runs: pd.DataFrame, out: Path, notes: list[Note] | None = None) -> dict[str, Path]:
+    """``gate-correlation.csv`` / ``.png``: :func:`~mtl_heads.reports.gates.correlation_matrix` between the
+    settings' gates (runs without ``gates.json`` left out; with several grid shapes, the most common).
+    The picture leaves out settings whose gates never moved; none is drawn when no setting's gates
+    moved (a note says so)."""
+    groups = gate_settings(runs)
+    if not groups:
+        return {}
+    out.mkdir(parents=True, exist_ok=True)
+    written = write_correlation(groups, out, "gate-correlation")
+    paths = {"gate_correlation_csv": written["gate-correlation_csv"]}
+    if "gate-correlation" in written:
+        paths["gate_correlation"] = written["gate-correlation"]
+    elif notes is not None:
+        notes.append(Note(out / "gate-correlation.png", f"not drawn: {STILL_TEXT} in every setting"))
+    return paths
+
+
+def write_plots(comparison: Comparison, out: str | Path, notes: list[Note] | None = None) -> dict[str, Path]:
+    """``score-vs-heads.png`` and the gate correlation figure into ``out``."""
+    out = Path(out)
+    paths = {"score_vs_heads": plot_score_vs_heads(comparison.runs, out / "score-vs-heads.png")}
+    paths.update(plot_gate_correlation(comparison.runs, out, notes))
+    return paths
+
+
+# --- what the command prints -------------------------------------------------------------------
+def terminal_table(comparison: Comparison, out: str | Path, columns: int | None = None) -> str:
+    """The settings table for a terminal: :func:`text_table` of the numbers. On a terminal narrower
+    than the table, the per-task dev columns are left out (a line says so; ``compare.md`` has them)."""
+    frame = numbers_shown(comparison.shown)
+    text = text_table(frame)
+    if columns is None:
+        columns = shutil.get_terminal_size((0, 0)).columns if sys.stdout.isatty() else 0
+    width = max(len(line) for line in text.splitlines())
+    dev = [c for c in frame.columns if c.startswith("dev ") and c != "dev score"]
+    if columns and width > columns and dev:
+        text = text_table(frame.drop(columns=dev))
+        text += (f"\n(per-task dev columns left out to fit {columns} columns; all columns are in "
+                 f"{Path(out) / 'compare.md'})")
+    return text
+
+
+WRITTEN = {"csv": "one row per setting: mean and std columns", "runs_csv": "one row per run",
+           "md": "the tables as markdown", "score_vs_heads": "test score against heads kept",
+           "gate_correlation_csv": "gate correlation between settings",
+           "gate_correlation": "gate correlation between settings"}
+
+
+def written_lines(paths: dict[str, Path], what: dict[str, str] | None = None) -> list[str]:
+    """``wrote <path> (<what it is>)``, one line per file."""
+    what = WRITTEN if what is None else what
+    return [f"wrote {path}" + (f" ({what[key]})" if key in what else "") for key, path in paths.items()]

@@ -1,0 +1,623 @@
+"""The self-contained HTML page of ``python -m mtl_heads.report`` (:func:`build_page`, :func:`write_html`).
+
+The page holds, with nothing to fetch (inline CSS and JavaScript, pictures as base64 ``data:`` URIs):
+
+- the comparison of :mod:`mtl_heads.reports.comparison` (one row per setting, ``mean ± std`` over seeds,
+  short setting names; the config keys that tell settings apart in a legend table and on hover), the
+  per-run table and the config the runs share;
+- the score against heads kept figure;
+- the gate pictures of :mod:`mtl_heads.reports.gates` for the settings of the table (mean gate map,
+  correlation between the settings whose gates moved, R/G/B overlaps of three seeds, heads kept per
+  layer, each run's gate map);
+- for every probe report folder given (``python -m mtl_heads.probe``, see ``probes/report.py``): each
+  probe's layer x head heatmaps drawn as HTML tables whose cells show their value on hover (best
+  head outlined), its best head per label folded below;
+- for every probe comparison folder given (``python -m mtl_heads.probe compare=...``,
+  ``probes/compare.py``): its side-by-side heatmaps, the per-label table folded below.
+
+Every table sorts when a header is clicked (numerically when the column holds numbers; again to
+reverse). Run specs are what :func:`mtl_heads.reports.runs.find_runs` takes (run folders, globs,
+folders of runs at any depth, experiment names); a folder holding ``report.json`` is a probe report,
+one holding ``compare.json`` a probe comparison (also found below the folders given,
+:func:`split_specs`). Whatever is given and not used is listed on the page.
+"""
+from __future__ import annotations
+
+import base64
+import glob
+import html
+import json
+import math
+import tempfile
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from mtl_heads.config import ConfigError
+from mtl_heads.reports.comparison import (Comparison, compare_runs, config_legend, number_columns, numbers_shown,
+                                          plot_score_vs_heads, runs_shown)
+from mtl_heads.reports.gates import (DIAGONAL_TEXT, KEEP_THRESHOLD, group_settings, moved_flags, read_run,
+                                     still_settings, write_report)
+from mtl_heads.reports.runs import MAX_DEPTH, RUNS, SKIP_DIRS, Note, folder_kind
+
+__all__ = ["data_uri", "html_table", "heatmap_html", "gate_pictures", "probe_section", "probe_comparison_section",
+           "split_specs", "build_page", "write_html"]
+
+PROBE_KINDS = ("probe report", "probe comparison")
+
+PANELS = 8  # labels per probe family shown as heatmaps (the most frequent)
+
+CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:20px 24px;color:#222;max-width:1600px}
+h1{font-size:22px;margin-bottom:4px} h2{font-size:18px;border-bottom:1px solid #ccc;padding-bottom:3px;margin-top:28px}
+h3{font-size:15px;margin:18px 0 6px} h4{font-size:13px;margin:14px 0 4px} .meta{color:#666;font-size:13px}
+nav a{margin-right:14px;font-size:13px}
+.tablebox{max-width:100%;overflow-x:auto}
+table.sortable{border-collapse:collapse;font-size:12px;margin:6px 0 12px}
+table.sortable th,table.sortable td{border:1px solid #ddd;padding:3px 6px;text-align:right;vertical-align:top}
+table.sortable td{white-space:nowrap}
+table.sortable th{background:#f3f3f3;cursor:pointer;user-select:none;white-space:normal;max-width:7.5em;
+  font-weight:600;vertical-align:bottom}
+table.sortable td:first-child,table.sortable th:first-child{text-align:left;max-width:none}
+table.sortable th:hover{background:#e4e9f2}
+table.sortable th[aria-sort=ascending]::after{content:" \\25B2";font-size:9px}
+table.sortable th[aria-sort=descending]::after{content:" \\25BC";font-size:9px}
+table.sortable tbody tr:nth-child(even){background:#fafafa}
+table.sortable th.text{text-align:left;max-width:none}
+table.sortable td.text{white-space:normal;text-align:left;overflow-wrap:anywhere;max-width:60em}
+table.sortable td[title]{text-decoration:underline dotted #aaa}
+.sd{display:block;font-size:10px;color:#777}
+.gallery{display:flex;flex-wrap:wrap;gap:14px;align-items:flex-start}
+figure{margin:0;border:1px solid #e4e4e4;padding:6px;background:#fff;max-width:100%;box-sizing:border-box}
+figure img{display:block;max-width:100%;height:auto}
+figcaption{font-size:12px;color:#555;margin-top:4px;max-width:52em}
+.heatmaps{display:flex;flex-wrap:wrap;gap:12px}
+.heatrow{display:flex;gap:4px;padding:3px;background:#f6f6f6}
+.heat{border:1px solid #e4e4e4;padding:5px} .heat .name{font-size:12px;font-weight:600}
+table.heatmap{border-collapse:collapse;margin-top:3px}
+table.heatmap td{width:14px;height:14px;padding:0;border:1px solid #fff}
+table.heatmap td:hover{outline:2px solid #d00}
+table.heatmap td.best{border:2px solid #e00}
+table.heatmap th{font-size:9px;font-weight:normal;color:#777;padding:0 2px}
+.readout{font-size:11px;color:#333;min-height:14px;font-family:monospace}
+.note{font-size:12px;color:#777}
+.notes{font-size:12px;background:#fff8e1;border:1px solid #f0d98c;padding:6px 10px}
+.notes li{margin:2px 0} .notes code{overflow-wrap:anywhere}
+details{font-size:12px;margin:6px 0} summary{cursor:pointer;color:#335}
+"""
+
+JS = """
+function cellValue(row, col) {
+  var cell = row.cells[col];
+  if (!cell) return "";
+  return cell.hasAttribute("data-value") ? cell.getAttribute("data-value") : cell.textContent.trim();
+}
+function sortBy(th) {
+  var table = th.closest("table"), body = table.tBodies[0];
+  var col = Array.prototype.indexOf.call(th.parentNode.children, th);
+  var rows = Array.prototype.slice.call(body.rows);
+  var up = th.getAttribute("aria-sort") !== "ascending";
+  var numeric = rows.every(function (r) { var v = cellValue(r, col); return v === "" || isFinite(Number(v)); });
+  rows.sort(function (a, b) {
+    var x = cellValue(a, col), y = cellValue(b, col);
+    if (x === "" || y === "") return (x === "") - (y === "");  /* blanks last either way */
+    var d = numeric ? Number(x) - Number(y) : x.localeCompare(y, undefined, {numeric: true});
+    return up ? d : -d;
+  });
+  th.parentNode.querySelectorAll("th").forEach(function (h) { h.removeAttribute("aria-sort"); });
+  th.setAttribute("aria-sort", up ? "ascending" : "descending");
+  rows.forEach(function (r) { body.appendChild(r); });
+}
+document.querySelectorAll("table.sortable thead th").forEach(function (th) {
+  th.title = "click to sort";
+  th.addEventListener("click", function () { sortBy(th); });
+});
+document.querySelectorAll("table.heatmap").forEach(function (t) {
+  var out = t.parentNode.querySelector(".readout");
+  t.addEventListener("mouseover", function (e) {
+    var cell = e.target.closest("td[title]");
+    if (cell && out) out.textContent = cell.title;
+  });
+});
+"""
+
+
+# --- building blocks ---------------------------------------------------------------------------
+def data_uri(path: Path) -> str:
+    """The file at ``path`` (a PNG) as a ``data:image/png;base64,...`` URI."""
+    return "data:image/png;base64," + base64.b64encode(Path(path).read_bytes()).decode("ascii")
+
+
+def png_display_width(path: Path) -> int | None:
+    """CSS pixels at which a PNG shows at its physical size: pixel width x 96 / dpi, with the dpi from
+    its ``pHYs`` chunk (matplotlib writes it); None when the file says no dpi. A figure drawn at
+    dpi 120 then reads like text on the page instead of being 25% too big or a thumbnail."""
+    data = Path(path).read_bytes()
+    if data[:8] != b"\x89PNG\r\n\x1a\n":
+        return None
+    width = int.from_bytes(data[16:20], "big")
+    at = data.find(b"pHYs")
+    if at < 0:
+        return None
+    per_metre, unit = int.from_bytes(data[at + 4:at + 8], "big"), data[at + 12]
+    if unit != 1 or per_metre <= 0:
+        return None
+    return round(width * 96 / (per_metre * 0.0254))
+
+
+def _e(value) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool) \
+        and math.isfinite(float(value))
+
+
+def _cell_html(text: str) -> str:
+    """A cell's text; ``mean ± std`` shows the std on its own small line (narrow columns)."""
+    mean, sep, std = text.partition(" ± ")
+    return f'{_e(mean)}<span class="sd"> ± {_e(std)}</span>' if sep else _e(text)
+
+
+def html_table(shown: pd.DataFrame, values: pd.DataFrame | None = None, table_id: str = "",
+               titles: dict[str, list[str]] | None = None, text_columns: tuple[str, ...] = ()) -> str:
+    """A sortable HTML table in a box that scrolls sideways only if it must.
+
+    Args:
+        shown: the cell texts (rows x columns).
+        values: same index and columns as ``shown`` (missing columns allowed): numbers to sort by,
+            written as ``data-value`` (e.g. the mean of a ``mean ± std`` cell). Default: none.
+        table_id: the table's ``id`` attribute (none when empty).
+        titles: ``{column: hover text per row}`` (e.g. the config keys of a setting, a full path).
+        text_columns: columns of long text that wrap.
+    """
+    head = "".join(f'<th class="text">{_e(c)}</th>' if c in text_columns else f"<th>{_e(c)}</th>"
+                   for c in shown.columns)
+    titles = titles or {}
+    rows = []
+    for i in range(len(shown)):
+        cells = []
+        for column in shown.columns:
+            value = values[column].iloc[i] if values is not None and column in values else None
+            attr = f' data-value="{float(value):.10g}"' if _is_number(value) else ""
+            if column in titles and titles[column][i]:
+                attr += f' title="{_e(titles[column][i])}"'
+            if column in text_columns:
+                attr += ' class="text"'
+            text = shown[column].iloc[i]
+            text = "" if text is None or (isinstance(text, float) and math.isnan(text)) else str(text)
+            cells.append(f"<td{attr}>{_cell_html(text)}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    ident = f' id="{_e(table_id)}"' if table_id else ""
+    return (f'<div class="tablebox"><table class="sortable"{ident}><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table></div>')
+
+
+def _colour(fraction: float) -> str:
+    """Viridis colour of ``fraction`` in [0, 1] as ``#rrggbb``."""
+    from matplotlib import colormaps
+    from matplotlib.colors import to_hex
+
+    return to_hex(colormaps["viridis"](min(max(fraction, 0.0), 1.0)))
+
+
+def heatmap_html(grid: np.ndarray, name: str, unit: str = "%", counts: np.ndarray | None = None) -> str:
+    """A layer x head heatmap as an HTML table: each cell coloured (viridis) and titled with its value.
+
+    Args:
+        grid: scores ``[layers, heads]`` (NaN: no value, grey).
+        name: the label shown above (and in every cell's title).
+        unit: ``%`` gives a fixed 0..100 scale; otherwise the grid's own min..max.
+        counts: optional ``[layers, heads]`` unit counts added to the titles.
+    """
+    finite = grid[np.isfinite(grid)]
+    low, high = (0.0, 100.0) if unit == "%" else ((float(finite.min()), float(finite.max())) if finite.size else (0, 1))
+    span = high - low or 1.0
+    best = np.unravel_index(np.nanargmax(grid), grid.shape) if finite.size else None
+    layers, heads = grid.shape
+    rows = ["<tr><th></th>" + "".join(f"<th>{h}</th>" for h in range(heads)) + "</tr>"]
+    for layer in range(layers):
+        cells = [f"<th>{layer}</th>"]
+        for head in range(heads):
+            score = grid[layer, head]
+            if not np.isfinite(score):
+                cells.append(f'<td style="background:#eee" title="L{layer}H{head} {_e(name)}: no value"></td>')
+                continue
+            text = f"L{layer}H{head} {name}: {score:.1f}{unit if unit == '%' else ''}"
+            if counts is not None and np.isfinite(counts[layer, head]):
+                text += f" (n={int(counts[layer, head])})"
+            mark = ' class="best"' if best == (layer, head) else ""
+            cells.append(f'<td{mark} style="background:{_colour((score - low) / span)}" title="{_e(text)}" '
+                         f'data-value="{score:.6g}"></td>')
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    scale = "0-100%" if unit == "%" else f"{low:.3g}-{high:.3g}"
+    best_text = f", best L{best[0]}H{best[1]} {grid[best]:.1f}" if best is not None else ""
+    return (f'<div class="heat"><div class="name">{_e(name)}</div><div class="meta">scale {scale}{best_text}</div>'
+            f'<table class="heatmap">{"".join(rows)}</table><div class="readout"></div></div>')
+
+
+def _figure(path: Path, caption: str) -> str:
+    width = png_display_width(path)
+    size = f' width="{width}"' if width else ""
+    return (f'<figure><img src="{data_uri(path)}"{size} alt="{_e(caption)}">'
+            f"<figcaption>{_e(caption)}</figcaption></figure>")
+
+
+def _notes_html(notes: list[Note]) -> str:
+    if not notes:
+        return ""
+    items = "".join(f"<li><code>{_e(n.path)}</code>: {_e(n.why)}</li>" for n in notes)
+    return (f'<div class="notes" id="not-used"><b>Not used ({len(notes)})</b>: named on the command line or found '
+            f"below a folder named, and left out of this page<ul>{items}</ul></div>")
+
+
+# --- sections ----------------------------------------------------------------------------------
+def comparison_section(comparison: Comparison, folder: Path) -> str:
+    """The settings table (short names; the differing config keys on hover and in a legend table),
+    the per-run table, the shared config and the score vs heads figure."""
+    summary, runs = comparison.summary, comparison.runs
+    shown = numbers_shown(comparison.shown)
+    values = pd.DataFrame({c: summary[f"{c} mean"] for c in summary.attrs["numbers"]})
+    values["n"] = summary["n"]
+    legend = dict(config_legend(summary))
+    hover = [legend.get(name, "") for name in shown["setting"]]
+    shown_runs = runs_shown(runs)
+    run_values = runs[[c for c in shown_runs.columns if c in runs and c not in ("run", "setting")]]
+    parts = ['<section id="comparison"><h2>Comparison</h2>',
+             f'<p class="meta">{len(runs)} runs in {len(summary)} settings; mean ± sample standard deviation over '
+             "the runs (seeds) of each setting; scores in %. Click a header to sort; hover a setting for the "
+             "config keys that set it apart.</p>",
+             html_table(shown, values, "settings", titles={"setting": hover})]
+    if legend:
+        frame = pd.DataFrame({"setting": list(legend), "config keys that differ (where not the usual value)":
+                              list(legend.values())})
+        parts.append("<h3>Settings</h3>" + html_table(frame, None, "legend", text_columns=(frame.columns[1],)))
+    parts += ["<h3>Runs</h3>", html_table(shown_runs, run_values, "runs", titles={"run": list(runs["run"])})]
+    shared = runs.attrs.get("shared", {})
+    if shared:
+        frame = pd.DataFrame({"key": list(shared), "value": [str(v) for v in shared.values()]})
+        parts.append(f"<details><summary>config shared by all runs ({len(shared)} keys)</summary>"
+                     f"{html_table(frame, None, 'shared', text_columns=('value',))}</details>")
+    if runs["heads kept"].notna().any() and runs["test score"].notna().any() and number_columns(runs):
+        path = plot_score_vs_heads(runs, folder / "score-vs-heads.png")
+        parts.append('<div class="gallery">' + _figure(path, "test score against heads kept, one point per run")
+                     + "</div>")
+    parts.append("</section>")
+    return "\n".join(parts)
+
+
+def gate_pictures(runs: pd.DataFrame | list[Path], folder: Path) -> str:
+    """The gate pictures of :func:`mtl_heads.reports.gates.write_report` for the runs that have gates,
+    grouped into the settings of the comparison table (``runs``: its run table; a plain list of run
+    folders is grouped by :func:`mtl_heads.reports.gates.group_settings`)."""
+    table = runs if isinstance(runs, pd.DataFrame) else pd.DataFrame({"run": [str(p) for p in runs]})
+    settings = list(table["setting"]) if "setting" in table else [None] * len(table)
+    with_gates = [(s, Path(r)) for s, r in zip(settings, table["run"]) if (Path(r) / "gates.json").is_file()]
+    head = '<section id="gates"><h2>Gates</h2>'
+    if not with_gates:
+        return head + '<p class="note">no run has gates.json</p></section>'
+    try:
+        read = [(s, read_run(p)) for s, p in with_gates]
+        groups = None
+        if all(s is not None for s, _ in read):
+            groups = {}
+            for s, run in read:
+                groups.setdefault(s, []).append(run)
+            groups = {s: sorted(g, key=lambda r: (r.seed is None, r.seed or 0)) for s, g in groups.items()}
+        paths = write_report([r for _, r in read], folder / "gates", groups=groups)
+    except ConfigError as err:  # e.g. runs of two encoders: no common grid
+        return head + f'<p class="note">no gate pictures: {_e(err)}</p></section>'
+    if groups is None:
+        groups = group_settings([r for _, r in read])
+    values = {s: [r.values for r in g] for s, g in groups.items()}
+    moved = moved_flags(groups)
+    still = still_settings(values, moved)
+    moving = [s for s in groups if s not in still]
+    n_runs = sum(len(g) for g in groups.values())
+    parts = [head, f'<p class="meta">{n_runs} runs with gates in {len(groups)} settings (those of the table). '
+                   f"A head is kept when its gate is at least {KEEP_THRESHOLD:g}. Black = gate open (kept), "
+                   "white = closed.</p>"]
+    if len(with_gates) < len(table):
+        parts.append(f'<p class="note">{len(table) - len(with_gates)} run(s) of the table have no gates.json '
+                     "(trained without gates, encoder.gate=none): not in the pictures.</p>")
+    if still:
+        parts.append(f'<p class="note">Gates that never moved (unpruned, all near 1; or never out of their '
+                     f"initial range): {_e(', '.join(still))}. They are left out of the correlation and the "
+                     "kept-per-layer "
+                     "charts; their gate maps are below.</p>")
+    figures = [_figure(paths["mean"], f"mean gate over the {n_runs} runs of {len(groups)} settings")]
+    if "correlation" in paths:
+        figures.append(_figure(paths["correlation"], "gate correlation between settings (Pearson, mean gates); "
+                               + DIAGONAL_TEXT))
+        consistent = [s for s in moving if sum(moved[s]) >= 2]
+        if not consistent:
+            parts.append('<p class="note">No setting has two runs whose gates moved: the diagonal (run-to-run '
+                         "consistency) is n/a everywhere.</p>")
+    figures += [_figure(paths[k], k.replace("/", ": ", 1)) for k in paths if k.startswith("overlap/")]
+    figures += [_figure(paths[f"kept/{s}"], f"heads kept per layer: {s}") for s in moving if f"kept/{s}" in paths]
+    parts.append('<div class="gallery">' + "".join(figures) + "</div>")
+    maps = [_figure(paths[k], k.removeprefix("gates/")) for k in paths if k.startswith("gates/")]
+    maps += [_figure(paths[f"kept/{s}"], f"heads kept per layer: {s}") for s in still if f"kept/{s}" in paths]
+    parts.append(f"<details><summary>gate map of each run ({sum(k.startswith('gates/') for k in paths)})"
+                 f"{' and kept-per-layer charts of the settings whose gates never moved' if still else ''}</summary>"
+                 f'<div class="gallery">{"".join(maps)}</div></details>')
+    parts.append("</section>")
+    return "\n".join(parts)
+
+
+def _families(report, name: str, summary: pd.DataFrame) -> dict:
+    """``{family: {"labels": [...], "unit": ...}}`` of one probe (from report.json; else its labels by count)."""
+    families = report.meta.get("families", {}).get(name)
+    if families:
+        return families
+    labels = summary.sort_values("count", ascending=False)["label"].astype(str).tolist() if "count" in summary else []
+    return {"labels": {"labels": labels, "unit": "%"}}
+
+
+def _summary_text(summary: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(cell texts, numbers) of a probe's best-head-per-label table, columns as in report.md."""
+    shown = summary.copy()
+    if {"layer", "head"} <= set(shown.columns):  # label, count, best head, score, ...
+        shown["best head"] = [f"L{int(l)}H{int(h)}" for l, h in zip(shown["layer"], shown["head"])]
+        first = [c for c in ("label", "count", "best head", "score") if c in shown]
+        shown = shown[first + [c for c in shown.columns if c not in first + ["layer", "head"]]]
+    numbers = shown.select_dtypes("number")
+    text = shown.astype(object).where(shown.notna(), "")
+    for column in numbers.columns:
+        integers = pd.api.types.is_integer_dtype(shown[column])
+        text[column] = ["" if not _is_number(v) else str(int(v)) if integers else
+                        f"{v:.1f}" if abs(v) >= 1 else f"{v:.3g}" for v in shown[column]]
+    return text, numbers
+
+
+def probe_section(report, index: int, panels: int = PANELS) -> str:
+    """One probe report folder: per probe, the layer x head heatmaps of its most frequent labels
+    (hover for values, best head outlined), then its best head per label (sortable) folded below."""
+    from probes.report import heatmap_grid  # a probe report folder is read with its own module
+
+    meta = report.meta
+    layers, heads = int(meta.get("layers", 0)), int(meta.get("heads", 0))
+    model = Path(str(meta.get("model", report.folder.name)))
+    run = meta.get("model_kind") == "run"  # a run folder: <experiment>/<seed> tells more than the folder name
+    name = f"{model.parent.name}/{model.name}" if run else meta.get("model_name", model.name)
+    title = f"{name}: {meta.get('split', '?')} split"
+    parts = [f'<h3 id="probe-{index}">{_e(title)}</h3>',
+             f'<p class="meta">{_e(report.folder)}; {meta.get("sentences", "?")} sentences, '
+             f'model {_e(meta.get("model"))}'
+             f"; {_e(meta.get('gates_text', ''))}</p>"]
+    for name, summary in report.summaries.items():
+        table = report.tables.get(name)
+        parts.append(f"<h4>{_e(name)}</h4>")
+        if summary.empty:
+            parts.append('<p class="note">no units in this split</p>')
+            continue
+        if table is not None and layers and heads:
+            for family, spec in _families(report, name, summary).items():
+                labels = [str(x) for x in spec.get("labels", [])][:panels]
+                maps = []
+                for label in labels:
+                    grid = heatmap_grid(table, label, layers, heads)  # [layers, heads]
+                    counts = heatmap_grid(table.assign(score=table["count"]), label, layers, heads) \
+                        if "count" in table else None
+                    maps.append(heatmap_html(grid, label, spec.get("unit", "%"), counts))
+                if maps:
+                    parts.append(f"<p class=\"meta\">{_e(name)} / {_e(family)} ({_e(spec.get('unit', ''))}): "
+                                 f"the {len(maps)} most frequent labels, layer (rows) x head (columns); hover a cell "
+                                 "for its value, red border = best head</p>"
+                                 f"<div class=\"heatmaps\">{''.join(maps)}</div>")
+        text, numbers = _summary_text(summary)
+        parts.append(f"<details><summary>{_e(name)}: best head per label ({len(text)} labels)</summary>"
+                     f"{html_table(text, numbers, f'probe-{index}-{name}')}</details>")
+    return "\n".join(parts)
+
+
+def _compared_reports(folder: Path, meta: dict) -> list | None:
+    """The probe reports a comparison was made of (``compare.json`` lists their folders, as given
+    then), read back; None when one of them is not found any more."""
+    from probes.report import read_report
+
+    reports = []
+    for given in meta.get("reports", []):
+        given = Path(str(given))
+        candidates = [given, folder / given.name, folder.parent / given.name, folder.parent.parent / given]
+        found = next((c for c in candidates if (c / "report.json").is_file()), None)
+        if found is None:
+            return None
+        try:
+            reports.append(read_report(found))
+        except (OSError, ValueError):
+            return None
+    return reports or None
+
+
+def _model_name(report, fallback: str) -> str:
+    """``<experiment>/<seed folder>`` for a trained run (``pos/seed1``), else the comparison's name."""
+    if report.meta.get("model_kind") == "run":
+        model = Path(str(report.meta.get("model", "")))
+        return f"{model.parent.name}/{model.name}" if model.parent.name else model.name
+    return fallback
+
+
+def _side_by_side_heatmaps(reports: list, names: list[str], probe: str, panels: int) -> str:
+    """Per label (the most frequent, as the comparison chose them), one HTML heatmap per model in a row."""
+    from probes.report import heatmap_grid
+
+    first = reports[0]
+    layers, heads = int(first.meta.get("layers", 0)), int(first.meta.get("heads", 0))
+    families = first.meta.get("families", {}).get(probe, {})
+    parts = []
+    for family, spec in families.items():
+        in_all = set.intersection(*(set(r.tables[probe]["label"].astype(str)) for r in reports))
+        labels = [str(x) for x in spec.get("labels", []) if str(x) in in_all][:panels]
+        rows = []
+        for label in labels:
+            maps = []
+            for report, name in zip(reports, names):
+                table = report.tables[probe].assign(label=report.tables[probe]["label"].astype(str))
+                grid = heatmap_grid(table, label, layers, heads)
+                counts = heatmap_grid(table.assign(score=table["count"]), label, layers, heads) \
+                    if "count" in table else None
+                maps.append(heatmap_html(grid, f"{name}: {label}", spec.get("unit", "%"), counts))
+            rows.append(f'<div class="heatrow">{"".join(maps)}</div>')
+        if rows:
+            parts.append(f"<p class=\"meta\">{_e(probe)} / {_e(family)} ({_e(spec.get('unit', ''))}): the "
+                         f"{len(rows)} most frequent labels, one heatmap per model side by side; hover a cell for "
+                         "its value, red border = best head</p>"
+                         f'<div class="heatmaps">{"".join(rows)}</div>')
+    return "".join(parts)
+
+
+def probe_comparison_section(folder: Path, index: int, panels: int = PANELS) -> str:
+    """One probe comparison folder (``probes/compare.py``): the models compared, per probe the
+    heatmaps of its most frequent labels side by side (HTML, from the probe reports compared; the
+    comparison's own pictures when those reports are gone), then the per-label table (best score
+    and head of each model, deltas against the first) folded below."""
+    try:
+        meta = json.loads((folder / "compare.json").read_text())
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"{folder / 'compare.json'}: not a readable probe comparison ({err})") from None
+    names = [str(n) for n in meta.get("names", [])]
+    reports = _compared_reports(folder, meta)
+    shown = [_model_name(r, n) for r, n in zip(reports, names)] if reports else names
+    parts = [f'<h3 id="probe-compare-{index}">{_e(" vs ".join(shown) or folder.name)}</h3>',
+             f'<p class="meta">{_e(folder)}; probe comparison (python -m mtl_heads.probe compare=...). Deltas are each '
+             f"model's best-head score minus that of {_e(names[0] if names else 'the first')}.</p>"]
+    models = meta.get("models", [])
+    if models:
+        frame = pd.DataFrame([{"name": n, "model": m.get("model"), "kind": m.get("model_kind"), "split": m.get("split"),
+                               "sentences": m.get("sentences")} for n, m in zip(shown, models)]).fillna("")
+        parts.append(html_table(frame.astype(str), None, f"probe-compare-{index}-models", text_columns=("model",)))
+    for probe in meta.get("probes", []):
+        parts.append(f"<h4>{_e(probe)}</h4>")
+        heatmaps = ""
+        if reports and all(probe in r.tables for r in reports):
+            heatmaps = _side_by_side_heatmaps(reports, shown, probe, max(1, panels // 2))
+        if heatmaps:
+            parts.append(heatmaps)
+        else:
+            images = sorted(folder.glob(f"compare-{probe}-*.png"))
+            parts.append('<div class="gallery">' + "".join(
+                _figure(p, f"{probe} / {p.stem.removeprefix(f'compare-{probe}-')}: one row per label, one column per "
+                           "model, one colour scale per row; red box = best head") for p in images) + "</div>")
+        csv = folder / f"compare-{probe}.csv"
+        if csv.is_file():
+            table = pd.read_csv(csv, keep_default_na=False, na_values=[""], dtype={"label": str})
+            numbers = table.select_dtypes("number")
+            text = table.astype(object).where(table.notna(), "")
+            for column in numbers.columns:
+                integers = pd.api.types.is_integer_dtype(table[column])
+                text[column] = ["" if not _is_number(v) else str(int(v)) if integers else
+                                f"{v:.1f}" if abs(v) >= 1 or v == 0 else f"{v:.3g}" for v in table[column]]
+            parts.append(f"<details><summary>{_e(probe)}: best head per label, side by side ({len(table)} labels)"
+                         f"</summary>{html_table(text, numbers, f'probe-compare-{index}-{probe}')}</details>")
+    return "\n".join(parts)
+
+
+# --- the page ----------------------------------------------------------------------------------
+def _probe_folders(folder: Path, depth: int = MAX_DEPTH) -> list[Path]:
+    """Probe report and probe comparison folders below ``folder`` (not inside runs, nor inside a
+    comparison: the reports it probed on the fly belong to it)."""
+    found = []
+    try:
+        children = sorted(c for c in folder.iterdir() if c.is_dir())
+    except OSError:
+        return found
+    for child in children:
+        if child.name.startswith(".") or child.name in SKIP_DIRS or (child / "config.yaml").is_file():
+            continue
+        if folder_kind(child) in PROBE_KINDS:
+            found.append(child)
+        elif depth > 1:
+            found += _probe_folders(child, depth - 1)
+    return found
+
+
+def _has_runs(folder: Path, depth: int = MAX_DEPTH) -> bool:
+    try:
+        children = [c for c in folder.iterdir() if c.is_dir()]
+    except OSError:
+        return False
+    for child in children:
+        if child.name.startswith(".") or child.name in SKIP_DIRS or folder_kind(child) in PROBE_KINDS:
+            continue
+        if (child / "config.yaml").is_file() or (depth > 1 and _has_runs(child, depth - 1)):
+            return True
+    return False
+
+
+def split_specs(specs: list[str]) -> tuple[list[str], list[Path]]:
+    """(run specs, probe folders): a folder with ``report.json`` is a probe report, one with
+    ``compare.json`` a probe comparison; those below a folder given are taken too (at any depth up
+    to ``MAX_DEPTH``), and the folder stays a run spec when runs lie below it (or when it holds no
+    probe folder, so that a spec naming nothing is reported as such)."""
+    runs, probes = [], []
+    for spec in map(str, specs):
+        matches = [Path(m) for m in sorted(glob.glob(spec))] if glob.has_magic(spec) else [Path(spec)]
+        if matches and all(folder_kind(m) in PROBE_KINDS for m in matches):
+            probes += matches
+            continue
+        folder = Path(spec)
+        found = _probe_folders(folder) if folder.is_dir() else []
+        probes += found
+        if not found or _has_runs(folder) or glob.has_magic(spec):
+            runs.append(spec)
+    return runs, list(dict.fromkeys(probes))
+
+
+def build_page(run_specs: list[str], probe_dirs: list[Path], title: str = "mtl-heads report",
+               root: str | Path = RUNS, panels: int = PANELS, notes: list[Note] | None = None) -> str:
+    """The whole HTML page as a string (nothing in it refers outside the page). What is given and
+    not used is appended to ``notes`` (and listed on the page)."""
+    from probes.report import read_report
+
+    if not run_specs and not probe_dirs:
+        raise ConfigError("nothing to report: give run folders (or experiment names) and/or probe report folders")
+    notes = [] if notes is None else notes
+    sections, nav = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        if run_specs:
+            comparison = compare_runs(run_specs, root, uses=PROBE_KINDS)
+            notes += comparison.notes
+            sections.append(comparison_section(comparison, folder))
+            sections.append(gate_pictures(comparison.runs, folder))
+            nav += [("comparison", "Comparison"), ("gates", "Gates")]
+        reports, comparisons = [], []
+        for path in probe_dirs:
+            if folder_kind(Path(path)) == "probe comparison":
+                comparisons.append(Path(path))
+                continue
+            try:
+                reports.append(read_report(path))
+            except (OSError, ValueError) as err:
+                raise ConfigError(str(err)) from None
+        if reports:
+            sections.append('<section id="probes"><h2>Probes</h2>'
+                            + "\n".join(probe_section(r, i, panels) for i, r in enumerate(reports)) + "</section>")
+            nav.append(("probes", "Probes"))
+        if comparisons:
+            sections.append('<section id="probe-comparisons"><h2>Probe comparisons</h2>'
+                            + "\n".join(probe_comparison_section(c, i, panels) for i, c in enumerate(comparisons))
+                            + "</section>")
+            nav.append(("probe-comparisons", "Probe comparisons"))
+    if notes:
+        nav.append(("not-used", f"Not used ({len(notes)})"))
+    links = "".join(f'<a href="#{a}">{_e(t)}</a>' for a, t in nav)
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{_e(title)}</title>'
+            f"<style>{CSS}</style></head><body><h1>{_e(title)}</h1>"
+            f'<p class="meta">written {datetime.now():%Y-%m-%d %H:%M} by python -m mtl_heads.report</p>'
+            f"<nav>{links}</nav>\n{_notes_html(notes)}\n" + "\n".join(sections)
+            + f"\n<script>{JS}</script></body></html>\n")
+
+
+def write_html(path: str | Path, run_specs: list[str], probe_dirs: list[Path], **kwargs) -> Path:
+    """Write :func:`build_page` to ``path`` (folders created); returns the path."""
+    path = Path(path)
+    page = build_page(run_specs, probe_dirs, **kwargs)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(page, encoding="utf-8")
+    return path
