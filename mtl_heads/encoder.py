@@ -25,10 +25,10 @@ from huggingface_hub.errors import HFValidationError
 from torch import nn
 
 from mtl_heads.files import is_load_error, unreadable
-from mtl_heads.gates import MaskedGate, build_gate
+from mtl_heads.gates import GroupedGate, MaskedGate, build_gate
 
 __all__ = ["Adapter", "ADAPTERS", "AttentionShape", "EncoderOutput", "EncoderNotFound", "GatedEncoder",
-           "POOLING", "attention_shape", "is_causal", "pool_words"]
+           "GATE_GROUPS", "POOLING", "attention_shape", "is_causal", "pool_words"]
 
 logger = logging.getLogger(__name__)
 
@@ -157,6 +157,8 @@ _PREFIX_SPACE_TOKENIZERS = {"roberta", "longformer", "bart", "deberta", "gpt2"}
 
 # encoder.pool: how a word's sub-word vectors become one vector.
 POOLING = ("auto", "first", "last", "mean")
+# encoder.gate_groups: one gate per query head, or one per key/value group (shared by its query heads).
+GATE_GROUPS = ("heads", "kv")
 
 
 @dataclass(frozen=True)
@@ -306,17 +308,21 @@ class GatedEncoder(nn.Module):
         model: a bare encoder (``AutoModel``), of a ``model_type`` listed in ``ADAPTERS``; decoder-only
             language models too (Llama, Mistral, Qwen2/3, Gemma 1/2/3, OLMo 1/2/3, Phi-3, GPT-2).
         gate: an ``nn.Module`` returning ``[layers, heads]`` values (see ``mtl_heads.gates``), one per
-            QUERY head, or None for no gate (no hook installed).
+            QUERY head, or None for no gate (no hook installed). A :class:`~mtl_heads.gates.GroupedGate`
+            (one gate per KV group) must group ``heads // kv_heads`` query heads.
         tokenizer: optional fast tokenizer, kept as ``self.tokenizer``. For a causal model it decides
             the DEP root: the BOS token's vector when the tokenizer puts one first, else a learnt vector.
         pool: ``auto`` (``last`` for causal models, ``mean`` for encoders), ``first``, ``last`` or ``mean``.
+        gate_groups: ``heads`` or ``kv``, what one gate stands for (kept for the record, e.g. in a pruned
+            folder). Default None: ``kv`` when ``gate`` is a ``GroupedGate``, else ``heads``.
 
     ``num_heads`` counts query heads, ``num_kv_heads`` key/value heads (fewer with grouped-query
-    attention); ``head_dim`` is the width of one head's context (the config's ``head_dim`` when set).
+    attention) and ``group_size`` the query heads per KV head (``n_rep``); ``head_dim`` is the width of
+    one head's context (the config's ``head_dim`` when set, else ``hidden // heads``).
     """
 
     def __init__(self, model: transformers.PreTrainedModel, gate: nn.Module | None = None, tokenizer=None,
-                 pool: str = "auto"):
+                 pool: str = "auto", gate_groups: str | None = None):
         super().__init__()
         model_type = model.config.model_type
         if model_type not in ADAPTERS:
@@ -333,13 +339,13 @@ class GatedEncoder(nn.Module):
         self.num_layers = len(self.layers)
         self.num_heads = shape.heads  # query heads
         self.num_kv_heads = shape.kv_heads
-        width = _in_features(self.out_projs[0])
-        # the config's head_dim when it sets one (Gemma, Qwen3), else what W_O's input width gives
-        self.head_dim = getattr(config, "head_dim", None) or width // self.num_heads
-        if self.num_heads * self.head_dim != width or self.num_heads % self.num_kv_heads:
-            raise ValueError(
-                f"model_type {model_type!r}: {self.num_heads} query heads x head_dim {self.head_dim} != the "
-                f"{width} inputs of {self.adapter.out_proj}, or {self.num_kv_heads} KV heads do not divide them")
+        # the config's head_dim when it sets one (Gemma, Qwen3), else hidden // heads
+        self.head_dim = shape.head_dim
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"model_type {model_type!r}: {self.num_kv_heads} KV heads do not divide the "
+                             f"{self.num_heads} query heads")
+        self.group_size = self.num_heads // self.num_kv_heads  # query heads per KV head (n_rep)
+        self._check_widths()
         self.hidden_size = shape.hidden
         self.causal = is_causal(config)
         offset = 0
@@ -365,6 +371,14 @@ class GatedEncoder(nn.Module):
             shape = tuple(gate.values().shape)
             if shape != (self.num_layers, self.num_heads):
                 raise ValueError(f"gate has shape {shape}, the encoder has ({self.num_layers}, {self.num_heads})")
+            if isinstance(gate, GroupedGate) and gate.group_size != self.group_size:
+                raise ValueError(f"the gate groups {gate.group_size} query heads, a KV group of this model has "
+                                 f"{self.group_size}")
+        if gate_groups is None:
+            gate_groups = "kv" if isinstance(gate, GroupedGate) else "heads"
+        if gate_groups not in GATE_GROUPS:
+            raise ValueError(f"gate_groups must be one of {', '.join(GATE_GROUPS)}, got {gate_groups!r}")
+        self.gate_groups = gate_groups
 
         # State read by the hooks. The gate rows of the last forward are kept until the next one,
         # so that gradient checkpointing recomputes the layers with the same sample.
@@ -373,6 +387,15 @@ class GatedEncoder(nn.Module):
         self._hooks = []
         if gate is not None:
             self._hooks = self._register_hooks()
+
+    def _check_widths(self) -> None:
+        """Every layer's ``W_O`` takes ``heads * head_dim`` inputs (a pruned encoder checks its own counts)."""
+        width = self.num_heads * self.head_dim
+        for i, proj in enumerate(self.out_projs):
+            if _in_features(proj) != width:
+                raise ValueError(f"model_type {self.model.config.model_type!r}: layer {i}: {self.num_heads} query "
+                                 f"heads x head_dim {self.head_dim} != the {_in_features(proj)} inputs of "
+                                 f"{self.adapter.out_proj}")
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -383,6 +406,7 @@ class GatedEncoder(nn.Module):
         attn_implementation: str = "sdpa",
         gate_kwargs: dict | None = None,
         pool: str = "auto",
+        gate_groups: str = "heads",
     ) -> "GatedEncoder":
         """Load an encoder and its fast tokenizer, and wrap it with a gate of kind ``gate``.
 
@@ -391,7 +415,12 @@ class GatedEncoder(nn.Module):
         ``HF_HUB_OFFLINE`` is set, on the hub. Raises ``EncoderNotFound`` otherwise.
         ``attn_implementation`` falls back to ``"eager"`` for models without SDPA support.
         ``pool``: see the class. A tokenizer without a pad token pads with its eos token.
+        ``gate_groups``: ``heads`` (default: one gate per query head) or ``kv`` (one gate per key/value
+        group, shared by its ``heads // kv_heads`` query heads, so that closing it frees the K and V
+        head too; the same as ``heads`` without grouped-query attention).
         """
+        if gate_groups not in GATE_GROUPS:
+            raise ValueError(f"gate_groups must be one of {', '.join(GATE_GROUPS)}, got {gate_groups!r}")
         path, local_only = _resolve(name_or_path)
         config = _load(transformers.AutoConfig.from_pretrained, name_or_path, path, local_only)
         model_cls = transformers.AutoModel._model_mapping.get(type(config), None)
@@ -429,8 +458,9 @@ class GatedEncoder(nn.Module):
             tokenizer.pad_token = tokenizer.eos_token
 
         shape = attention_shape(config)
-        gate_module = build_gate(gate, shape.layers, shape.heads, **(gate_kwargs or {}))
-        return cls(model, gate_module, tokenizer=tokenizer, pool=pool)
+        group_size = shape.heads // shape.kv_heads if gate_groups == "kv" else 1
+        gate_module = build_gate(gate, shape.layers, shape.heads, group_size=group_size, **(gate_kwargs or {}))
+        return cls(model, gate_module, tokenizer=tokenizer, pool=pool, gate_groups=gate_groups)
 
     # ------------------------------------------------------------------ hooks
     def _register_hooks(self) -> list:

@@ -135,7 +135,8 @@ def gates_record(encoder: GatedEncoder) -> dict:
     values = encoder.gate_values().cpu()
     record = {"kind": type(encoder.gate).__name__ if encoder.gate is not None else "none",
               "layers": encoder.num_layers, "heads": encoder.num_heads, "values": values.tolist(),
-              "kept": int((values >= 1e-3).sum())}
+              "kept": int((values >= 1e-3).sum()),
+              "gate_groups": encoder.gate_groups, "kv_heads": encoder.num_kv_heads}  # kv: one gate per KV group
     if hasattr(encoder.gate, "expected_l0"):
         record["expected_l0"] = encoder.gate.expected_l0().detach().cpu().tolist()
     return record

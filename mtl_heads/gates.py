@@ -10,6 +10,12 @@ Every gate is an ``nn.Module`` with the same three verbs:
 
 ``build_gate(kind, layers, heads, **kwargs)`` builds one from the plain ``GATES`` dict;
 kind ``"none"`` gives ``None``, which means "install no hook at all".
+
+Grouped-query attention (``encoder.gate_groups=kv``): ``build_gate(..., group_size=n_rep)`` gives one
+gate per key/value group, shared by the group's ``n_rep`` query heads (query head ``h`` is in group
+``h // n_rep``). A learnt gate is a :class:`GroupedGate` around a ``[layers, heads // n_rep]`` gate; a
+fixed gate is expanded once. Either way the three verbs still return ``[layers, heads]`` query-head
+grids, so the encoder hook, masks, saved gate values and reports see one value per query head.
 """
 
 from __future__ import annotations
@@ -21,7 +27,12 @@ from torch import nn
 
 from mtl_heads.precision import fp32
 
-__all__ = ["HardConcreteGate", "FixedGate", "MaskedGate", "GATES", "build_gate"]
+__all__ = ["HardConcreteGate", "FixedGate", "MaskedGate", "GroupedGate", "GATES", "GateMaskError", "build_gate",
+           "expand_groups"]
+
+
+class GateMaskError(ValueError):
+    """A fixed gate mask of the wrong shape or with values outside [0, 1] (``encoder.gate_mask``)."""
 
 
 class HardConcreteGate(nn.Module):
@@ -122,9 +133,9 @@ class FixedGate(nn.Module):
         super().__init__()
         mask = torch.as_tensor(mask, dtype=torch.get_default_dtype())
         if mask.dim() != 2:
-            raise ValueError(f"FixedGate needs a [layers, heads] mask, got shape {tuple(mask.shape)}")
+            raise GateMaskError(f"FixedGate needs a [layers, heads] mask, got shape {tuple(mask.shape)}")
         if not torch.isfinite(mask).all() or mask.min() < 0 or mask.max() > 1:
-            raise ValueError(
+            raise GateMaskError(
                 f"FixedGate values must lie in [0, 1], got min {mask.min().item()}, max {mask.max().item()}"
             )
         self.register_buffer("mask", mask.clone())
@@ -167,6 +178,74 @@ class MaskedGate(nn.Module):
         return (base * self.mask).detach()
 
 
+def expand_groups(values: torch.Tensor, group_size: int) -> torch.Tensor:
+    """``[layers, groups]`` -> ``[layers, groups * group_size]``: each group's value for each of its query heads."""
+    return values.repeat_interleave(group_size, dim=-1)
+
+
+class GroupedGate(nn.Module):
+    """One learnt gate per key/value group, shared by the group's query heads (grouped-query attention).
+
+    Args:
+        base: a learnt gate on the ``[layers, groups]`` grid (a :class:`HardConcreteGate`), with
+            ``groups = heads // group_size`` (the model's KV heads).
+        group_size: query heads per group (``n_rep = heads // kv_heads``); query head ``h`` is in group
+            ``h // group_size``.
+
+    ``forward()`` and ``values()`` give ``[layers, heads]``: the group's value repeated for each of its
+    query heads. ``expected_l0()`` does the same, so its sum counts QUERY heads: a group's probability
+    of staying open counts ``group_size`` times, in the L0 penalty and in a head budget alike, because
+    closing the group removes that many query heads (and one K/V pair).
+    """
+
+    def __init__(self, base: nn.Module, group_size: int):
+        super().__init__()
+        if group_size < 1:
+            raise ValueError(f"GroupedGate needs group_size >= 1, got {group_size}")
+        if not hasattr(base, "expected_l0"):
+            raise ValueError(f"GroupedGate needs a learnt gate (with expected_l0), got {type(base).__name__}")
+        self.base = base
+        self.group_size = group_size
+
+    def extra_repr(self) -> str:
+        return f"group_size={self.group_size}"
+
+    def forward(self) -> torch.Tensor:
+        return expand_groups(self.base(), self.group_size)  # [layers, heads]
+
+    def expected_l0(self) -> torch.Tensor:
+        """P(gate != 0) per query head ``[layers, heads]`` (each group's value ``group_size`` times)."""
+        return expand_groups(self.base.expected_l0(), self.group_size)
+
+    def penalty(self) -> torch.Tensor:
+        """Expected number of open QUERY heads: sum over heads, averaged over layers (scalar);
+        ``group_size`` times the base gate's penalty."""
+        return self.expected_l0().sum(-1).mean()
+
+    def values(self) -> torch.Tensor:
+        return expand_groups(self.base.values(), self.group_size)  # [layers, heads]
+
+
+def _grouped_mask(mask, layers: int, heads: int, group_size: int) -> torch.Tensor:
+    """A fixed mask for ``group_size`` query heads per group as a ``[layers, heads]`` grid.
+
+    ``mask`` is ``[layers, heads // group_size]`` (one value per group, expanded) or ``[layers, heads]``
+    (a query-head grid, e.g. a run's gates.json), which must then hold one value per group."""
+    mask = torch.as_tensor(mask, dtype=torch.get_default_dtype())
+    groups = heads // group_size
+    if mask.dim() == 2 and tuple(mask.shape) == (layers, groups):
+        return expand_groups(mask, group_size)
+    if mask.dim() == 2 and tuple(mask.shape) == (layers, heads):
+        spread = mask.view(layers, groups, group_size)  # [layers, groups, n_rep]
+        if not torch.equal(spread, spread[..., :1].expand_as(spread)):
+            raise GateMaskError(f"FixedGate mask ({layers}, {heads}) gives the query heads of one KV group different "
+                             f"values; with gates per KV group ({group_size} query heads each) give one value per "
+                             f"group, a ({layers}, {groups}) grid")
+        return mask
+    raise GateMaskError(f"FixedGate mask has shape {tuple(mask.shape)}, the encoder needs ({layers}, {groups}) "
+                     f"(one per KV group) or ({layers}, {heads}) (one per query head, equal within a group)")
+
+
 # kind -> class; "none" builds no gate, so the encoder installs no hook at all.
 GATES: dict[str, type[nn.Module] | None] = {
     "none": None,
@@ -175,28 +254,36 @@ GATES: dict[str, type[nn.Module] | None] = {
 }
 
 
-def build_gate(kind: str, layers: int, heads: int, **kwargs) -> nn.Module | None:
+def build_gate(kind: str, layers: int, heads: int, group_size: int = 1, **kwargs) -> nn.Module | None:
     """Build a gate of ``kind`` (a key of ``GATES``) for a ``[layers, heads]`` grid.
 
     ``"fixed"`` takes ``mask=`` (checked against the grid); ``"hard_concrete"`` takes the
     ``HardConcreteGate`` hyper-parameters; ``"none"`` returns ``None``.
+    ``group_size``: query heads that share one gate (``heads // kv_heads`` for gates per KV group,
+    ``encoder.gate_groups=kv``). Default 1: one gate per head. With more, a learnt gate is a
+    :class:`GroupedGate` and a fixed mask may be given per group (``[layers, heads // group_size]``).
     """
     if kind not in GATES:
         raise ValueError(f"unknown gate kind {kind!r}; valid kinds: {sorted(GATES)}")
+    if group_size < 1 or heads % group_size:
+        raise ValueError(f"group_size {group_size} does not divide the {heads} heads")
     cls = GATES[kind]
     if cls is None:
         return None
     if cls is FixedGate:
         if "mask" not in kwargs:
             raise ValueError("gate 'fixed' needs mask=[layers, heads] values in [0, 1]")
-        gate = FixedGate(kwargs.pop("mask"))
+        mask = kwargs.pop("mask")
+        gate = FixedGate(_grouped_mask(mask, layers, heads, group_size) if group_size > 1 else mask)
         if kwargs:
             raise TypeError(f"gate 'fixed' got unexpected arguments {sorted(kwargs)}")
         if tuple(gate.mask.shape) != (layers, heads):
-            raise ValueError(
+            raise GateMaskError(
                 f"FixedGate mask has shape {tuple(gate.mask.shape)}, the encoder needs ({layers}, {heads})"
             )
         return gate
+    if group_size > 1:
+        return GroupedGate(cls(layers, heads // group_size, **kwargs), group_size)
     return cls(layers, heads, **kwargs)
 
 

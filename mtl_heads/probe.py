@@ -15,6 +15,11 @@ table, one best-head summary CSV and layer x head heatmaps per probe, ``report.m
 ``compare=`` takes two or more report folders or models (models are probed first, into the
 comparison folder) and writes per-label best-head scores side by side with deltas, and
 side-by-side heatmaps. See ``configs/probe.yaml`` for every key and ``probes/`` for the definitions.
+
+Whenever a probe reads attention maps, the ``sink`` probe (the mean share of attention on the first
+token, per head) is added: it reuses those maps. A decoder-only (causal) model is probed the same
+way; ``report.json`` records ``causal`` and the report and the printed summary say what causal
+attention means for each probe's numbers (``caveats``).
 """
 from __future__ import annotations
 
@@ -47,6 +52,16 @@ def probe_classes(names: list[str]) -> dict:
     return pick(PROBES, names, "probes", "dep,pos")
 
 
+def with_sink(classes: dict) -> dict:
+    """``classes`` plus the ``sink`` probe when one of them reads attention maps (the sink reuses
+    them, so it costs no encoder pass); unchanged otherwise."""
+    from probes.sink import SinkProbe
+
+    if SinkProbe.name in classes or not any(getattr(cls, "uses_attentions", False) for cls in classes.values()):
+        return classes
+    return {**classes, SinkProbe.name: SinkProbe}
+
+
 def load_model(spec: str, device: torch.device) -> tuple[GatedEncoder, object | None, dict]:
     """``(encoder in eval mode on device, LoadedRun or None, description)`` for ``model=spec``."""
     spec = str(spec)
@@ -71,7 +86,8 @@ def load_model(spec: str, device: torch.device) -> tuple[GatedEncoder, object | 
     except (OSError, ValueError) as err:  # unknown architecture, slow tokenizer, broken folder
         raise ConfigError(f"config key 'model' ({spec}): {err}") from None
     name = Path(spec).resolve().name if Path(spec).is_dir() else spec.replace("/", "_")
-    return encoder.to(device).eval(), None, {"model_kind": "pretrained encoder", "model_name": name,
+    kind = "pretrained decoder-only LM" if encoder.causal else "pretrained encoder"
+    return encoder.to(device).eval(), None, {"model_kind": kind, "model_name": name,
                                              "encoder": spec, "gates_text": "none (every head open)"}
 
 
@@ -112,13 +128,13 @@ def needed_layers(classes: dict, loaded=None) -> set[str]:
 # --- one model --------------------------------------------------------------------------------
 def probe_model(cfg: DictConfig, spec: str, out: Path | None, log: Callable = print) -> Path:
     """Probe ``model=spec`` as configured; write and log its report folder; return the folder."""
-    from probes.base import ProbeContext
+    from probes.base import ProbeContext, first_token_name
     from probes.report import write_report
     from probes.runner import examples_for, run_probes
 
     started = time.time()
     device = pick_device(cfg.device)
-    classes = probe_classes(list(cfg.probes))
+    classes = with_sink(probe_classes(list(cfg.probes)))
     # everything that can fail on bad input runs before the report folder is written
     encoder, loaded, info = load_model(spec, device)
     probes = build_probes(cfg, classes, encoder, device, loaded)
@@ -134,6 +150,7 @@ def probe_model(cfg: DictConfig, spec: str, out: Path | None, log: Callable = pr
     metas = {name: p.meta() for name, p in probes.items()}
     clustering = [m for m in metas.values() if "variant" in m]
     meta = {"model": str(spec), **info, "layers": encoder.num_layers, "heads": encoder.num_heads,
+            "causal": bool(encoder.causal), "first_token": first_token_name(encoder),
             "data": OmegaConf.to_container(cfg.data), "split": cfg.split, "sentences": len(examples),
             "words": sum(len(e.sentence.words) for e in examples),
             "subwords": sum(len(e.input_ids) for e in examples),
@@ -144,6 +161,12 @@ def probe_model(cfg: DictConfig, spec: str, out: Path | None, log: Callable = pr
             "created": datetime.now().isoformat(timespec="seconds"), "config": OmegaConf.to_container(cfg)}
     written = write_report(folder, probes, meta, cfg.report.panels)
     drawn = time.time()
+    for line in written["meta"]["caveats"]:  # a causal model: what its numbers mean, in words
+        log(f"causal: {line}")
+    sink = written["meta"].get("attention_sink")
+    if sink:
+        log(f"attention sink: {sink['mean']:.1f}% of attention on the first token ({sink['first_token']}) on average, "
+            f"up to {sink['max']['share']:.1f}% (L{sink['max']['layer']}H{sink['max']['head']})")
     run_id = log_to_wandb(cfg, folder, "probe", written["meta"], written["summaries"], written["tables"], written["images"],
                           run_cfg=loaded.cfg if loaded is not None else None)
     log(f"report folder: {folder}" + (f" (W&B run {run_id})" if run_id else "")

@@ -2,9 +2,11 @@
 for real and save the smaller model (default ``<run>/pruned/``).
 
 Heads whose gate is below the threshold are sliced out of Q, K, V and ``W_O`` (the work is done by
-:mod:`mtl_heads.removal`); the command prints the heads kept per layer, the parameters before and
-after, and the largest difference between the gated and the pruned model's outputs on dev
-sentences, then reloads the saved folder and checks it again. Load a pruned folder with
+:mod:`mtl_heads.removal`; decoders with grouped-query attention lose whole KV groups, and a pruned
+query head in a group that stays is zeroed in ``W_O``); the command prints the heads kept per layer
+(and KV heads, zeroed heads), the parameters before and after, and the largest difference between
+the gated and the pruned model's outputs on dev sentences, then reloads the saved folder and checks
+it again. Load a pruned folder with
 ``mtl_heads.removal.load_pruned(folder)``.
 """
 from __future__ import annotations
@@ -52,11 +54,21 @@ def _check_batches(run, n: int, device) -> tuple[list[dict], str]:
 
 
 def _report(gated: GatedEncoder, encoder: PrunedEncoder) -> list[str]:
-    lines = [f"{'layer':>5}  {'kept':>7}  heads kept"]
-    for i, kept in enumerate(encoder.kept_heads):
-        lines.append(f"{i:>5}  {len(kept):>3}/{encoder.num_heads:<3}  {' '.join(map(str, kept)) or '(none: attention skipped)'}")
+    gqa = encoder.group_size > 1
+    lines = [f"{'layer':>5}  {'kept':>7}  " + (f"{'KV kept':>7}  " if gqa else "") + "heads kept"
+             + (" (z: zeroed in W_O, its KV group stays)" if encoder.zeroed_query_heads else "")]
+    for i, (kept, zeroed) in enumerate(zip(encoder.kept_heads, encoder.zeroed_heads)):
+        names = " ".join(f"{h}z" if h in zeroed else str(h) for h in kept) or "(none: attention skipped)"
+        kv = f"{encoder.kv_heads_per_layer[i]:>3}/{encoder.num_kv_heads:<3}  " if gqa else ""
+        lines.append(f"{i:>5}  {len(kept) - len(zeroed):>3}/{encoder.num_heads:<3}  {kv}{names}")
     total = encoder.num_layers * encoder.num_heads
-    lines.append(f"heads kept: {sum(encoder.heads_per_layer)}/{total}")
+    lines.append(f"heads kept: {encoder.heads_kept}/{total}")
+    if gqa:
+        lines.append(f"KV heads kept: {sum(encoder.kv_heads_per_layer)}/{encoder.num_layers * encoder.num_kv_heads} "
+                     f"({encoder.group_size} query heads each; gates per {encoder.gate_groups})")
+    if gqa or encoder.zeroed_query_heads:
+        lines.append(f"zeroed query heads: {encoder.zeroed_query_heads} (pruned inside a KV group that keeps other "
+                     "heads: W_O columns set to 0, still computed)")
     counts = {"encoder": (count_parameters(gated.model), count_parameters(encoder.model)),
               "attention (Q, K, V, W_O)": (attention_parameters(gated), attention_parameters(encoder))}
     for what, (before, after) in counts.items():
@@ -97,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     from mtl_heads.tracking import log_head_removal, wandb_section
 
     gated, kept = run.model.encoder, pruned.encoder
-    numbers = {"heads_kept": sum(kept.heads_per_layer), "heads_total": kept.num_layers * kept.num_heads,
+    numbers = {"heads_kept": kept.heads_kept, "heads_total": kept.num_layers * kept.num_heads,
+               "kv_heads_kept": sum(kept.kv_heads_per_layer), "zeroed_query_heads": kept.zeroed_query_heads,
                "encoder_params_before": count_parameters(gated.model),
                "encoder_params_after": count_parameters(kept.model),
                "attention_params_before": attention_parameters(gated),

@@ -12,6 +12,11 @@ Two ways to ask for sparse gates (``prune.*`` in ``configs/train.yaml``):
   ``t`` the target fraction; the multipliers ``l1, l2`` are *maximised* (gradient ascent) while
   everything else minimises, so the pressure grows until the gates meet the budget, whatever the
   task's loss scale. That makes runs of different tasks comparable at equal sparsity.
+
+Both count QUERY heads. With one gate per key/value group (``encoder.gate_groups=kv``, a
+``GroupedGate``), a gate stands for the ``group_size`` query heads it closes together: its expected L0
+counts ``group_size`` times in the penalty and in the budget's expected count, and a budget is a
+whole number of groups (a count must be a multiple of ``group_size``; a fraction is rounded to one).
 """
 from __future__ import annotations
 
@@ -52,15 +57,28 @@ def resolve_lambda(value, tasks: list[str]) -> float:
     return weight
 
 
-def resolve_budget(value, n_heads: int) -> int | None:
-    """``prune.budget`` as a head count: an int in [1, n_heads], or a fraction in (0, 1)."""
+def resolve_budget(value, n_heads: int, group_size: int = 1) -> int | None:
+    """``prune.budget`` as a (query) head count: an int in [1, n_heads], or a fraction in (0, 1).
+
+    Args:
+        value: the config value (None: no budget).
+        n_heads: query heads in the encoder (layers x heads).
+        group_size: query heads closed together by one gate (``encoder.gate_groups=kv``). Default 1.
+            A count must then be a multiple of it; a fraction is rounded to the nearest multiple (at
+            least one group).
+    """
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"config key 'prune.budget': expected a head count or a fraction in (0, 1), got {value!r}")
     if isinstance(value, float) and 0 < value < 1:
-        return max(1, round(value * n_heads))
+        return group_size * max(1, round(value * n_heads / group_size))
     if float(value).is_integer() and 1 <= value <= n_heads:
+        if value % group_size:
+            below, above = int(value) // group_size * group_size, (int(value) // group_size + 1) * group_size
+            near = f"{below} or {above}" if below and above <= n_heads else str(below or above)
+            raise ConfigError(f"config key 'prune.budget': {int(value)} query heads is not a whole number of KV groups "
+                              f"(encoder.gate_groups=kv: one gate closes {group_size} query heads); use {near}")
         return int(value)
     raise ConfigError(f"config key 'prune.budget': {value} is neither a fraction in (0, 1) nor a head count "
                       f"in 1..{n_heads} (this encoder has {n_heads} heads)")
@@ -70,12 +88,14 @@ class LagrangianBudget(nn.Module):
     """Lagrangian penalty pulling the expected number of open heads to ``target``.
 
     Args:
-        target: heads to keep (count).
-        total: heads in the encoder.
+        target: heads to keep (count of query heads).
+        total: query heads in the encoder.
 
-    ``forward(expected_l0 [layers, heads]) -> scalar``. The multipliers are parameters whose
-    gradient is negated by a hook, so a normal (descending) optimiser step *raises* the penalty's
-    weight while the gates are off target: gradient ascent on the multipliers.
+    ``forward(expected_l0 [layers, heads]) -> scalar``; ``expected_l0`` per query head (a
+    ``GroupedGate`` repeats each group's value for its query heads, so the sum counts query heads).
+    The multipliers are parameters whose gradient is negated by a hook, so a normal (descending)
+    optimiser step *raises* the penalty's weight while the gates are off target: gradient ascent on
+    the multipliers.
     """
 
     def __init__(self, target: int, total: int):
@@ -115,7 +135,8 @@ class Sparsity:
             raise ConfigError(f"config key 'prune.mode': pruning ({mode}) needs learnt gates, "
                               f"set encoder.gate=hard_concrete (it is {type(gate).__name__ if gate else 'none'})")
         if budget is not None:
-            self.controller = LagrangianBudget(budget, gate.expected_l0().numel()).to(gate.log_alpha.device)
+            expected = gate.expected_l0()  # [layers, heads], per query head
+            self.controller = LagrangianBudget(budget, expected.numel()).to(expected.device)
 
     @property
     def active(self) -> bool:
@@ -153,5 +174,5 @@ def sparsity_from_config(cfg, gate: nn.Module | None) -> Sparsity:
     if mode == "none":
         return Sparsity(gate, mode)
     n_heads = gate.expected_l0().numel() if gate is not None and hasattr(gate, "expected_l0") else 0
-    budget = resolve_budget(cfg.prune.budget, n_heads) if n_heads else None
+    budget = resolve_budget(cfg.prune.budget, n_heads, getattr(gate, "group_size", 1)) if n_heads else None
     return Sparsity(gate, mode, resolve_lambda(cfg.prune["lambda"], list(cfg.tasks)), budget)

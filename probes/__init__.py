@@ -6,6 +6,7 @@ looks them up here.
 from probes.attention import DepProbe, SrlProbe
 from probes.clark import ClarkProbe
 from probes.clustering import ConProbe, NerProbe, PosProbe
+from probes.sink import SinkProbe
 from probes.voita import VoitaProbe
 
 PROBES = {
@@ -16,6 +17,7 @@ PROBES = {
     ConProbe.name: ConProbe,
     ClarkProbe.name: ClarkProbe,
     VoitaProbe.name: VoitaProbe,
+    SinkProbe.name: SinkProbe,  # added by ``mtl_heads.probe`` to every report that captures attention maps
 }
 
 # Probes that need a trained run (gradients and ablations through its decoders).

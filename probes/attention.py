@@ -28,6 +28,19 @@ Options of the DEP probe (config section ``dep``; the defaults are He & Choi's):
 
 The SRL probe has no options: [CLS] is always in its argmax (a predicate's argument never is the
 root), as in the reference scripts.
+
+Causal (decoder-only) models: a token attends only to itself and to earlier tokens, so the argmax
+of a row never lies to its right. Both probes accept either direction, so every word-to-word arc
+and every argument stays reachable, but through one direction only: an arc whose head comes first
+is found only when the dependent attends back to it, one whose dependent comes first only when the
+head attends back (SRL: an argument after its predicate only through the argument's words, one
+before it only through the predicate's row). Root arcs (``dep.root=cls``): the root slot is the
+first slot, i.e. the BOS token where the tokenizer puts one first (the root word attends back to
+it; BOS itself sees nothing after it); a decoder without BOS (GPT-2, Qwen) has no root token in the
+attention grid -- its learnt root vector (``GatedEncoder.root_embedding``) is no token -- so its root
+arcs are still counted but can never be found (``dep.root=none`` leaves them out). For causal
+models the tables get a ``reachable`` column (% of the label's units some head could find at all)
+and ``meta()["reachable"]`` the overall shares; ``caveat()`` says the same in words.
 """
 from __future__ import annotations
 
@@ -35,10 +48,10 @@ import pandas as pd
 import torch
 
 from mtl_heads.config import ConfigError
-from probes.base import LabelStats, Probe, ProbeBatch, grid_frame
+from probes.base import NO_START_TOKEN, LabelStats, Probe, ProbeBatch, grid_frame, percent
 
 __all__ = ["DepProbe", "SrlProbe", "dependency_arcs", "srl_arguments", "relation_label", "check_choice", "ROOTS",
-           "RELATIONS", "ROOT_TEXT", "RELATION_TEXT"]
+           "RELATIONS", "ROOT_TEXT", "RELATION_TEXT", "arc_reach", "argument_reach"]
 
 VERB_ROLES = frozenset({"V", "C-V"})
 ROOTS = ("cls", "none")
@@ -95,22 +108,74 @@ def srl_arguments(batch: ProbeBatch) -> tuple[list[int], list[int], list[int], l
     return b, pred, start, end, role
 
 
+def arc_reach(dep: torch.Tensor, head: torch.Tensor, head_present: torch.Tensor, causal: bool) -> torch.Tensor:
+    """``[units, 2]`` bool: can a head find the arc through the dependent's row (``[:, 0]``: argmax
+    of row ``dep`` = ``head``) and through the head's row (``[:, 1]``: argmax of row ``head`` = ``dep``)?
+    Bidirectional attention: both, when the head's slot holds a token; causal attention: the first
+    only when the head comes first, the second only when the dependent does.
+
+    Args:
+        dep, head: ``[units]`` slots of the dependent and of the head (0: the root slot).
+        head_present: ``[units]`` bool, the head's slot holds a token (False for the root slot of a
+            decoder without BOS).
+        causal: the model attends only to earlier tokens.
+    """
+    from_dep, from_head = head_present.clone(), head_present.clone()  # [U] each
+    if causal:
+        from_dep &= head < dep
+        from_head &= dep < head
+    return torch.stack((from_dep, from_head), 1)
+
+
+def argument_reach(pred: torch.Tensor, start: torch.Tensor, end: torch.Tensor, causal: bool) -> torch.Tensor:
+    """``[units, 2]`` bool: can a head find the argument span ``[start, end)`` of predicate ``pred``
+    (slots, ``[units]`` each) through its words' rows (``[:, 0]``: some word of the span attends to
+    the predicate) and through the predicate's row (``[:, 1]``: it attends into the span)? Causal
+    attention: the first when the predicate comes no later than the span's last word, the second
+    when the span's first word comes no later than the predicate; bidirectional: both."""
+    if not causal:
+        return torch.ones(pred.shape[0], 2, dtype=torch.bool, device=pred.device)
+    return torch.stack((pred < end, start <= pred), 1)
+
+
 class _ArgmaxProbe(Probe):
-    """Accuracy per label and head: hits [labels, layers, heads] over units."""
+    """Accuracy per label and head: hits [labels, layers, heads] over units; per label also how many
+    units are reachable at all and through which row (``reach``, for causal models)."""
 
     uses_attentions = True
+    unit_name = "units"  # what a unit is, in the caveat ("arcs", "arguments")
 
     def __init__(self, layers: int, heads: int, device="cpu", **options):
         super().__init__(layers, heads, device, **options)
         self.stats = LabelStats((layers, heads), self.device)
+        self.reach = LabelStats((3,), self.device)  # per label: [reachable, only via row 1, only via row 2]
 
-    def _add(self, labels: list[str], hits: torch.Tensor, n_sentences: int) -> None:
+    def _add(self, labels: list[str], hits: torch.Tensor, n_sentences: int, reach: torch.Tensor | None = None) -> None:
+        """Add units: ``hits`` ``[U, L, H]``; ``reach`` ``[U, 2]`` from :func:`arc_reach` /
+        :func:`argument_reach` (default: both rows possible)."""
         if labels:
-            self.stats.add(self.stats.ids(labels), hits)  # hits [U, L, H]
+            ids = self.stats.ids(labels)
+            self.stats.add(ids, hits)  # hits [U, L, H]
+            if reach is None:
+                reach = torch.ones(len(labels), 2, dtype=torch.bool, device=hits.device)
+            only = reach & ~reach.flip(1)  # [U, 2] reachable through this row alone
+            self.reach.add(self.reach.ids(labels), torch.cat((reach.any(1, keepdim=True), only), 1))
         self.sentences += n_sentences
 
     def result(self) -> pd.DataFrame:
-        return grid_frame(self.stats.labels, 100 * self.stats.means(), self.stats.counts.cpu().numpy())
+        extra = {"reachable": 100 * self.reach.means()[:, 0]} if self.causal else {}
+        return grid_frame(self.stats.labels, 100 * self.stats.means(), self.stats.counts.cpu().numpy(), **extra)
+
+    def reachable(self) -> dict:
+        """Overall shares (%) of the units: ``reachable`` at all, and reachable only through the
+        first / the second row (see :meth:`_add`), with the number of ``units``."""
+        sums, n = self.reach.sums.sum(0).tolist() if self.reach.labels else [0.0] * 3, float(self.reach.counts.sum())
+        return {"units": int(n), "reachable_units": int(sums[0]), "reachable": percent(sums[0], n),
+                "only_first": percent(sums[1], n), "only_second": percent(sums[2], n)}
+
+    def meta(self) -> dict:
+        out = super().meta()
+        return {**out, "reachable": self.reachable()} if self.causal else out
 
 
 class DepProbe(_ArgmaxProbe):
@@ -127,6 +192,7 @@ class DepProbe(_ArgmaxProbe):
     name = "dep"
     title = "DEP attention probe (accuracy %, per relation)"
     needs = ("deps",)
+    unit_name = "arcs"
 
     def __init__(self, layers: int, heads: int, device="cpu", root: str = "cls", relations: str = "full", **options):
         super().__init__(layers, heads, device, **options)
@@ -143,11 +209,35 @@ class DepProbe(_ArgmaxProbe):
         argmax = batch.argmax_root_words if self.root == "cls" else batch.argmax_words  # [B, L, H, S]
         from_dep = argmax[b, :, :, dep] == head[:, None, None]  # [U, L, H]
         from_head = argmax[b, :, :, head] == dep[:, None, None]  # [U, L, H]
-        self._add(rel, from_dep | from_head, n_sentences)
+        head_present = (head > 0) | batch.has_start[b]  # [U] the root slot is empty without a start token
+        self._add(rel, from_dep | from_head, n_sentences, arc_reach(dep, head, head_present, self.causal))
+
+    def caveat(self) -> str | None:
+        if not self.causal:
+            return None
+        r = self.reachable()
+        unreachable = r["units"] - r["reachable_units"]  # only root arcs without a start token
+        if self.root == "none":
+            root = "root arcs are not scored (dep.root=none)"
+        elif unreachable or self.first_token == NO_START_TOKEN:
+            root = (f"this model puts no start token first, so the attention grid has no root slot: its "
+                    f"{unreachable} root arcs are counted but can never be found (dep.root=none leaves them out)")
+        else:
+            root = (f"the root slot is the start token {self.first_token} (the root word can attend back to it; "
+                    f"{self.first_token} itself sees nothing after it)")
+        return (f"dep: {r['reachable']}% of the {r['units']} gold arcs can be found at all, each through one "
+                f"direction only: {r['only_first']}% have the head first (found only when the dependent attends back "
+                f"to it; reachable root arcs count here), {r['only_second']}% the dependent first (found only when the "
+                f"head attends back to it). {root[0].upper() + root[1:]}.")
 
     def meta(self) -> dict:
+        root_text = ROOT_TEXT[self.root]
+        if self.causal and self.root == "cls":
+            root_text += ("; causal model without a start token: no root slot, root arcs counted but never found"
+                          if self.first_token == NO_START_TOKEN else
+                          f"; causal model: the root slot is the start token {self.first_token}")
         return {**super().meta(), "root": self.root, "relations": self.relations,
-                "choices_text": f"dep.root={self.root} ({ROOT_TEXT[self.root]}); "
+                "choices_text": f"dep.root={self.root} ({root_text}); "
                                 f"dep.relations={self.relations} ({RELATION_TEXT[self.relations]})"}
 
 
@@ -158,6 +248,7 @@ class SrlProbe(_ArgmaxProbe):
     name = "srl"
     title = "SRL attention probe (accuracy %, per role)"
     needs = ("srl",)
+    unit_name = "arguments"
 
     def update(self, batch: ProbeBatch) -> None:
         b, pred, start, end, role = srl_arguments(batch)
@@ -172,4 +263,14 @@ class SrlProbe(_ArgmaxProbe):
         to_pred = ((argmax[b] == pred[:, None, None, None]) & in_span[:, None, None, :]).any(-1)  # [U, L, H]
         from_pred = argmax[b, :, :, pred]  # [U, L, H]
         from_pred = (from_pred >= start[:, None, None]) & (from_pred < end[:, None, None])
-        self._add(role, to_pred | from_pred, n_sentences)
+        self._add(role, to_pred | from_pred, n_sentences, argument_reach(pred, start, end, self.causal))
+
+    def caveat(self) -> str | None:
+        if not self.causal:
+            return None
+        r = self.reachable()
+        both = round(100.0 - r["only_first"] - r["only_second"], 1) if r["units"] else 0.0
+        return (f"srl: {r['reachable']}% of the {r['units']} gold arguments can be found at all: {r['only_first']}% "
+                f"lie after their predicate (found only when one of their words attends back to it), "
+                f"{r['only_second']}% before it (found only when the predicate attends back into them), {both}% "
+                f"contain the predicate (found either way).")

@@ -17,6 +17,12 @@ Probes that cannot be streamed (gradient-based importance) set ``streamed = Fals
 
 Accumulators are ``O(layers x heads x labels)`` (clustering: ``x head_dim``), so memory stays flat
 as the corpus grows. Layers and heads are numbered from 0 in every table.
+
+Causal (decoder-only) models: ``setup`` sets ``self.causal`` (``GatedEncoder.causal``) and
+``self.first_token`` (what the first position holds: [CLS], BOS, or the first word's first sub-word
+when the tokenizer adds no BOS). Each token attends only to itself and to earlier tokens, so a probe
+that can only find some gold units says which share is reachable, and ``caveat()`` gives one line in
+plain words for the report and the printed summary (None: nothing to say, e.g. for an encoder).
 """
 from __future__ import annotations
 
@@ -33,7 +39,16 @@ from mtl_heads.config import ConfigError
 from mtl_heads.data.sentence import Sentence
 
 __all__ = ["Probe", "RunProbeAdapter", "ProbeBatch", "ProbeContext", "LabelStats", "word_attention", "token_to_slot_attention", "slot_index",
-           "pool_units", "best_heads", "grid_frame", "is_punctuation", "capture_head_contexts"]
+           "pool_units", "unit_pieces", "best_heads", "grid_frame", "is_punctuation", "capture_head_contexts", "first_token_name",
+           "percent", "CAUSAL_NOTE", "NO_START_TOKEN"]
+
+NO_START_TOKEN = "the first word's first sub-word"
+""":func:`first_token_name` of a causal model whose tokenizer puts no BOS first."""
+
+CAUSAL_NOTE = ("This model is causal (decoder-only): each token attends only to itself and to earlier tokens, "
+               "never to a later one. Some gold links can therefore not be found by any head; where that "
+               "matters, 'reachable' gives their share beside the score (no head can score more).")
+"""The report-level caveat of a causal model (``report.md`` and the printed summary)."""
 
 COLUMNS = ["layer", "head", "label", "score", "count"]
 
@@ -56,6 +71,33 @@ class ProbeContext:
     long_policy: str = "skip"
     examples: dict = field(default_factory=dict)
     tokenize_reports: dict = field(default_factory=dict)
+
+    @property
+    def causal(self) -> bool:
+        """Whether the probed model is causal (``GatedEncoder.causal``; False without an encoder)."""
+        return bool(getattr(self.encoder, "causal", False))
+
+    @property
+    def first_token(self) -> str:
+        """What the first position of every sentence holds (:func:`first_token_name`)."""
+        return first_token_name(self.encoder)
+
+
+def first_token_name(encoder) -> str:
+    """The first position's token, in words: an encoder's start token (``[CLS]``, ``<s>``; ``[CLS]``
+    without an encoder); for a causal model its BOS token when the tokenizer puts one first
+    (``GatedEncoder.root_source == "bos"``), else ``"the first word's first sub-word"``."""
+    tokenizer = getattr(encoder, "tokenizer", None)
+    if getattr(encoder, "causal", False):
+        if getattr(encoder, "root_source", None) == "bos":
+            return str(getattr(tokenizer, "bos_token", None) or "BOS")
+        return NO_START_TOKEN
+    return str(getattr(tokenizer, "cls_token", None) or getattr(tokenizer, "bos_token", None) or "[CLS]")
+
+
+def percent(part, whole) -> float:
+    """``100 * part / whole`` (0 when ``whole`` is 0), as a float rounded to 0.1."""
+    return round(100.0 * float(part) / float(whole), 1) if whole else 0.0
 
 
 class Probe:
@@ -84,10 +126,14 @@ class Probe:
         self.layers, self.heads = layers, heads
         self.device = torch.device(device)
         self.sentences = 0  # sentences that gave this probe at least one unit
+        self.causal = False  # set by ``setup`` from the probed encoder
+        self.first_token = "[CLS]"
 
     # --- streaming ----------------------------------------------------------------------------
     def setup(self, context: ProbeContext) -> None:
-        """Read what the probe needs before streaming (e.g. word frequencies). Default: nothing."""
+        """Read what the probe needs before streaming (e.g. word frequencies). Here: whether the
+        model is causal and what its first token is; subclasses call ``super().setup(context)``."""
+        self.causal, self.first_token = context.causal, context.first_token
 
     def usable(self, sentence: Sentence) -> bool:
         return all(sentence.has(layer) for layer in self.needs)
@@ -121,8 +167,16 @@ class Probe:
         return {self.name: (list(counts.index), self.unit)}
 
     def meta(self) -> dict:
-        """What the report says about this probe (sentences used, variant, ...)."""
-        return {"title": self.title, "sentences": self.sentences}
+        """What the report says about this probe (sentences used, variant, ...; ``caveat`` when
+        :meth:`caveat` has one)."""
+        out = {"title": self.title, "sentences": self.sentences}
+        caveat = self.caveat()
+        return {**out, "caveat": caveat} if caveat else out
+
+    def caveat(self) -> str | None:
+        """One line in plain words on what causal attention means for this probe's numbers, or None
+        (encoders; probes with nothing to say). Default: None."""
+        return None
 
     def extra_tables(self) -> dict[str, pd.DataFrame]:
         """More tables for the report folder, written as ``<probe>_<key>.csv``. Default: none."""
@@ -165,6 +219,12 @@ class RunProbeAdapter(Probe):
     def extra_tables(self) -> dict[str, pd.DataFrame]:
         curve = getattr(self.inner, "curve", None)
         return {"curve": curve} if isinstance(curve, pd.DataFrame) and not curve.empty else {}
+
+    def caveat(self) -> str | None:
+        if not self.causal:
+            return None
+        return (f"{self.name}: nothing to restrict: a head mask (and its gradient) acts on the head's output "
+                "whatever its attention pattern, so causal attention changes nothing in how this is measured.")
 
 
 # ---------------------------------------------------------------------- the shared batch
@@ -232,8 +292,28 @@ def word_attention(attn: torch.Tensor, slots: torch.Tensor, n_slots: int, to_slo
     return rows[..., :n_slots, :] / pieces[:, :n_slots].clamp(min=1)[:, None, None, :, None]
 
 
+def unit_pieces(word_index: torch.Tensor, pool: str = "mean") -> torch.Tensor:
+    """``[batch, seq]`` bool: the sub-words that stand for their word under ``pool`` (``GatedEncoder.pool``):
+    every piece (``mean``), each word's ``first`` piece, or its ``last`` piece (causal models: the only
+    piece that has seen the whole word). A word's pieces are consecutive.
+
+    Args:
+        word_index: ``[batch, seq]`` word of each sub-word, -1 for specials/padding.
+        pool: ``mean`` (default) | ``first`` | ``last``.
+    """
+    is_word = word_index >= 0  # [B, T]
+    if pool == "mean":
+        return is_word
+    edge = torch.full_like(word_index[:, :1], -1)  # [B, 1]
+    if pool == "last":
+        return is_word & (torch.cat((word_index[:, 1:], edge), 1) != word_index)
+    if pool == "first":
+        return is_word & (torch.cat((edge, word_index[:, :-1]), 1) != word_index)
+    raise ValueError(f"pool: expected mean, first or last, got {pool!r}")
+
+
 def pool_units(contexts: torch.Tensor, word_index: torch.Tensor, unit_b: torch.Tensor, unit_start: torch.Tensor,
-               unit_end: torch.Tensor, n_words: int) -> torch.Tensor:
+               unit_end: torch.Tensor, n_words: int, pool: str = "mean") -> torch.Tensor:
     """Mean of each unit's sub-word features; units are disjoint word spans.
 
     Args:
@@ -242,10 +322,14 @@ def pool_units(contexts: torch.Tensor, word_index: torch.Tensor, unit_b: torch.T
         unit_b, unit_start, unit_end: ``[units]`` sentence, first word and end word (exclusive)
             of each unit; the spans of one sentence must not overlap.
         n_words: words per padded sentence (``word_mask.shape[1]``).
+        pool: which pieces stand for a word (:func:`unit_pieces`): ``mean`` (default: every piece, so
+            a unit's feature is the mean over all its sub-words), ``first`` or ``last`` (one piece per
+            word, so the feature is the mean over the unit's words of that piece).
 
     Returns:
-        ``[units, ...]`` the mean over the sub-words of each unit's words.
+        ``[units, ...]`` the mean over the chosen sub-words of each unit's words.
     """
+    word_index = torch.where(unit_pieces(word_index, pool), word_index, torch.full_like(word_index, -1))  # [B, T]
     B, T = word_index.shape
     U = unit_b.shape[0]
     lengths = unit_end - unit_start  # [U]
@@ -359,11 +443,27 @@ class ProbeBatch:
         """Clark et al.'s predictions, over words only and never the word itself:
         ``(rows, cols)``, each ``[batch, layers, heads, max_words]`` indexed by word (0-based) and
         holding a slot: ``rows[..., w]`` = the word that word ``w`` attends to most; ``cols[..., w]``
-        = the word that attends most to ``w``."""
+        = the word that attends most to ``w``; -1 where no other word has any weight (under causal
+        attention: the first word's row, the last word's column), so that such a word predicts
+        nothing rather than the first candidate."""
         words = self.word_attention[..., 1 : self.n_slots - 1, 1 : self.n_slots - 1]  # [B, L, H, W, W]
         eye = torch.eye(self.max_words, device=self.device, dtype=words.dtype)
         others = words - 2 * eye  # the word itself can never win (weights are in [0, 1])
-        return others.argmax(-1) + 1, others.argmax(-2) + 1
+        none = torch.full_like(others[..., 0], -1, dtype=torch.long)  # [B, L, H, W]
+        rows = torch.where(others.amax(-1) > 0, others.argmax(-1) + 1, none)
+        cols = torch.where(others.amax(-2) > 0, others.argmax(-2) + 1, none)
+        return rows, cols
+
+    @cached_property
+    def has_start(self) -> torch.Tensor:
+        """``[batch]`` bool: the sentence has a start token in slot 0 ([CLS], BOS); False for a
+        decoder whose tokenizer adds none (GPT-2, Qwen), whose slot 0 is then empty."""
+        return (self.slots == 0).any(1)
+
+    @cached_property
+    def has_end(self) -> torch.Tensor:
+        """``[batch]`` bool: the sentence has an end token in the last slot ([SEP], EOS)."""
+        return (self.slots == self.n_slots - 1).any(1)
 
 
 # ---------------------------------------------------------------------- accumulators

@@ -18,6 +18,12 @@ Variants (option ``variant``):
 - ``held_out``: centroids from another role (option ``centroid_split``, default ``dev``), scored on
   the probed split; a label without units in the centroid split is never predicted.
 
+Word pooling follows the encoder (``GatedEncoder.pool``): ``mean`` for encoders (the reference:
+every sub-word of the unit), ``last`` for causal (decoder-only) models, where only a word's last
+sub-word has seen the whole word -- a unit's feature is then the mean over its words of each word's
+last sub-word. Nothing else changes for a causal model, but a word's feature has seen only the words
+before it (``caveat()``).
+
 Deviations from the reference scripts: a unit whose feature is the zero vector (a head gated to 0)
 counts as a miss (the reference's cosine of a zero vector is 0 for every label, so its argmax
 picked the first label and scored it as correct); a span's feature is the mean over all its
@@ -80,14 +86,17 @@ class ClusteringProbe(Probe):
         self.centroid_index: dict[str, int] = {}
         self.stats = LabelStats((layers, heads), self.device)
         self.fit_units = 0
+        self.pool = "mean"  # the encoder's word pooling, set by ``setup``
 
     def units(self, sentence) -> list[tuple[int, int, str]]:
         """``(start, end_exclusive, label)`` of the sentence's units; spans must not overlap."""
         raise NotImplementedError
 
     def setup(self, context: ProbeContext) -> None:
+        super().setup(context)
         self.split = context.split
         self.fit_split = context.split if self.variant == "same_split" else self.centroid_split
+        self.pool = getattr(context.encoder, "pool", "mean")  # mean | first | last (GatedEncoder.pool)
 
     def _features(self, batch: ProbeBatch) -> tuple[list[str], torch.Tensor | None, int]:
         """(labels, pooled features ``[units, layers, heads, head_dim]``, usable sentences)."""
@@ -102,7 +111,7 @@ class ClusteringProbe(Probe):
         if not b:
             return labels, None, n_sentences
         b, start, end = (torch.tensor(x, device=batch.device) for x in (b, start, end))
-        features = pool_units(batch.head_contexts, batch.word_index, b, start, end, batch.max_words)
+        features = pool_units(batch.head_contexts, batch.word_index, b, start, end, batch.max_words, self.pool)
         return labels, features, n_sentences  # features [U, L, H, d]
 
     def fit(self, batch: ProbeBatch) -> None:
@@ -147,9 +156,21 @@ class ClusteringProbe(Probe):
     def meta(self) -> dict:
         held = f"centroids from '{self.fit_split}', scored on '{self.split}'"
         same = f"centroids and scoring on '{self.split}' (two passes)"
+        pooled = {"mean": "", "first": "; unit feature: each word's first sub-word, averaged over the unit's words",
+                  "last": "; unit feature: each word's last sub-word, averaged over the unit's words"}[self.pool]
         return {**super().meta(), "variant": self.variant, "centroid_split": self.fit_split,
-                "centroid_units": self.fit_units, "centroid_labels": len(self.centroid_index),
-                "variant_text": same if self.variant == "same_split" else held}
+                "centroid_units": self.fit_units, "centroid_labels": len(self.centroid_index), "pool": self.pool,
+                "variant_text": (same if self.variant == "same_split" else held) + pooled}
+
+    def caveat(self) -> str | None:
+        if not self.causal:
+            return None
+        piece = {"last": "each word's last sub-word (the only piece that has seen the whole word)",
+                 "first": "each word's first sub-word (encoder.pool=first)",
+                 "mean": "the mean of all the unit's sub-words (encoder.pool=mean)"}[self.pool]
+        return (f"{self.name}: nothing is restricted (the probe reads each head's own output, not its attention); "
+                f"a unit's feature is {piece}, averaged over the unit's words, and has seen only the words "
+                "before it, so the first words of a sentence carry little context.")
 
 
 class PosProbe(ClusteringProbe):

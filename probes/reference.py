@@ -4,7 +4,9 @@ heads and units on per-sentence numpy arrays, written from the definitions in
 
 The tests check the fast probes against these on fixtures; ``bench/probe_speed.py`` times them.
 Each function returns a table in the fast probe's format (layer, head, label, score, count, and the
-same extra columns), so the two can be merged and compared row by row.
+same extra columns), so the two can be merged and compared row by row. ``causal=True`` gives the
+tables of a causal (decoder-only) model: the ``reachable`` columns, Clark's per-direction
+baselines, Voita's positional offsets -5..0 (see the probe modules).
 """
 from __future__ import annotations
 
@@ -18,11 +20,12 @@ from mtl_heads.data.sentence import Sentence
 from probes.attention import VERB_ROLES
 from probes.base import is_punctuation
 from probes.clark import DIRECTIONS, OFFSETS
+from probes.sink import LABEL as SINK_LABEL
 from probes.clustering import lowest_phrases
 from probes.voita import MAX_OFFSET, POSITIONAL, RARE, SYNTACTIC
 
 __all__ = ["Captured", "split_batch", "slots_of", "word_map", "ref_dep", "ref_srl", "ref_clustering", "ref_clark",
-           "ref_voita", "UNITS"]
+           "ref_voita", "ref_sink", "UNITS"]
 
 
 @dataclass
@@ -84,11 +87,22 @@ def first_argmax(row: np.ndarray, candidates) -> int | None:
     return best
 
 
+def positive_argmax(row: np.ndarray, candidates) -> int | None:
+    """:func:`first_argmax`, but None when the best candidate has no weight at all."""
+    best = first_argmax(row, candidates)
+    return best if best is not None and row[best] > 0 else None
+
+
 def _maps(record: Captured) -> list[list[np.ndarray]]:
     n = len(record.sentence.words)
     slots = slots_of(record.word_index, n)
     L, H = record.attentions.shape[:2]
     return [[word_map(record.attentions[l, h], slots, n + 2) for h in range(H)] for l in range(L)]
+
+
+def _has_start(record: Captured) -> bool:
+    """The sentence's input has a start token before its first word ([CLS], BOS)."""
+    return bool(record.word_index) and record.word_index[0] < 0
 
 
 def _table(hits: dict, counts: Counter, L: int, H: int, scale: float = 100.0, **extra) -> pd.DataFrame:
@@ -117,11 +131,14 @@ def _label(rel: str, relations: str) -> str:
 
 
 # ---------------------------------------------------------------------- DEP / SRL
-def ref_dep(records: list[Captured], root: str = "cls", relations: str = "full") -> pd.DataFrame:
+def ref_dep(records: list[Captured], root: str = "cls", relations: str = "full", causal: bool = False) -> pd.DataFrame:
     """DEP attention probe. ``root="cls"``: argmax over [CLS] + words (self included); root arcs
     use [CLS]. ``root="none"``: root arcs skipped; argmax over the words (self included), and a row
-    with no weight on any word predicts nothing. ``relations="universal"``: UD subtypes dropped."""
-    hits, counts = {}, Counter()
+    with no weight on any word predicts nothing. ``relations="universal"``: UD subtypes dropped.
+    ``causal``: a ``reachable`` column, % of the relation's arcs with the head before the dependent
+    (read through the dependent's row) or after it (through the head's row), the root slot only
+    when the sentence has a start token."""
+    hits, counts, reachable = {}, Counter(), Counter()
     L = H = 0
     for record in records:
         s = record.sentence
@@ -140,19 +157,23 @@ def ref_dep(records: list[Captured], root: str = "cls", relations: str = "full")
                 continue
             rel = _label(rel, relations)
             counts[rel] += 1
+            present = head > 0 or _has_start(record)
+            reachable[rel] += (present and head < d + 1) or d + 1 < head  # through the dependent's / head's row
             hits.setdefault(rel, _grid(L, H))
             for l in range(L):
                 for h in range(H):
                     m = maps[l][h]
                     if predict(m[d + 1]) == head or predict(m[head]) == d + 1:
                         hits[rel][l][h] += 1
-    return _table(hits, counts, L, H)
+    extra = {"reachable": {r: 100.0 * reachable[r] / counts[r] for r in counts}} if causal else {}
+    return _table(hits, counts, L, H, **extra)
 
 
-def ref_srl(records: list[Captured]) -> pd.DataFrame:
+def ref_srl(records: list[Captured], causal: bool = False) -> pd.DataFrame:
     """SRL attention probe: a span is found if one of its words attends to the predicate or the
-    predicate to one of its words."""
-    hits, counts = {}, Counter()
+    predicate to one of its words. ``causal``: a ``reachable`` column, % of the role's arguments
+    with a word at or after the predicate, or a word at or before it."""
+    hits, counts, reachable = {}, Counter(), Counter()
     L = H = 0
     for record in records:
         s = record.sentence
@@ -165,6 +186,7 @@ def ref_srl(records: list[Captured]) -> pd.DataFrame:
                 if role in VERB_ROLES:
                     continue
                 counts[role] += 1
+                reachable[role] += any(w >= p for w in range(start, end)) or any(w <= p for w in range(start, end))
                 hits.setdefault(role, _grid(L, H))
                 for l in range(L):
                     for h in range(H):
@@ -172,7 +194,8 @@ def ref_srl(records: list[Captured]) -> pd.DataFrame:
                         found = any(first_argmax(m[w + 1], range(n + 1)) == p + 1 for w in range(start, end))
                         found = found or start + 1 <= first_argmax(m[p + 1], range(n + 1)) < end + 1
                         hits[role][l][h] += found
-    return _table(hits, counts, L, H)
+    extra = {"reachable": {r: 100.0 * reachable[r] / counts[r] for r in counts}} if causal else {}
+    return _table(hits, counts, L, H, **extra)
 
 
 # ---------------------------------------------------------------------- clustering
@@ -183,8 +206,16 @@ UNITS = {
 }
 
 
-def _unit_features(record: Captured, start: int, end: int) -> np.ndarray:
-    pieces = [t for t, w in enumerate(record.word_index) if start <= w < end]
+def _unit_features(record: Captured, start: int, end: int, pool: str = "mean") -> np.ndarray:
+    """``[L, H, d]``: the mean over the unit's sub-words (``mean``), or over its words of each word's
+    first / last sub-word (``first`` / ``last``)."""
+    if pool == "mean":
+        pieces = [t for t, w in enumerate(record.word_index) if start <= w < end]
+    else:
+        pieces = []
+        for word in range(start, end):
+            own = [t for t, w in enumerate(record.word_index) if w == word]
+            pieces.append(own[0] if pool == "first" else own[-1])
     return sum(record.head_contexts[t] for t in pieces) / len(pieces)  # [L, H, d]
 
 
@@ -193,14 +224,14 @@ def _cosine(x: np.ndarray, y: np.ndarray) -> float:
     return float((x * y).sum() / (nx * ny)) if nx > 0 and ny > 0 else 0.0
 
 
-def ref_clustering(fit_records: list[Captured], records: list[Captured], kind: str) -> pd.DataFrame:
+def ref_clustering(fit_records: list[Captured], records: list[Captured], kind: str, pool: str = "mean") -> pd.DataFrame:
     """Pseudo-clustering probe ``kind`` (pos | ner | con): centroids from ``fit_records``, nearest
-    centroid by cosine on ``records``; a zero feature is a miss."""
+    centroid by cosine on ``records``; a zero feature is a miss. ``pool``: see :func:`_unit_features`."""
     units = UNITS[kind]
     sums, sizes = {}, Counter()
     for record in fit_records:
         for start, end, label in units(record.sentence):
-            x = _unit_features(record, start, end)
+            x = _unit_features(record, start, end, pool)
             sums[label] = sums.get(label, 0) + x
             sizes[label] += 1
     centroids = {label: sums[label] / sizes[label] for label in sums}
@@ -209,7 +240,7 @@ def ref_clustering(fit_records: list[Captured], records: list[Captured], kind: s
     L = H = 0
     for record in records:
         for start, end, label in units(record.sentence):
-            x = _unit_features(record, start, end)
+            x = _unit_features(record, start, end, pool)
             L, H = x.shape[:2]
             counts[label] += 1
             hits.setdefault(label, _grid(L, H))
@@ -224,8 +255,10 @@ def ref_clustering(fit_records: list[Captured], records: list[Captured], kind: s
 
 # ---------------------------------------------------------------------- Clark et al.
 def _relation_hits(records: list[Captured], relations: str = "full"):
-    """Per relation: hits[direction][l][h], offset hits, counts (root arcs left out)."""
-    hits, base, counts = {}, {}, Counter()
+    """Per relation: hits[direction][l][h], offset hits, counts, and arcs with the head first /
+    the dependent first (root arcs left out). A word whose row (column) gives the other words no
+    weight predicts nothing."""
+    hits, base, counts, order = {}, {}, Counter(), {}
     L = H = 0
     for record in records:
         s = record.sentence
@@ -240,33 +273,42 @@ def _relation_hits(records: list[Captured], relations: str = "full"):
             counts[rel] += 1
             hits.setdefault(rel, [_grid(L, H), _grid(L, H)])
             base.setdefault(rel, [0] * len(OFFSETS))
+            order.setdefault(rel, [0, 0])
+            order[rel][0] += head < d + 1
+            order[rel][1] += d + 1 < head
             others = [j for j in range(1, n + 1) if j != d + 1]
             for l in range(L):
                 for h in range(H):
                     m = maps[l][h]
-                    hits[rel][0][l][h] += first_argmax(m[d + 1], others) == head
-                    hits[rel][1][l][h] += first_argmax(m[:, d + 1], others) == head
+                    hits[rel][0][l][h] += positive_argmax(m[d + 1], others) == head
+                    hits[rel][1][l][h] += positive_argmax(m[:, d + 1], others) == head
             for k, o in enumerate(OFFSETS):
                 base[rel][k] += max(0, min(d + 1 + o, n)) == head
-    return hits, base, counts, L, H
+    return hits, base, counts, order, L, H
 
 
-def _relation_table(records: list[Captured], relations: str = "full") -> pd.DataFrame:
-    hits, base, counts, L, H = _relation_hits(records, relations)
-    best = {r: max(range(len(OFFSETS)), key=lambda k: (base[r][k], -k)) for r in base}
-    baseline = {r: 100.0 * base[r][best[r]] / counts[r] for r in base}
-    offset = {r: OFFSETS[best[r]] for r in base}
-    parts = [_table({r: hits[r][k] for r in hits}, counts, L, H, direction={r: name for r in hits},
-                    baseline=baseline, baseline_offset=offset) for k, name in enumerate(DIRECTIONS)]
+def _relation_table(records: list[Captured], relations: str = "full", causal: bool = False) -> pd.DataFrame:
+    hits, base, counts, order, L, H = _relation_hits(records, relations)
+    parts = []
+    for k, name in enumerate(DIRECTIONS):
+        # a causal head: dep->head only back (offsets < 0), head->dep only forward (offsets > 0)
+        allowed = [i for i, o in enumerate(OFFSETS) if not causal or (o < 0 if k == 0 else o > 0)]
+        best = {r: max(allowed, key=lambda i: (base[r][i], -i)) for r in base}
+        extra = {"baseline": {r: 100.0 * base[r][best[r]] / counts[r] for r in base},
+                 "baseline_offset": {r: OFFSETS[best[r]] for r in base}}
+        if causal:
+            extra["reachable"] = {r: 100.0 * order[r][k] / counts[r] for r in base}
+        parts.append(_table({r: hits[r][k] for r in hits}, counts, L, H, direction={r: name for r in hits}, **extra))
     return pd.concat(parts, ignore_index=True) if hits else pd.DataFrame()
 
 
 def ref_clark(records: list[Captured], start_name: str = "to [CLS]", end_name: str = "to [SEP]",
-              relations: str = "full") -> pd.DataFrame:
+              relations: str = "full", causal: bool = False) -> pd.DataFrame:
     """Clark et al.: relation accuracy in both directions vs the best offset, plus attention to
-    [CLS] / [SEP] / punctuation and entropy per sentence (token level), averaged over sentences.
-    ``relations="universal"``: UD subtypes dropped."""
-    table = _relation_table(records, relations)
+    [CLS] / [SEP] / punctuation and entropy per sentence (token level), averaged over sentences;
+    [CLS] / [SEP] only when some sentence has that token. ``relations="universal"``: UD subtypes
+    dropped. ``causal``: per-direction baselines and ``reachable`` (see :mod:`probes.clark`)."""
+    table = _relation_table(records, relations, causal)
     L, H = records[0].attentions.shape[:2]
     sums = {name: _grid(L, H) for name in (start_name, end_name, "to punct", "entropy")}
     for record in records:
@@ -286,15 +328,18 @@ def ref_clark(records: list[Captured], start_name: str = "to [CLS]", end_name: s
                     entropy -= sum(p * np.log(p) for p in a[q] if p > 0)
                 sums["entropy"][l][h] += entropy / T
     n = len(records)
+    seen = {start_name: any(_has_start(r) for r in records),
+            end_name: any(r.word_index and r.word_index[-1] < 0 and max(r.word_index) >= 0 for r in records)}
     extra = pd.DataFrame([{"layer": l, "head": h, "label": name, "score": sums[name][l][h] / n, "count": n}
-                          for name in sums for l in range(L) for h in range(H)])
+                          for name in sums if seen.get(name, True) for l in range(L) for h in range(H)])
     return pd.concat([table, extra], ignore_index=True)
 
 
 # ---------------------------------------------------------------------- Voita et al.
-def ref_voita(records: list[Captured], frequencies: Counter, min_arcs: int = 100) -> pd.DataFrame:
+def ref_voita(records: list[Captured], frequencies: Counter, min_arcs: int = 100, causal: bool = False) -> pd.DataFrame:
     """Voita et al.: confidence, positional, rare-word (word queries, argmax over [CLS] + words +
-    [SEP]) and syntactic heads (better direction vs the best offset)."""
+    [SEP]) and syntactic heads (better direction vs the best offset over both directions).
+    ``causal``: positional heads looked for at offsets -5..0 only."""
     L, H = records[0].attentions.shape[:2]
     confidence, rare = _grid(L, H), _grid(L, H)
     positions = [[Counter() for _ in range(H)] for _ in range(L)]
@@ -318,7 +363,7 @@ def ref_voita(records: list[Captured], frequencies: Counter, min_arcs: int = 100
     rows = []
     for l in range(L):
         for h in range(H):
-            counts = [positions[l][h][o] for o in range(-MAX_OFFSET, MAX_OFFSET + 1)]
+            counts = [positions[l][h][o] for o in range(-MAX_OFFSET, (0 if causal else MAX_OFFSET) + 1)]
             best = max(range(len(counts)), key=lambda k: (counts[k], -k))
             share = 100.0 * counts[best] / words
             rows.append({"layer": l, "head": h, "label": "confidence", "score": confidence[l][h] / words, "count": words,
@@ -328,11 +373,31 @@ def ref_voita(records: list[Captured], frequencies: Counter, min_arcs: int = 100
             rows.append({"layer": l, "head": h, "label": "rare", "score": 100.0 * rare[l][h] / words, "count": words,
                          "offset": np.nan, "found": 100.0 * rare[l][h] / words > RARE})
     roles = pd.DataFrame(rows)
-    relations = _relation_table(records)
+    relations = _relation_table(records, causal=causal)
     if relations.empty:
         return roles
+    best_baseline = relations.groupby("label")["baseline"].max()
     better = relations.sort_values("score", ascending=False, kind="stable").drop_duplicates(["label", "layer", "head"])
-    better = better.drop(columns="baseline_offset")
+    better = better.drop(columns=[c for c in ("baseline_offset", "reachable") if c in better])
+    better["baseline"] = [best_baseline[label] for label in better["label"]]
     better["found"] = [score >= baseline + SYNTACTIC and count >= min_arcs
                        for score, baseline, count in zip(better["score"], better["baseline"], better["count"])]
     return pd.concat([roles, better], ignore_index=True)
+
+
+# ---------------------------------------------------------------------- attention sink
+def ref_sink(records: list[Captured]) -> pd.DataFrame:
+    """Attention sink: per sentence, the mean over query tokens 1..T-1 of the weight on token 0,
+    then the mean over sentences (one-token sentences skipped), in %."""
+    L, H = records[0].attentions.shape[:2]
+    sums, n = _grid(L, H), 0
+    for record in records:
+        T = record.attentions.shape[-1]
+        if T < 2:
+            continue
+        n += 1
+        for l in range(L):
+            for h in range(H):
+                sums[l][h] += sum(record.attentions[l, h, q, 0] for q in range(1, T)) / (T - 1)
+    return pd.DataFrame([{"layer": l, "head": h, "label": SINK_LABEL, "score": 100.0 * sums[l][h] / max(n, 1), "count": n}
+                         for l in range(L) for h in range(H)])

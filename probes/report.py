@@ -8,6 +8,9 @@ Layout (``<folder>/``):
 - ``report.json``: what was probed (model, data, split, sentence and token counts, variants, time)
   and, under ``choices``, the choices that decide whether its numbers compare with another
   report's or a paper's (:func:`report_choices`): ``dep.root``, ``dep.relations``, ``data.pos``;
+  ``causal`` (a decoder-only model) with ``caveats`` (:func:`causal_caveats`: what causal attention
+  means for each probe's numbers, in words); ``attention_sink`` (the ``sink`` probe's
+  ``[layers, heads]`` grid of the mean share of attention on the first token, when it ran);
 - ``report.md``: a self-contained summary naming all of the above, with the best-head tables.
 """
 from __future__ import annotations
@@ -22,10 +25,11 @@ import numpy as np
 import pandas as pd
 
 from probes.attention import RELATION_TEXT, ROOT_TEXT
+from probes.base import CAUSAL_NOTE, NO_START_TOKEN
 
 __all__ = ["write_report", "read_report", "is_report_dir", "Report", "heatmap_grid", "draw_heatmaps", "markdown_table",
            "head_name", "safe_name", "report_choices", "pos_tagset", "relation_labels", "choices_text", "choice_conflicts",
-           "CHOICE_PROBES"]
+           "CHOICE_PROBES", "causal_caveats"]
 
 # ---------------------------------------------------------------------- comparability choices
 CHOICE_PROBES = {"dep.root": ("dep",), "dep.relations": ("dep", "clark"), "data.pos": ("pos",)}
@@ -103,6 +107,20 @@ def choice_conflicts(metas: list[dict], names: list[str], probes: list[str] | No
             scored = "/".join(t for t in touched if probes is None or t in probes)
             lines.append(f"{key} differs ({CHOICE_NAMES[key]}): {which}; {scored} scores do not compare")
     return lines
+
+
+def causal_caveats(meta: dict) -> list[str]:
+    """The caveats of a causal model's report, in plain words: :data:`probes.base.CAUSAL_NOTE`, then
+    each probe's ``caveat`` (its ``meta()``); empty for an encoder (``meta["causal"]`` false or absent)."""
+    if not meta.get("causal"):
+        return []
+    grouped: dict[str, list[str]] = {}  # caveat text -> probes ("pos: ..." and "ner: ..." alike: one line)
+    for name, info in (meta.get("probes") or {}).items():
+        caveat = info.get("caveat")
+        if caveat:
+            text = caveat[len(name) + 2:] if caveat.startswith(f"{name}: ") else caveat
+            grouped.setdefault(text, []).append(name)
+    return [CAUSAL_NOTE] + [f"{', '.join(names)}: {text}" for text, names in grouped.items()]
 
 
 def head_name(layer, head) -> str:
@@ -246,6 +264,10 @@ def write_report(folder: Path, probes: dict, meta: dict, panels: int = 16) -> di
             images[f"{name}/{family}"] = path
     if "probes" not in meta:
         meta = {**meta, "probes": {n: p.meta() for n, p in probes.items()}}
+    if "sink" in meta["probes"] and "grid" in meta["probes"]["sink"]:
+        sink = meta["probes"]["sink"]
+        meta = {**meta, "attention_sink": {k: sink[k] for k in ("first_token", "unit", "grid", "mean", "max")}}
+    meta = {**meta, "caveats": causal_caveats(meta)}
     # the choices these probes were run with (recomputed, never taken over from the caller's meta)
     meta = {**meta, "choices": report_choices({**meta, "choices": None}), "families": families,
             "files": sorted(p.name for p in folder.iterdir() if p.is_file()) + ["report.json", "report.md"]}
@@ -269,6 +291,9 @@ def report_markdown(meta: dict, summaries: dict, images: dict, probes: dict) -> 
         lines.append(f"| {key} | {value} |")
     lines += ["", "Layers and heads are numbered from 0 (`L3H5` = layer 3, head 5). Accuracies are in %; "
               "each probe's full grid is in `<probe>.csv`, its best head per label in `<probe>_summary.csv`.", ""]
+    caveats = meta.get("caveats", causal_caveats(meta))
+    if caveats:
+        lines += ["## Causal attention: what the numbers mean", ""] + [f"- {line}" for line in caveats] + [""]
     for name, summary in summaries.items():
         probe = probes[name]
         info = meta["probes"].get(name, {})
@@ -285,6 +310,11 @@ def report_markdown(meta: dict, summaries: dict, images: dict, probes: dict) -> 
             for role, heads in info["found"].items():
                 lines.append(f"- {role} heads ({len(heads)}): {', '.join(heads) or 'none'}")
             lines.append("")
+        if "grid" in info and "max" in info:  # the attention sink
+            top = info["max"]
+            lines += [f"First token: {info['first_token']}; mean over all heads {info['mean']:.1f}%, highest "
+                      f"{head_name(top['layer'], top['head'])} {top['share']:.1f}% (grid in `report.json`, "
+                      "key `attention_sink`).", ""]
         if summary.empty:
             lines += ["(no units in this split)", ""]
             continue
@@ -298,19 +328,33 @@ def report_markdown(meta: dict, summaries: dict, images: dict, probes: dict) -> 
 def _meta_rows(meta: dict) -> list[tuple[str, str]]:
     data = meta.get("data", {})
     data_text = ", ".join(f"{k}={data[k]}" for k in ("format", "path", "deps") if data.get(k) is not None)
+    attention = [] if "causal" not in meta else [("attention", (
+        "causal (decoder-only: each token attends to itself and to earlier tokens only)" if meta["causal"]
+        else "bidirectional (encoder)") + f"; first token: {meta.get('first_token', '?')}")]
     rows = [("model", f"`{meta.get('model')}` ({meta.get('model_kind')})"),
             ("encoder", f"{meta.get('encoder')}: {meta.get('layers')} layers x {meta.get('heads')} heads"),
+            *attention,
             ("gates", meta.get("gates_text", "none")),
             ("data", data_text), ("split", meta.get("split")),
             ("sentences", meta.get("sentences")), ("tokens (words)", meta.get("words")),
             ("sub-words", meta.get("subwords")),
             ("clustering variant", meta.get("clustering_variant", "-")),
-            *[(f"{CHOICE_NAMES[k]} ({k})", f"{v}: {CHOICE_VALUES[k].get(v, v)}" + _choice_source(k, data))
-              for k, v in meta.get("choices", {}).items() if k in CHOICE_NAMES],
+            *[(f"{CHOICE_NAMES[k]} ({k})", f"{v}: {CHOICE_VALUES[k].get(v, v)}" + _choice_source(k, data)
+               + _causal_root(k, v, meta)) for k, v in meta.get("choices", {}).items() if k in CHOICE_NAMES],
             ("tokenisation", "; ".join(meta.get("tokenize", []))),
             ("device, probing time", f"{meta.get('device')}, {meta.get('seconds')} s (loading included), "
                                      f"{meta.get('created')}")]
     return [(k, str(v)) for k, v in rows]
+
+
+def _causal_root(key: str, value: str, meta: dict) -> str:
+    """What ``dep.root=cls`` means for a causal model: its start token is the root slot, or, with
+    none, root arcs can never be found."""
+    if key != "dep.root" or value != "cls" or not meta.get("causal"):
+        return ""
+    if meta.get("first_token") == NO_START_TOKEN:
+        return "; causal model without a start token: no root slot, root arcs counted but never found"
+    return f"; causal model: the root slot is the start token {meta.get('first_token')}"
 
 
 def _choice_source(key: str, data: dict) -> str:

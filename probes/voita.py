@@ -20,7 +20,15 @@ On word-level attention (rows of a word's pieces averaged, columns summed) over 
 
 Deviations: Voita et al. work on sub-word tokens of a translation encoder and use the most frequent
 relative position per relation as the baseline; here the unit is the word (like the other probes)
-and the baseline is Clark et al.'s best offset.
+and the baseline is Clark et al.'s best offset (over both directions: in a causal model each
+direction allows only some offsets, see :mod:`probes.clark`, and the best of the two is the best a
+positional head can do).
+
+Causal (decoder-only) models: a word attends only to itself and to earlier words, so a positional
+head can only point at the word itself or back (offsets -5..0); a "next word" head (+1) is
+impossible, and the positive offsets are not searched (``meta()["positional_offsets"]``). The
+confidence of the first words is high by construction (the first word's row has only itself, and
+the start token where there is one, to attend to).
 """
 from __future__ import annotations
 
@@ -73,6 +81,13 @@ class VoitaProbe(Probe):
             raise ConfigError(f"config key 'voita.frequency_split': no role {self.frequency_split!r}; "
                               f"roles: {', '.join(context.corpus)}")
         self.frequencies = Counter(w for s in context.corpus[self.frequency_split] for w in s.words)
+        super().setup(context)
+        self.relations.causal = self.causal
+
+    def offsets(self) -> list[int]:
+        """The relative positions a positional head is looked for at: -5..5, or -5..0 for a causal
+        model (attending to a later word is impossible)."""
+        return list(range(-MAX_OFFSET, (0 if self.causal else MAX_OFFSET) + 1))
 
     def rarest(self, batch: ProbeBatch) -> torch.Tensor:
         """``[batch, slots]`` True at the words of least training frequency in their sentence."""
@@ -101,8 +116,9 @@ class VoitaProbe(Probe):
 
     def result(self) -> pd.DataFrame:
         n = max(self.words, 1)
-        best = self.positions.argmax(-1)  # [L, H]
-        share = 100 * self.positions.max(-1).values / n
+        searched = self.positions[..., : len(self.offsets())]  # [L, H, K]: offsets -5.. (..0 when causal)
+        best = searched.argmax(-1)  # [L, H]
+        share = 100 * searched.max(-1).values / n
         rare = 100 * self.rare / n
         scores = torch.stack((self.confidence / n, share, rare)).cpu().numpy()  # [3, L, H]
         offset = np.stack((np.full(best.shape, np.nan), (best - MAX_OFFSET).cpu().numpy(), np.full(best.shape, np.nan)))
@@ -111,6 +127,9 @@ class VoitaProbe(Probe):
         relations = self.relations.frame()
         if relations.empty:
             return roles
+        # the best positional baseline over both directions (they differ only in a causal model)
+        relations["baseline"] = relations.groupby("label")["baseline"].transform("max")
+        relations = relations.drop(columns=[c for c in ("reachable",) if c in relations])
         relations = relations.sort_values(["label", "layer", "head", "score"], ascending=[True, True, True, False],
                                           kind="stable").drop_duplicates(["label", "layer", "head"])  # better direction
         relations["found"] = (relations["score"] >= relations["baseline"] + SYNTACTIC) & (relations["count"] >= self.min_arcs)
@@ -133,7 +152,16 @@ class VoitaProbe(Probe):
             out[role] = [f"L{l}H{h}" for l, h in zip(hits["layer"], hits["head"])]
         return out
 
+    def caveat(self) -> str | None:
+        if not self.causal:
+            return None
+        return ("voita: a positional head can only point at the word itself or at an earlier word (offsets -5..0); "
+                "a head that attends to the next word is impossible under causal attention, so next-word heads are "
+                "n/a (not searched). Confidence is high by construction for the first words of a sentence, which "
+                "have only one or two tokens to attend to. Syntactic heads are compared with the best fixed-offset "
+                "baseline over both directions.")
+
     def meta(self) -> dict:
         return {**super().meta(), "frequency_split": self.frequency_split, "words": self.words,
                 "thresholds": {"positional": POSITIONAL, "rare": RARE, "syntactic": SYNTACTIC, "min_arcs": self.min_arcs},
-                "found": self.found_heads()}
+                "positional_offsets": self.offsets(), "found": self.found_heads()}

@@ -66,3 +66,34 @@ def test_every_registered_task_lives_in_its_own_module():
 
     assert all(TASKS[name].__module__ == f"tasks.{name}" for name in TASKS)
     assert set(TASKS) <= set(task_modules())
+
+
+def test_runs_saved_before_a_key_existed_rebuild_what_they_trained(tmp_path):
+    """A run saved before ``task.srl.span_ratio`` existed scored every span: its saved config reads
+    back as ``off`` (for load_run and for init=, which both read it), and a run that has the key keeps it."""
+    from omegaconf import OmegaConf
+
+    from mtl_heads.config import load_config, load_saved_config, to_yaml
+    from mtl_heads.experiment import apply_init
+
+    cfg = load_config(["tasks=srl,pos"])
+    assert cfg.task.srl.span_ratio == 0.8
+    old = tmp_path / "old"
+    old.mkdir()
+    del cfg.task.srl["span_ratio"]
+    (old / "config.yaml").write_text(to_yaml(cfg))
+    (old / "labels.json").write_text("{}")
+    (old / "model.safetensors").write_bytes(b"")  # only looked for here
+    assert load_saved_config(old / "config.yaml").task.srl.span_ratio == "off"
+
+    started = apply_init(load_config([f"init={old}", "prune.mode=static"]), [f"init={old}", "prune.mode=static"])
+    assert started.task.srl.span_ratio == "off" and list(started.tasks) == ["srl", "pos"]
+
+    new = tmp_path / "new"
+    new.mkdir()
+    (new / "config.yaml").write_text(to_yaml(load_config(["tasks=srl", "task.srl.span_ratio=0.5"])))
+    assert load_saved_config(new / "config.yaml").task.srl.span_ratio == 0.5
+    no_srl = load_config(["tasks=pos"])
+    del no_srl.task["srl"]
+    (new / "config.yaml").write_text(to_yaml(no_srl))
+    assert OmegaConf.select(load_saved_config(new / "config.yaml"), "task.srl") is None  # nothing added

@@ -115,3 +115,28 @@ def test_build_gate_registry():
         build_gate("fixed", 2, 3, mask=torch.ones(3, 2))
     with pytest.raises(ValueError, match="hard_concrete"):
         build_gate("magic", 2, 3)
+
+
+def test_grouped_gates_one_value_per_kv_group():
+    from mtl_heads.gates import GateMaskError, GroupedGate
+
+    torch.manual_seed(0)
+    grouped = build_gate("hard_concrete", 2, 6, group_size=3, init_range=0.5)
+    assert isinstance(grouped, GroupedGate) and grouped.base.log_alpha.shape == (2, 2)
+    assert isinstance(build_gate("hard_concrete", 2, 6, group_size=1), HardConcreteGate)
+    grouped.train()
+    sample = grouped()  # [layers, heads]: one draw per group, repeated for its 3 query heads
+    assert sample.shape == (2, 6) and torch.equal(sample, sample[:, ::3].repeat_interleave(3, dim=1))
+    torch.testing.assert_close(grouped.expected_l0().sum(), 3 * grouped.base.expected_l0().sum())
+    torch.testing.assert_close(grouped.penalty(), 3 * grouped.base.penalty())
+    grouped.penalty().backward()
+    assert (grouped.base.log_alpha.grad != 0).all()
+    fixed = build_gate("fixed", 1, 4, group_size=2, mask=[[0.5, 1.0]])
+    assert fixed.values().tolist() == [[0.5, 0.5, 1.0, 1.0]]
+    assert build_gate("fixed", 1, 4, group_size=2, mask=[[0, 0, 1, 1]]).values().tolist() == [[0, 0, 1, 1]]
+    with pytest.raises(GateMaskError, match="one value per group"):
+        build_gate("fixed", 1, 4, group_size=2, mask=[[0, 1, 1, 1]])
+    with pytest.raises(GateMaskError, match=r"\(1, 2\).*\(1, 4\)"):
+        build_gate("fixed", 1, 4, group_size=2, mask=[[1, 1, 1]])
+    with pytest.raises(ValueError, match="does not divide"):
+        build_gate("hard_concrete", 2, 6, group_size=4)

@@ -67,7 +67,8 @@ def same_tables(fast: pd.DataFrame, slow: pd.DataFrame, keys=("layer", "head", "
     assert (merged.count_fast == merged.count_slow).all()
     bad = merged[~np.isclose(merged.score_fast, merged.score_slow, atol=atol)]
     assert bad.empty, bad.head()
-    for column in ("baseline", "found", "offset"):
+    for column in ("baseline", "found", "offset", "reachable"):
+        assert (f"{column}_fast" in merged) == (f"{column}_slow" in merged), column
         if f"{column}_fast" in merged:
             a, b = merged[f"{column}_fast"].astype(float), merged[f"{column}_slow"].astype(float)
             assert np.allclose(a, b, atol=atol, equal_nan=True), column
@@ -409,7 +410,7 @@ def test_fast_probes_match_the_reference_loops(tiny, excerpt, deps):
     slow = records(tiny, context, "test")
     frequencies = Counter(w for s in corpus["train"] for w in s.words)
     expected = {"dep": ref.ref_dep(slow), "srl": ref.ref_srl(slow), "clark": ref.ref_clark(slow),
-                "voita": ref.ref_voita(slow, frequencies, min_arcs=3),
+                "voita": ref.ref_voita(slow, frequencies, min_arcs=3), "sink": ref.ref_sink(slow),
                 **{k: ref.ref_clustering(slow, slow, k) for k in ("pos", "ner", "con")}}
     for name, probe in probes.items():
         keys = ("layer", "head", "label", "direction") if name == "clark" else ("layer", "head", "label")

@@ -243,3 +243,18 @@ def test_bench_flops_and_a_tiny_run(tiny_encoder_dir, capsys):
     table = bench.main(["--encoder", str(tiny_encoder_dir), "--batches", "2", "--lengths", "8", "--repeats", "3",
                         "--warmup", "1", "--min-time", "0", "--budget", "0.01", "--device", "cpu"])
     assert len(table) == 1 and table["FLOP ratio"].iloc[0] == 0.5 and "verdict:" in capsys.readouterr().out
+
+
+def test_kept_head_counts_that_do_not_divide_the_width():
+    """A 12-head layer keeping 5 heads: W_O takes 5 * 4 inputs, which 12 heads do not divide; the
+    head width comes from the config, not from W_O's width."""
+    config = transformers.BertConfig(vocab_size=100, hidden_size=48, num_hidden_layers=1, num_attention_heads=12,
+                                     intermediate_size=64, max_position_embeddings=64)
+    torch.manual_seed(0)
+    encoder = GatedEncoder(transformers.AutoModel.from_config(config).eval(), FixedGate(torch.tensor(
+        [[1.0, 0, 1, 0, 1, 0, 0.5, 0, 0, 1, 0, 0]]))).eval()
+    pruned = prune_encoder(encoder).eval()
+    assert pruned.heads_per_layer == [5] and pruned.head_dim == 4
+    ids, mask = random_batch()
+    with torch.no_grad():
+        assert max_diff(encoder(ids, mask).hidden, pruned(ids, mask).hidden, mask) < 1e-4
