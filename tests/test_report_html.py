@@ -296,3 +296,14 @@ def test_layout_at_laptop_width_in_headless_chromium(many_settings, probe_dir, p
         print(f"screenshot: {shot}")
     finally:
         driver.quit()
+
+
+def test_causal_caveats_are_shown_with_the_probe_report(runs_dir, probe_dir):
+    """A decoder's probe report carries its causal caveats onto the page, in words; an encoder's has none."""
+    assert "Causal attention" not in build_page([], [probe_dir])
+    meta = json.loads((probe_dir / "report.json").read_text())
+    caveat = "dep: 89.8% of the 1620 gold arcs can be found at all <one direction only>"
+    (probe_dir / "report.json").write_text(json.dumps({**meta, "causal": True, "caveats": [caveat]}))
+    page = build_page([], [probe_dir])
+    assert "Causal attention: what the numbers mean" in page
+    assert "89.8% of the 1620 gold arcs can be found at all &lt;one direction only&gt;" in page

@@ -388,6 +388,10 @@ def probe_section(report, index: int, panels: int = PANELS) -> str:
              f'<p class="meta">{_e(report.folder)}; {meta.get("sentences", "?")} sentences, '
              f'model {_e(meta.get("model"))}'
              f"; {_e(meta.get('gates_text', ''))}</p>"]
+    caveats = meta.get("caveats") or []  # a causal (decoder-only) model: what its numbers can and cannot mean
+    if caveats:
+        parts.append('<details class="note" open><summary>Causal attention: what the numbers mean</summary><ul>'
+                     + "".join(f"<li>{_e(line)}</li>" for line in caveats) + "</ul></details>")
     for name, summary in report.summaries.items():
         table = report.tables.get(name)
         parts.append(f"<h4>{_e(name)}</h4>")
