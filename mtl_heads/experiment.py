@@ -16,15 +16,18 @@ from mtl_heads.config import ConfigError, load_config, load_saved_config
 from mtl_heads.data.batching import prepare_examples
 from mtl_heads.data.corpus import load_corpus
 from mtl_heads.encoder import GatedEncoder
-from mtl_heads.files import atomic_write_text, load_weights, read_json, write_json
+from mtl_heads.files import atomic_write_text, read_json, write_json
 from mtl_heads.model import MultiTaskModel
+from mtl_heads.parallel import check_strategy, make_parallel
+from mtl_heads.precision import uses_bf16
 from mtl_heads.sparsity import PRUNE_MODES, prune_mode
 from mtl_heads.tracking import Tracker
 from mtl_heads.trainer import Trainer, format_scores, mean_score, seed_everything, selection_tasks
 
 RUNS = Path("runs")
-# keys that may differ when resuming (everything else must match the saved config)
-RESUME_FREE = ("resume", "run_dir", "wandb", "train.progress", "device", "precision")
+# keys that may differ when resuming (everything else must match the saved config); checkpoints
+# are the same files under ddp and fsdp, so a run may continue under the other strategy
+RESUME_FREE = ("resume", "run_dir", "wandb", "train.progress", "train.strategy", "device", "precision")
 
 
 # --- distributed ------------------------------------------------------------------------------
@@ -59,6 +62,8 @@ def prepare_run_dir(cfg: DictConfig, overrides: list[str]) -> tuple[DictConfig, 
         for key in ("wandb", "device", "precision"):
             saved_cfg[key] = cfg[key]
         saved_cfg.train.progress = cfg.train.progress
+        if any(item.split("=", 1)[0].strip() == "train.strategy" for item in overrides):
+            saved_cfg.train.strategy = strategy(cfg)  # else the run goes on as it was launched
         return saved_cfg, run_dir, True
     run_dir = Path(cfg.run_dir) if cfg.run_dir else RUNS / f"{setting_name(cfg)}-{datetime.now():%Y%m%d-%H%M%S}"
     if (run_dir / "config.yaml").exists():
@@ -83,6 +88,11 @@ def newest_unfinished_run() -> Path:
     if not candidates:
         raise ConfigError("config key 'resume': no unfinished run in runs/; pass run_dir=<folder>")
     return candidates[-1]
+
+
+def strategy(cfg: DictConfig) -> str:
+    """``train.strategy``: ``ddp`` or ``fsdp`` (``mtl_heads.parallel``); ``ddp`` for configs saved before it existed."""
+    return OmegaConf.select(cfg, "train.strategy", default=None) or "ddp"
 
 
 def setting_name(cfg: DictConfig) -> str:
@@ -161,6 +171,7 @@ def run(overrides: list[str], on_step: Callable | None = None) -> dict:
         text, folder, resuming = box[0]
         cfg, run_dir = OmegaConf.create(text), Path(folder)
     log = print if rank == 0 else (lambda *_: None)
+    check_strategy(strategy(cfg), world)  # e.g. fsdp without a distributed launch: before any file is written
     started = time.time()
     # everything that can fail on bad input runs before the run folder is written
     tasks = build_tasks(cfg)
@@ -183,20 +194,18 @@ def run(overrides: list[str], on_step: Callable | None = None) -> dict:
     if cfg.init and not resuming:  # pruning starts from fresh gates; plain training keeps the run's gates
         load_run_weights(model, cfg.init, gate=prune_mode(cfg) == "none")
     freeze(model, cfg)
-    model.to(device)
-    wrapped = model
-    if world > 1:
-        wrapped = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None, find_unused_parameters=True)
+    parallel = make_parallel(strategy(cfg), rank, world, device, bf16=uses_bf16(device, cfg.precision))
+    wrapped = parallel.wrap(model)  # to the device; DDP wrapper, or the encoder sharded in place (fsdp)
     tracker = Tracker(cfg, run_dir, enabled=rank == 0)
-    trainer = Trainer(model, tasks, examples, cfg, run_dir, device, tracker, rank, world, wrapped, on_step)
+    trainer = Trainer(model, tasks, examples, cfg, run_dir, device, tracker, rank, world, wrapped, on_step, parallel)
     if resuming and trainer.load_checkpoint():
         log(f"resuming {run_dir} at epoch {trainer.state.epoch + 1}, step {trainer.state.step_in_epoch}")
     if trainer.sparsity.active:
         target = (f"budget {trainer.sparsity.controller.target} heads" if trainer.sparsity.controller is not None
                   else f"lambda {trainer.sparsity.weight:g}")
         log(f"{prune_mode(cfg)} pruning of {encoder.num_layers * encoder.num_heads} heads, {target}")
-    log(f"training {', '.join(tasks)} on {device} ({world} process{'es' if world > 1 else ''}); run folder {run_dir}")
+    log(f"training {', '.join(tasks)} on {device} ({world} process{'es' if world > 1 else ''}"
+        f"{', ' + parallel.name if world > 1 else ''}); run folder {run_dir}")
     try:
         trainer.fit()
         metrics = finish(trainer, tasks, cfg, run_dir, rank, started)
@@ -210,9 +219,9 @@ def finish(trainer: Trainer, tasks: dict, cfg: DictConfig, run_dir: Path, rank: 
     import json
 
     best = run_dir / "model.safetensors"
-    if best.exists():
-        load_weights(trainer.model, best)
-    results = trainer._broadcast({role: trainer.evaluate(role) for role in ("dev", "test")} if rank == 0 else None)
+    if trainer._broadcast(best.exists() if rank == 0 else None):
+        trainer.restore_weights(best)
+    results = {role: trainer.scores(role) for role in ("dev", "test")}  # every process: FSDP's forward needs all
     metrics = {"tasks": list(tasks), "best_epoch": trainer.state.best_epoch, "dev": results["dev"],
                "test": results["test"], "dev_mean": mean_score(results["dev"], selection_tasks(cfg, tasks)),
                "test_mean": mean_score(results["test"], tasks), "history": trainer.state.history,

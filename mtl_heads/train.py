@@ -28,9 +28,21 @@ def train(argv: list[str]) -> list[dict]:
     from mtl_heads.trainer import TrainingError
 
     try:
-        return run_seeds(argv)
+        results = run_seeds(argv)
     except TrainingError as err:  # e.g. a NaN loss: the message says where and what to try
         raise ConfigError(str(err)) from None
+    leave_process_group()
+    return results
+
+
+def leave_process_group() -> None:
+    """Under torchrun, wait for every process and close the process group: a process that exits
+    with it open (after FSDP's gathers on CPU/gloo) can abort at interpreter exit."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,7 +18,9 @@ from mtl_heads.data.batching import Example, collate, epoch_plan, length_batches
 from omegaconf import OmegaConf
 
 from mtl_heads.config import ConfigError
-from mtl_heads.files import RefusedFile, UnreadableFile, fsync_dir, load_state, load_tensors, save_state, save_weights
+from mtl_heads.files import (RefusedFile, UnreadableFile, fsync_dir, load_state, load_tensors, load_weights, save_state,
+                              save_tensors)
+from mtl_heads.parallel import Replicated, training_bytes
 from mtl_heads.precision import autocast, uses_bf16
 from mtl_heads.sparsity import prune_mode, sparsity_from_config
 
@@ -81,20 +83,24 @@ class Trainer:
         run_dir: the run folder.
         device: where batches go.
         tracker: a :class:`~mtl_heads.tracking.Tracker`.
-        rank, world: DDP rank and number of processes (0, 1 without DDP).
-        wrapped: the model wrapped for DDP (default: ``model`` itself).
+        rank, world: this process and the number of processes (0, 1 without a launch).
+        wrapped: the module to call for training steps (the DDP wrapper; default: ``model`` itself).
         on_step: called as ``on_step(trainer)`` after every optimiser step (tests use it to
             interrupt a run).
+        parallel: the ``train.strategy`` (:mod:`mtl_heads.parallel`) that ``model`` was wrapped
+            or sharded with; default a :class:`~mtl_heads.parallel.Replicated` one (DDP or none).
     """
 
     def __init__(self, model, tasks, examples, cfg, run_dir: Path, device: torch.device, tracker,
                  rank: int = 0, world: int = 1, wrapped: nn.Module | None = None,
-                 on_step: Callable | None = None):
+                 on_step: Callable | None = None, parallel: Replicated | None = None):
         self.model, self.tasks, self.examples, self.cfg = model, tasks, examples, cfg
         self.run_dir, self.device, self.tracker = run_dir, device, tracker
         self.rank, self.world = rank, world
         self.wrapped = wrapped if wrapped is not None else model
+        self.parallel = parallel if parallel is not None else Replicated(rank, world, device)
         self.on_step = on_step
+        self.memory: dict[str, int] | None = None  # training_bytes after the first step of this process
         self.tc = cfg.train
         self.pad_id = model.encoder.tokenizer.pad_token_id
         self.bf16 = uses_bf16(device, cfg.precision)  # bf16 autocast (mtl_heads.precision): auto = CUDA only
@@ -162,16 +168,26 @@ class Trainer:
         """Model, optimiser, schedule, RNG and loop state. The new checkpoint is written complete
         into ``checkpoint.tmp`` first; then the current one becomes ``checkpoint.prev`` and the
         new one ``checkpoint``. At any moment a complete checkpoint exists, and the previous one
-        is kept as a fallback for a newest one that is later found unreadable."""
+        is kept as a fallback for a newest one that is later found unreadable.
+
+        Every process calls it: the full state is gathered from all of them under FSDP
+        (``mtl_heads.parallel``), and each process's RNG state is kept (``rng_ranks``), so that a
+        resumed process draws the dropout and gate samples it would have drawn. Rank 0 writes."""
+        tmp, prev = self.run_dir / "checkpoint.tmp", self.run_dir / "checkpoint.prev"
+        if self.rank == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir()
+        weights = self.parallel.model_state(self.model)
+        if self.rank == 0:  # written before the optimiser state is gathered: one full copy in memory at a time
+            save_tensors(weights, tmp / "model.safetensors")
+        del weights
+        optimizer = self.parallel.optimizer_state(self.model, self.optimizer) if self.optimizer is not None else None
+        rngs = self._gather(rng_state())
         if self.rank != 0:
             return
-        tmp, prev = self.run_dir / "checkpoint.tmp", self.run_dir / "checkpoint.prev"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        save_weights(self.model, tmp / "model.safetensors")
-        save_state({"optimizer": _state(self.optimizer), "gate_optimizer": _state(self.gate_optimizer),
+        save_state({"optimizer": optimizer, "gate_optimizer": _state(self.gate_optimizer),
                     "scheduler": _state(self.scheduler), "sparsity": self.sparsity.state_dict(),
-                    "rng": rng_state(), "state": asdict(self.state)}, tmp / "state.pt")
+                    "rng": rngs[0], "rng_ranks": rngs, "state": asdict(self.state)}, tmp / "state.pt")
         fsync_dir(tmp)
         if self.checkpoint_dir.exists():
             shutil.rmtree(prev, ignore_errors=True)
@@ -185,10 +201,31 @@ class Trainer:
         An unreadable newest checkpoint (truncated, empty, not ours) is reported and the previous
         one (``checkpoint.prev``) is used; when neither can be read, :class:`TrainingError` says
         so for each. A state file that holds code is refused outright (:class:`UnreadableFile`):
-        the folder is not what mtl-heads wrote, and no fallback is tried."""
+        the folder is not what mtl-heads wrote, and no fallback is tried.
+
+        Without FSDP every process reads the files. Under FSDP rank 0 alone reads and checks them
+        (a whole copy of a large model per process would not fit); its verdict, the small state and,
+        through the sharded loaders, the tensors go to the others."""
+        if not self.parallel.sharded:
+            found = self._read_checkpoint(log)
+            if found is not None:
+                self._restore(*found)
+            return found is not None
+        found = self._on_rank0(lambda: self._checked(self._read_checkpoint(log)))
+        head = self._broadcast((str(found[0]), {k: v for k, v in found[1].items() if k != "optimizer"})
+                               if found is not None else None)
+        if head is None:
+            return False
+        folder, blob = Path(head[0]), head[1]
+        blob["optimizer"] = found[1]["optimizer"] if found is not None else None
+        self._restore(folder, blob, found[2] if found is not None else {})
+        return True
+
+    def _read_checkpoint(self, log: Callable) -> tuple[Path, dict, dict] | None:
+        """``(folder, state, weights)`` of the newest readable checkpoint; None when there is none."""
         folders = [f for f in (self.checkpoint_dir, self.run_dir / "checkpoint.prev") if f.exists()]
         if not folders:
-            return False
+            return None
         problems = []
         for folder in folders:
             try:
@@ -202,26 +239,75 @@ class Trainer:
                 continue
             if problems:
                 log(f"warning: resuming from the previous checkpoint {folder} instead")
-            self._restore(folder, blob, weights)
-            return True
+            return folder, blob, weights
         raise TrainingError("no readable checkpoint to resume from: " + "; ".join(problems)
                             + (" (and no previous checkpoint)" if len(folders) == 1 else "")
                             + f". Start a new run, or delete {self.run_dir / 'checkpoint*'} to restart this one from scratch")
 
+    def _checked(self, found: tuple[Path, dict, dict] | None) -> tuple[Path, dict, dict] | None:
+        """``found`` when it fits this run's model and optimisers, else :class:`TrainingError`: under
+        FSDP the loaders are collectives, so a misfit must be found by rank 0 before they start."""
+        if found is None:
+            return None
+        folder, blob, weights = found
+        missing = [k for k in ("optimizer", "gate_optimizer", "scheduler", "rng", "state") if k not in blob]
+        problem = (f"no {missing[0]!r} entry" if missing else
+                   self.parallel.misfit(self.model, self.optimizer, weights, blob["optimizer"]))
+        if problem:
+            raise TrainingError(f"{folder}: the checkpoint does not fit this run's model and config ({problem}); "
+                                "was the run folder's config.yaml edited?")
+        return found
+
     def _restore(self, folder: Path, blob: dict, weights: dict) -> None:
         """Put a read checkpoint into the model, optimisers and loop state."""
         try:
-            self.model.load_state_dict(weights)
-            for name in ("optimizer", "gate_optimizer", "scheduler"):
+            self.parallel.load_model_state(self.model, weights)
+            if self.optimizer is not None:
+                self.parallel.load_optimizer_state(self.model, self.optimizer, blob["optimizer"])
+            for name in ("gate_optimizer", "scheduler"):
                 if getattr(self, name) is not None:
                     getattr(self, name).load_state_dict(blob[name])
             self.sparsity.load_state_dict(blob.get("sparsity", {}))
-            set_rng_state(blob["rng"])
+            ranks = blob.get("rng_ranks")  # absent in checkpoints written before it, or of another world size
+            set_rng_state(ranks[self.rank] if isinstance(ranks, list) and len(ranks) == self.world else blob["rng"])
             self.state = TrainState(**blob["state"])
         except (KeyError, TypeError, ValueError, RuntimeError) as err:
             detail = str(err).strip().splitlines()[-1][:300] if str(err).strip() else type(err).__name__
             raise TrainingError(f"{folder}: the checkpoint does not fit this run's model and config ({detail}); "
                                 "was the run folder's config.yaml edited?") from None
+
+    def restore_weights(self, path: Path) -> None:
+        """Load a weights file written by this run (the selected epoch's ``model.safetensors``) into
+        the model of every process; under FSDP rank 0 reads it and the shards are filled by broadcast."""
+        if not self.parallel.sharded:
+            load_weights(self.model, path)
+            return
+
+        def read() -> dict:
+            weights = load_tensors(path)
+            problem = self.parallel.misfit(self.model, None, weights, None)
+            if problem:
+                raise UnreadableFile(f"{path}: the weights do not fit the model: {problem}")
+            return weights
+
+        self.parallel.load_model_state(self.model, self._on_rank0(read))
+
+    def _on_rank0(self, fn: Callable):
+        """``fn()`` run by rank 0 alone; the ConfigError or TrainingError it raises (a bad file, no
+        readable checkpoint) is raised on every process, so that none waits in a collective for
+        the others. Returns ``fn()``'s result on rank 0, None on the others."""
+        if self.world == 1:
+            return fn()
+        result, error = None, None
+        if self.rank == 0:
+            try:
+                result = fn()
+            except (ConfigError, TrainingError) as err:
+                error = err
+        error = self._broadcast(error)
+        if error is not None:
+            raise error
+        return result
 
     # --- training -------------------------------------------------------------------------
     def fit(self) -> TrainState:
@@ -239,6 +325,8 @@ class Trainer:
                    disable=self.rank != 0 or not self.tc.progress, dynamic_ncols=True, leave=False)
         for task, batch_ids in plan[self.state.step_in_epoch:]:
             loss = self._step(task, [self.examples["train"][task][i] for i in batch_ids])
+            if self.memory is None:
+                self._report_memory()
             self.state.step_in_epoch += 1
             self.state.global_step += 1
             bar.update(1)
@@ -269,13 +357,24 @@ class Trainer:
         for optimizer in self._optimizers():
             optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        self.parallel.sync_grads(self.model)  # FSDP: the replicated gates and decoders (DDP: done in backward)
         if self.tc.clip:
-            nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], self.tc.clip)
+            self.parallel.clip_grad_norm([p for p in self.model.parameters() if p.requires_grad], self.tc.clip)
         for optimizer in self._optimizers():
             optimizer.step()
         if self.scheduler is not None:
             self.scheduler.step()
         return loss.item()
+
+    def _report_memory(self) -> None:
+        """Record (and on rank 0 print) what this process holds for training after its first step:
+        parameters, gradients and optimiser state (``mtl_heads.parallel.training_bytes``)."""
+        self.memory = training_bytes(self.model, self._optimizers())
+        if self.rank == 0:
+            mb = {k: f"{v / 2**20:.1f} MB" for k, v in self.memory.items()}
+            how = self.parallel.name if self.world > 1 else "one process"
+            tqdm.write(f"training memory of rank 0 ({how}): parameters {mb['parameters']}, gradients "
+                       f"{mb['gradients']}, optimiser state {mb['optimizer']}")
 
     def _checkpoint_note(self) -> str:
         """Where a stopped run can be resumed from, for messages."""
@@ -296,7 +395,7 @@ class Trainer:
         return stats
 
     def _end_epoch(self) -> None:
-        scores = self._broadcast(self.evaluate("dev") if self.rank == 0 else None)
+        scores = self.scores("dev")
         mean = mean_score(scores, selection_tasks(self.cfg, self.tasks))
         record = {"epoch": self.state.epoch + 1, "dev": scores, "dev_mean": mean}
         kept = int((self.model.encoder.gate_values() >= 1e-3).sum())
@@ -307,8 +406,9 @@ class Trainer:
         improved = mean > self.state.best_score if self.select == "best" else True
         if improved:
             self.state.best_score, self.state.best_epoch = mean, self.state.epoch + 1
+            weights = self.parallel.model_state(self.model)  # every process: a gather under FSDP
             if self.rank == 0:
-                save_weights(self.model, self.run_dir / "model.safetensors")
+                save_tensors(weights, self.run_dir / "model.safetensors")
         if self.rank == 0:
             flat = {f"dev/{t}/{k}": v for t, m in scores.items() for k, v in m.items()}
             self.tracker.log({**flat, "dev/mean": mean, "epoch": self.state.epoch + 1}, step=self.state.global_step)
@@ -322,6 +422,7 @@ class Trainer:
         self.save_checkpoint()
 
     def _broadcast(self, obj):
+        """Rank 0's ``obj`` on every process."""
         if self.world == 1:
             return obj
         import torch.distributed as dist
@@ -330,7 +431,26 @@ class Trainer:
         dist.broadcast_object_list(box, src=0)
         return box[0]
 
+    def _gather(self, obj) -> list:
+        """Every process's ``obj``, in rank order, on every process."""
+        if self.world == 1:
+            return [obj]
+        import torch.distributed as dist
+
+        out = [None] * self.world
+        dist.all_gather_object(out, obj)
+        return out
+
     # --- evaluation -----------------------------------------------------------------------
+    def scores(self, role: str) -> dict[str, dict[str, float]]:
+        """:meth:`evaluate` on ``role`` as every process gets it. A sharded model's forward pass
+        needs every process, so under FSDP all of them evaluate the whole split (the same batches
+        in the same order, hence the same scores; rank 0's are broadcast so that all hold its exact
+        floats). Otherwise rank 0 evaluates alone and broadcasts."""
+        if self.parallel.sharded:
+            return self._broadcast(self.evaluate(role))
+        return self._broadcast(self.evaluate(role) if self.rank == 0 else None)
+
     @torch.no_grad()
     def evaluate(self, role: str) -> dict[str, dict[str, float]]:
         """Metrics of every task on ``role`` (dev or test) with the current weights."""
@@ -356,7 +476,7 @@ def evaluate_examples(model, tasks: dict, examples: dict, device: torch.device, 
         precision: ``auto | fp32 | bf16`` (see ``mtl_heads.precision``); batch_size: sentences per batch.
         progress, desc: a progress bar per task, labelled ``"{desc} {task}"``.
 
-    Returns: ``{task: {metric: value}}``; ``{}`` for a task without examples.
+    Returns: ``{task: {metric: value}}`` (plain Python numbers); ``{}`` for a task without examples.
     """
     model.eval()
     pad_id = model.encoder.tokenizer.pad_token_id
@@ -371,7 +491,10 @@ def evaluate_examples(model, tasks: dict, examples: dict, device: torch.device, 
             with autocast(device, precision):
                 preds = model.decode(batch, name)
             metric.update(preds, [task.gold(e.sentence) for e in chunk])
-        results[name] = metric.compute() if chunk_of else {}
+        # plain Python numbers: seqeval's are numpy scalars, which the checkpoint's history would
+        # carry into state.pt, where the restricted unpickler refuses them on resume
+        scores = metric.compute() if chunk_of else {}
+        results[name] = {k: v.item() if hasattr(v, "item") else v for k, v in scores.items()}
     return results
 
 
