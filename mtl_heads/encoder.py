@@ -152,8 +152,52 @@ ADAPTERS.update({
 
 # Position ids start at pad_token_id + 1 in these models, so that many positions are unusable.
 _PADDING_OFFSET_POSITIONS = {"roberta", "xlm-roberta", "camembert", "mpnet", "longformer"}
-# Byte-level BPE tokenizers need add_prefix_space=True to encode pre-split words.
+# Tokenizer classes that refuse pre-split words unless loaded with add_prefix_space=True.
 _PREFIX_SPACE_TOKENIZERS = {"roberta", "longformer", "bart", "deberta", "gpt2"}
+
+
+def tokenizer_kwargs(model_type: str) -> dict:
+    """Keyword arguments for ``AutoTokenizer.from_pretrained`` of a ``model_type``'s tokenizer."""
+    return {"use_fast": True, **({"add_prefix_space": True} if model_type in _PREFIX_SPACE_TOKENIZERS else {})}
+
+
+def word_tokenizer(tokenizer, name: str):
+    """Make a loaded tokenizer fit for pre-split words, in place; returns it.
+
+    - It must be fast: word alignment needs ``word_ids()`` (else ValueError naming ``name``).
+    - A byte-level BPE (GPT-2, RoBERTa, Qwen2, Llama 3) marks a word start with a leading space,
+      which pre-split words do not carry: fed ``["The", "dog"]`` it would encode ``dog`` as a
+      word-inner piece, unlike the ``" dog"`` of running text it was trained on. Its ``ByteLevel``
+      pre-tokenizer (alone or inside a ``Sequence`` after Llama 3's / Qwen2's regex split) gets
+      ``add_prefix_space=True``, so every word starts as in running text. The tokenizer classes
+      of Llama 3 and many others ignore the ``add_prefix_space`` argument, hence this edit of the
+      backend (``tokenizers`` has no other way to set it inside a Sequence). SentencePiece-style
+      ``Metaspace`` tokenizers (Llama 2, Mistral, Gemma) already mark every pre-split word.
+    - One without a pad token pads with its eos token (padding is masked anyway), else ValueError.
+    """
+    import json
+
+    from tokenizers import Tokenizer
+
+    if not getattr(tokenizer, "is_fast", False):
+        raise ValueError(
+            f"the tokenizer of {name!r} is not a fast tokenizer; word alignment needs word_ids(). "
+            "Convert it with the `tokenizers` library or choose an encoder with tokenizer.json."
+        )
+    backend = tokenizer.backend_tokenizer
+    spec = json.loads(backend.to_str())
+    pre = spec.get("pre_tokenizer") or {}
+    parts = pre.get("pretokenizers", []) if pre.get("type") == "Sequence" else [pre]
+    byte_level = [p for p in parts if p.get("type") == "ByteLevel" and not p.get("add_prefix_space")]
+    for part in byte_level:
+        part["add_prefix_space"] = True
+    if byte_level:
+        backend.pre_tokenizer = Tokenizer.from_str(json.dumps(spec)).pre_tokenizer
+    if tokenizer.pad_token is None:
+        if tokenizer.eos_token is None:
+            raise ValueError(f"the tokenizer of {name!r} has neither a pad nor an eos token to pad with")
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
 
 # encoder.pool: how a word's sub-word vectors become one vector.
 POOLING = ("auto", "first", "last", "mean")
@@ -424,7 +468,9 @@ class GatedEncoder(nn.Module):
         path, local_only = _resolve(name_or_path)
         config = _load(transformers.AutoConfig.from_pretrained, name_or_path, path, local_only)
         model_cls = transformers.AutoModel._model_mapping.get(type(config), None)
-        model_kwargs = {"config": config, "attn_implementation": attn_implementation}
+        # fp32 weights whatever the checkpoint's dtype (decoder LMs ship bf16): the optimiser and its
+        # moments stay fp32, and precision=bf16 autocasts the matmuls (mtl_heads/precision.py).
+        model_kwargs = {"config": config, "attn_implementation": attn_implementation, "dtype": torch.float32}
         if model_cls is not None:
             if attn_implementation == "sdpa" and not getattr(model_cls, "_supports_sdpa", False):
                 logger.warning("%s has no SDPA attention; using eager", model_cls.__name__)
@@ -443,19 +489,9 @@ class GatedEncoder(nn.Module):
         finally:
             transformers.logging.set_verbosity(verbosity)
 
-        tok_kwargs = {"use_fast": True}
-        if config.model_type in _PREFIX_SPACE_TOKENIZERS:
-            tok_kwargs["add_prefix_space"] = True
-        tokenizer = _load(transformers.AutoTokenizer.from_pretrained, name_or_path, path, local_only, **tok_kwargs)
-        if not getattr(tokenizer, "is_fast", False):
-            raise ValueError(
-                f"the tokenizer of {name_or_path!r} is not a fast tokenizer; word alignment needs word_ids(). "
-                "Convert it with the `tokenizers` library or choose an encoder with tokenizer.json."
-            )
-        if tokenizer.pad_token is None:  # decoder tokenizers often have none; padding is masked anyway
-            if tokenizer.eos_token is None:
-                raise ValueError(f"the tokenizer of {name_or_path!r} has neither a pad nor an eos token to pad with")
-            tokenizer.pad_token = tokenizer.eos_token
+        tokenizer = _load(transformers.AutoTokenizer.from_pretrained, name_or_path, path, local_only,
+                          **tokenizer_kwargs(config.model_type))
+        word_tokenizer(tokenizer, name_or_path)
 
         shape = attention_shape(config)
         group_size = shape.heads // shape.kv_heads if gate_groups == "kv" else 1

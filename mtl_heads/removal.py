@@ -52,8 +52,8 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from mtl_heads.config import ConfigError, load_saved_config
-from mtl_heads.encoder import (_PREFIX_SPACE_TOKENIZERS, ADAPTERS, GATE_GROUPS, POOLING, Adapter, GatedEncoder,
-                               _in_features, attention_shape)
+from mtl_heads.encoder import (ADAPTERS, GATE_GROUPS, POOLING, Adapter, GatedEncoder,
+                               _in_features, attention_shape, tokenizer_kwargs, word_tokenizer)
 
 __all__ = ["PRUNABLE", "DECODERS", "LayerConfig", "PrunedEncoder", "kept_heads_from_gates", "removal_plan",
            "remove_heads", "prune_encoder", "prune_model", "count_parameters", "attention_parameters", "save_pruned",
@@ -590,10 +590,8 @@ def _model_from_config(folder: Path, heads: dict, attn_implementation: str) -> t
 def _load_tokenizer(folder: Path, model_type: str):
     if not (folder / "tokenizer_config.json").exists():
         return None
-    kwargs = {"use_fast": True}
-    if model_type in _PREFIX_SPACE_TOKENIZERS:
-        kwargs["add_prefix_space"] = True
-    return transformers.AutoTokenizer.from_pretrained(folder, local_files_only=True, **kwargs)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder, local_files_only=True, **tokenizer_kwargs(model_type))
+    return word_tokenizer(tokenizer, str(folder))
 
 
 def load_pruned(folder: str | Path, device: str | torch.device = "cpu", attn_implementation: str = "sdpa") -> nn.Module:

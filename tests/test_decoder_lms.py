@@ -211,3 +211,58 @@ def test_one_epoch_pos_dep(folders, family, tmp_path):
                    "train.epochs=1", "train.batch_size=8", "wandb.mode=disabled", "train.progress=false",
                    f"run_dir={tmp_path / 'run'}"])
     assert 0 <= metrics["test"]["pos"]["accuracy"] <= 100 and 0 <= metrics["test"]["dep"]["las"] <= 100
+
+
+def _regex_byte_level_tokenizer(folder, tokenizer_class: str | None):
+    """A byte-level BPE saved as Qwen2 and Llama 3 ship theirs: a regex split, then
+    ``ByteLevel(add_prefix_space=False)``, in a ``Sequence``; no BOS."""
+    import json
+
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tk = Tokenizer(models.BPE())
+    split = pre_tokenizers.Split(Regex(r"[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s+"),
+                                 behavior="isolated", invert=False)
+    tk.pre_tokenizer = pre_tokenizers.Sequence([split, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tk.decoder = decoders.ByteLevel()
+    tk.train_from_iterator(SENTENCES * 20, trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>"],
+                                                               initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    transformers.PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|endoftext|>").save_pretrained(folder)
+    if tokenizer_class:
+        meta = json.loads((folder / "tokenizer_config.json").read_text())
+        (folder / "tokenizer_config.json").write_text(json.dumps({**meta, "tokenizer_class": tokenizer_class}))
+    return len(tk.get_vocab())
+
+
+@pytest.mark.parametrize("tokenizer_class", ["Qwen2Tokenizer", None], ids=["qwen2", "llama3-generic"])
+def test_pre_split_words_are_encoded_as_in_running_text(tmp_path, tokenizer_class):
+    """Qwen2 / Llama 3 tokenizers add no space before a pre-split word by themselves: ``dog`` would
+    be a word-inner piece. Loaded through the encoder, every word after the first is encoded exactly
+    as in running text (``Ġdog``), and the first word gets the space too (as GPT-2 and RoBERTa do)."""
+    vocab = _regex_byte_level_tokenizer(tmp_path, tokenizer_class)
+    config = transformers.Qwen2Config(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, max_position_embeddings=64, vocab_size=vocab)
+    transformers.AutoModel.from_config(config).save_pretrained(tmp_path)
+    bare = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    words = SENTENCES[2].split()
+    assert "Ġcompany" not in bare.convert_ids_to_tokens(bare([words], is_split_into_words=True)["input_ids"][0])
+
+    tokenizer = GatedEncoder.from_pretrained(str(tmp_path), gate="hard_concrete").tokenizer
+    enc = tokenizer([words], is_split_into_words=True)
+    pieces, word_ids = tokenizer.convert_ids_to_tokens(enc["input_ids"][0]), enc.word_ids(0)
+    running = tokenizer.convert_ids_to_tokens(bare(" " + " ".join(words))["input_ids"])
+    assert pieces == running
+    assert [p for p, w in zip(pieces, word_ids) if w == 1][0] == "Ġcompany"
+    assert sorted(set(w for w in word_ids if w is not None)) == list(range(len(words)))
+
+
+def test_a_bf16_checkpoint_trains_in_fp32(tmp_path, folders):
+    """Decoder LMs ship bf16 weights; the gated encoder holds fp32 weights whatever the checkpoint
+    (the optimiser's moments follow them), and a forward pass runs."""
+    model = transformers.AutoModel.from_pretrained(folders("llama", 2))
+    model.to(torch.bfloat16).save_pretrained(tmp_path)
+    transformers.AutoTokenizer.from_pretrained(folders("llama", 2)).save_pretrained(tmp_path)
+    encoder = GatedEncoder.from_pretrained(str(tmp_path), gate="hard_concrete")
+    assert {p.dtype for p in encoder.parameters()} == {torch.float32}
+    ids, attention, index, mask = _batch(encoder)
+    assert torch.isfinite(encoder(ids, attention, index, mask).words).all()
