@@ -202,15 +202,31 @@ def test_pool_first_last_mean_by_hand():
         pool_words(hidden, index, mask, mode="max")
 
 
-@pytest.mark.parametrize("family", ["llama", "gpt2"])
-def test_one_epoch_pos_dep(folders, family, tmp_path):
+TRAINED = [(f, 2 if f != "gpt2" else HEADS, "pos,dep", "heads") for f in [*FAMILIES, "gpt2"]] + [
+    ("llama", 2, "pos,ner,dep,con,srl", "kv"),  # BOS as the DEP root, one gate per KV group
+    ("gpt2", HEADS, "pos,ner,dep,con,srl", "heads"),  # learnt root vector, Conv1D projections
+]
+
+
+@pytest.mark.parametrize("family,kv_heads,tasks,groups", TRAINED, ids=[f"{t[0]}-{t[2]}-{t[3]}" for t in TRAINED])
+def test_gated_training_run(folders, family, kv_heads, tasks, groups, tmp_path):
+    """Every family trains with Hard Concrete gates (dynamic pruning, so the gates learn); the five
+    tasks together on a BOS model and on one without BOS."""
+    import json
+
     from mtl_heads.experiment import run
 
-    kv = 2 if family == "llama" else HEADS
-    metrics = run([f"encoder.name={folders(family, kv)}", "tasks=pos,dep", "data.demo_sizes={train: 16, dev: 8, test: 8}",
+    metrics = run([f"encoder.name={folders(family, kv_heads)}", f"tasks={tasks}", "prune=dynamic",
+                   f"encoder.gate_groups={groups}", "data.demo_sizes={train: 16, dev: 8, test: 8}",
                    "train.epochs=1", "train.batch_size=8", "wandb.mode=disabled", "train.progress=false",
                    f"run_dir={tmp_path / 'run'}"])
-    assert 0 <= metrics["test"]["pos"]["accuracy"] <= 100 and 0 <= metrics["test"]["dep"]["las"] <= 100
+    assert set(metrics["test"]) == set(tasks.split(","))
+    for scores in metrics["test"].values():
+        assert all(0 <= v <= 100 for k, v in scores.items() if isinstance(v, float))
+    gates = json.loads((tmp_path / "run" / "gates.json").read_text())
+    assert gates["gate_groups"] == groups and len(gates["values"][0]) == HEADS
+    if groups == "kv":  # the query heads of one KV group share their gate
+        assert all(row[0] == row[1] and row[2] == row[3] for row in gates["values"])
 
 
 def _regex_byte_level_tokenizer(folder, tokenizer_class: str | None):
