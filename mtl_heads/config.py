@@ -133,13 +133,17 @@ def set_key(cfg: DictConfig, key: str, value: Any) -> None:
 
 
 def _check_mapping_shape(parsed: dict, key: str, raw: Any) -> None:
-    """YAML reads ``{train:20}`` (no space after the colon) as the key ``'train:20'`` with no value;
-    say so with the form that was meant."""
-    glued = [k for k, v in parsed.items() if v is None and isinstance(k, str) and ":" in k]
-    if glued:
-        meant = ", ".join(f"{k.split(':', 1)[0]}: {k.split(':', 1)[1]}" for k in glued)
-        raise ConfigError(f"config key '{key}': {raw!r} reads as keys without values ({', '.join(map(repr, glued))}); "
-                          f"YAML needs a space after each colon: {key}={{{meant}}}")
+    """YAML reads ``{train:20}`` (no space after the colon) as the key ``'train:20'`` with no value,
+    at any depth (``{ner:{train:dev}}``); say so with the form that was meant."""
+    def glued(mapping: dict) -> list[str]:
+        return [g for k, v in mapping.items() for g in
+                ([k] if v is None and isinstance(k, str) and ":" in k else glued(v) if isinstance(v, dict) else [])]
+
+    found = glued(parsed)
+    if found:
+        meant = re.sub(r",(?=\S)", ", ", re.sub(r":(?=\S)", ": ", str(raw)))
+        raise ConfigError(f"config key '{key}': {raw!r} reads as keys without values ({', '.join(map(repr, found))}); "
+                          f"YAML needs a space after each colon: {key}={meant}")
 
 
 def _free_form(key: str) -> bool:

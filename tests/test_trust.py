@@ -180,6 +180,8 @@ def test_out_of_range_values_name_their_key(override, key, capsys):
 def test_glued_yaml_mapping_shows_the_meant_form():
     with pytest.raises(ConfigError, match=r"space after each colon: data.demo_sizes=\{train: 20, dev: 10, test: 10\}"):
         load_config(["data.demo_sizes={train:20,dev:10,test:10}"])
+    with pytest.raises(ConfigError, match=r"\('train:dev'\).*space after each colon: data.task_splits=\{ner: \{train: dev\}\}"):
+        load_config(["tasks=pos,ner", "data.task_splits={ner:{train:dev}}"])  # nested: was silently {train:dev: None}
 
 
 def test_nan_stop_without_checkpoint_says_there_is_none(base, tmp_path):
