@@ -2,14 +2,15 @@
 # The stem-cell study at full size on EWT (He & Choi 2021, replicated on free data): every run of
 # docs/ewt-results.md's full-size sections, in the order the claims need them. Re-runnable: a
 # finished run is skipped, an interrupted one resumes from its last checkpoint, so after a stop
-# (or a machine that goes away) run the same command again.
+# (or a machine that goes away) run the same command again. Seed 1 of every setting comes first,
+# then seed 2, then seed 3, so that a partial study covers every setting.
 #
 #   bash docs/ewt-study.sh [STAGE ...]     # stages, in order: baselines dp probes sp budget doc
 #   STUDY=runs/ewt-study SEEDS="1 2 3" EPOCHS=2 bash docs/ewt-study.sh baselines
 #
 # STUDY: where the run folders go (default runs/ewt-study); SEEDS: seeds per setting (1 2 3);
-# EPOCHS: epochs of the full-train runs (2; chosen from the dev curves in metrics.json "history");
-# EXTRA: more key=value for every training run.
+# EPOCHS: epochs of the full-train runs (3; the dev curves are in each metrics.json "history");
+# EXTRA: more key=value for every training run; SETTINGS: a subset of the settings below.
 # Every run is `python -m mtl_heads.train` on `data=ewt` with the packaged encoder; NER trains on
 # the dev split (EWT's train split has no NER layer), alone for 5 epochs or, in MTL-5, through
 # data.task_splits; its dev score is then on its own training data (see the doc).
@@ -17,7 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 STUDY=${STUDY:-runs/ewt-study}
 SEEDS=${SEEDS:-1 2 3}
-EPOCHS=${EPOCHS:-2}
+EPOCHS=${EPOCHS:-3}
 EXTRA=${EXTRA:-}   # more key=value for every training run (e.g. a smoke test: EXTRA="data.max_sentences=40")
 export HF_HUB_OFFLINE=1 WANDB_MODE=${WANDB_MODE:-offline}
 
@@ -30,7 +31,7 @@ declare -A SETTING=(
   [ner]="tasks=ner data.splits.train=dev train.epochs=5"
   [mtl5]="tasks=pos,ner,dep,con,srl train.epochs=$EPOCHS "'data.task_splits={"ner":{"train":"dev"}}'
 )
-ORDER=(pos dep con srl ner mtl5)
+read -r -a ORDER <<< "${SETTINGS:-pos dep con srl ner mtl5}"  # SETTINGS="pos mtl5": only these
 DP="prune=dynamic train.lr_gate=0.05"   # gates learnt with the encoder and decoders, reference lambdas
 BUDGET="prune.budget=36"                # equal sparsity: 36 of the 72 heads kept, every task
 
@@ -46,18 +47,18 @@ run() {
   fi
 }
 
-baselines() { for s in "${ORDER[@]}"; do for n in $SEEDS; do
+baselines() { for n in $SEEDS; do for s in "${ORDER[@]}"; do
   run "$STUDY/$s/seed$n" ${SETTING[$s]} seed="$n" experiment="$s"; done; done; }
 
-dp() { for s in "${ORDER[@]}"; do for n in $SEEDS; do
+dp() { for n in $SEEDS; do for s in "${ORDER[@]}"; do
   run "$STUDY/$s-dp/seed$n" ${SETTING[$s]} $DP seed="$n" experiment="$s-dp"; done; done; }
 
 # static pruning: gates learnt on the trained baseline of the same seed, its decoders frozen
-sp() { for s in "${ORDER[@]}"; do for n in $SEEDS; do
+sp() { for n in $SEEDS; do for s in "${ORDER[@]}"; do
   run "$STUDY/$s-sp/seed$n" ${SETTING[$s]} prune=static init="$STUDY/$s/seed$n" seed="$n" experiment="$s-sp"
   done; done; }
 
-budget() { for s in "${ORDER[@]}"; do for n in $SEEDS; do
+budget() { for n in $SEEDS; do for s in "${ORDER[@]}"; do
   run "$STUDY/$s-dp-budget/seed$n" ${SETTING[$s]} $DP $BUDGET seed="$n" experiment="$s-dp-budget"; done; done; }
 
 # probes before (the pretrained encoder) and after fine-tuning (each STL run and MTL-5), EWT test
@@ -66,7 +67,7 @@ probes() {
   mkdir -p "$out"
   [[ -f $out/pretrained/report.json ]] || python -m mtl_heads.probe data=ewt split=test probes=pos,ner,dep,con,srl progress=false \
     out="$out/pretrained"
-  for s in "${ORDER[@]}"; do for n in $SEEDS; do
+  for n in $SEEDS; do for s in "${ORDER[@]}"; do
     [[ -f $out/$s-seed$n/report.json ]] || python -m mtl_heads.probe model="$STUDY/$s/seed$n" data=ewt split=test \
       probes=pos,ner,dep,con,srl progress=false out="$out/$s-seed$n"
   done; done
@@ -74,10 +75,15 @@ probes() {
 
 # the doc's tables and pictures, from the run folders only
 doc() {
-  python -m mtl_heads.compare "$STUDY" --out "$STUDY/compare"
-  python -m mtl_heads.gates "$STUDY"/*-dp "$STUDY"/*-sp "$STUDY"/*-dp-budget --out "$STUDY/gates"
-  python -m mtl_heads.probe compare="$(ls -d "$STUDY"/probes/*/ | paste -sd, -)" out="$STUDY/probes-compare"
-  python -m mtl_heads.report "$STUDY" "$STUDY/probes-compare" --html "$STUDY/report.html" --title "EWT stem-cell study"
+  python -m mtl_heads.compare "$STUDY" --out "$STUDY/compare" --plot
+  local pruned=("$STUDY"/*-dp "$STUDY"/*-sp "$STUDY"/*-dp-budget) pages=("$STUDY")
+  [[ -e ${pruned[0]} ]] && python -m mtl_heads.gates "${pruned[@]}" --out "$STUDY/gates"
+  local reports=("$STUDY"/probes/*/)
+  if [[ ${#reports[@]} -ge 2 && -e ${reports[0]} ]]; then
+    python -m mtl_heads.probe compare="$(IFS=,; echo "${reports[*]%/}")" out="$STUDY/probes-compare" progress=false
+    pages+=("$STUDY/probes-compare")
+  fi
+  python -m mtl_heads.report "${pages[@]}" --html "$STUDY/report.html" --title "EWT stem-cell study"
 }
 
 stages=("$@")
