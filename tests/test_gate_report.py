@@ -336,3 +336,12 @@ def test_cli_leaves_out_pruning_runs_whose_gates_never_left_their_start(tmp_path
     assert "gate correlation leaves out pos (dynamic): their gates never moved" in capsys.readouterr().out
     corr = pd.read_csv(tmp_path / "o" / "correlation.csv", index_col="setting")
     assert corr.loc["pos (dynamic)"].isna().all() and not np.isnan(corr.loc["ner (dynamic)", "ner (dynamic)"])
+
+
+def test_a_kv_group_run_says_what_one_gate_stands_for(tmp_path):
+    """encoder.gate_groups=kv: the gate picture's title says a gate is shared by a KV group's query heads."""
+    make_run(tmp_path / "kv", [[1, 1, 0, 0]], encoder={"gate_groups": "kv"})
+    make_run(tmp_path / "heads", [[1, 1, 0, 1]])
+    runs = {r.path.name: r for r in read_runs([tmp_path / "kv", tmp_path / "heads"])}
+    assert "one gate per KV group" in gate_report._groups_text(runs["kv"])
+    assert gate_report._groups_text(runs["heads"]) == ""

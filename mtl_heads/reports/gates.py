@@ -571,7 +571,7 @@ def write_report(runs: list[RunGates], out: str | Path, threshold: float = KEEP_
     paths: dict[str, Path] = {}
     for setting, group in groups.items():
         for run in group:
-            title = f"{setting}, {_seed_name(run)}"
+            title = f"{setting}, {_seed_name(run)}{_groups_text(run)}"
             paths[f"gates/{labels[run.path]}"] = plot_gate_map(run.values, title, out / f"gates-{labels[run.path]}.png",
                                                                threshold)
         if len(group) >= 3:
@@ -582,6 +582,12 @@ def write_report(runs: list[RunGates], out: str | Path, threshold: float = KEEP_
     paths.update(write_correlation(groups, out))
     paths.update(write_kept(groups, labels, out, threshold))
     return paths
+
+
+def _groups_text(run: RunGates) -> str:
+    """What one gate stands for, when it is not one query head (``encoder.gate_groups=kv``)."""
+    kv = str((run.config.get("encoder") or {}).get("gate_groups", "heads")) == "kv"
+    return " (one gate per KV group, shared by its query heads)" if kv else ""
 
 
 def log_to_wandb(paths: dict[str, Path], out: Path, mode: str, project: str = "mtl-heads") -> str | None:
