@@ -53,3 +53,15 @@ def overfit(decoder, words, mask, targets, steps: int, lr: float = 1e-2) -> list
         optimizer.step()
         losses.append(loss.item())
     return losses
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny matrices: one torch thread is faster than several fighting over the shared cores.
+    Use per module: ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

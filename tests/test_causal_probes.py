@@ -33,13 +33,7 @@ PARAMETER_FREE = [n for n, cls in PROBES.items() if not getattr(cls, "needs_run"
 SIZES = "data.demo_sizes={train: 24, dev: 12, test: 16}"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny matrices: one thread is faster than several fighting over the shared cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny matrices: see conftest.one_thread
 
 
 # ---------------------------------------------------------------------- helpers

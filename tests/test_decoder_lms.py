@@ -70,13 +70,7 @@ def _save(folder, family: str, kv_heads: int):
     return folder
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny matrices: one thread is faster than several fighting over the shared cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny matrices: see conftest.one_thread
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,9 @@ from mtl_heads.gates import GroupedGate, HardConcreteGate
 from mtl_heads.removal import (DECODERS, LayerConfig, PrunedEncoder, load_pruned, prune_encoder, removal_plan,
                                save_pruned)
 from mtl_heads.sparsity import resolve_budget, sparsity_from_config
-from test_decoder_lms import CASES, HEADS, _batch, folders, one_thread  # noqa: F401 - fixtures
+from test_decoder_lms import CASES, HEADS, _batch, folders  # noqa: F401 - fixtures
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny matrices: see conftest.one_thread
 
 # per KV head count (4 query heads, 2 layers): gate values, the query heads left in the weights, the
 # zeroed ones among them. kv=4 (no GQA): single heads go. kv=2: layer 0 loses group 0 and zeroes head 3
