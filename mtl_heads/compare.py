@@ -1,4 +1,4 @@
-"""``python -m mtl_heads.compare RUNS... [--out DIR] [--plot]``: one table of many runs, seeds pooled.
+"""``python -m mtl_heads.compare RUNS... [--out DIR] [--plot] [--test A,B ...]``: one table of many runs, seeds pooled.
 
 ``RUNS`` are run folders, globs (``'runs/*'``), folders of runs (searched at any depth up to
 ``MAX_DEPTH``, so ``runs`` finds ``runs/<experiment>/seed<N>``), or experiment names (``dep-dp`` =
@@ -12,8 +12,13 @@ its seeds (what the columns and names are: :mod:`mtl_heads.reports.comparison`).
 
 Written to ``--out`` (default ``comparison/``): ``compare.csv`` (one row per setting, ``<column> mean``
 and ``<column> std``), ``compare-runs.csv`` (one row per run), ``compare.md`` (``mean ± std``).
-``--plot`` adds ``score-vs-heads.png`` (test score against heads kept) and ``gate-correlation.png`` /
-``.csv`` (between the settings' gates). The command ends with one ``wrote <file>`` line per file.
+``--plot`` adds ``score-vs-heads.png`` (test score against heads kept), ``dev-curves.png`` / ``.csv``
+(each task's dev score per epoch, mean ± std over seeds; runs without a per-epoch history are noted)
+and ``gate-correlation.png`` / ``.csv`` / ``-permutation.csv`` (between the settings' gates, with a
+permutation baseline). ``--test A,B`` (repeatable; ``--test all``: every pair of settings sharing a
+task) tests, per score the two settings share, whether B differs from A over seeds (Welch's t-test and
+an exact permutation test, :mod:`mtl_heads.reports.significance`): printed, in ``significance.csv`` and
+in ``compare.md``. The command ends with one ``wrote <file>`` line per file.
 """
 from __future__ import annotations
 
@@ -21,8 +26,8 @@ import argparse
 import sys
 
 from mtl_heads.config import ConfigError
-from mtl_heads.reports.comparison import (compare_runs, legend_text, terminal_table, write_comparison, write_plots,
-                                          written_lines)
+from mtl_heads.reports.comparison import (add_significance, compare_runs, legend_text, significance_lines,
+                                          terminal_table, write_comparison, write_plots, written_lines)
 from mtl_heads.reports.runs import RUNS
 
 
@@ -30,7 +35,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m mtl_heads.compare", description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", help="run folders, globs, folders of runs, or experiment names")
     parser.add_argument("--out", default="comparison", help="output folder (default comparison/)")
-    parser.add_argument("--plot", action="store_true", help="also draw score vs heads kept and the gate correlation")
+    parser.add_argument("--plot", action="store_true", help="also draw score vs heads kept, the dev learning curves "
+                                                            "and the gate correlation")
+    parser.add_argument("--test", action="append", default=[], metavar="A,B",
+                        help="test whether settings A and B differ, per shared score, over seeds (Welch's t-test and "
+                             "an exact permutation test); names as the table prints them; repeatable; 'all': every "
+                             "pair of settings that share a task")
     parser.add_argument("--root", default=str(RUNS), help="where experiment names are looked up (default runs/)")
     return parser.parse_args(argv)
 
@@ -40,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         comparison = compare_runs(args.runs, args.root)
+        if args.test:
+            add_significance(comparison, args.test)
         paths = write_comparison(comparison, args.out)
         if args.plot:
             paths.update(write_plots(comparison, args.out, comparison.notes))
@@ -52,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     legend = legend_text(comparison.summary)
     if legend:
         print("\n" + "\n".join(legend))
+    tests = significance_lines(comparison)
+    if tests:
+        print("\n" + "\n".join(tests))
     print(f"\n{len(comparison.runs)} runs in {len(comparison.summary)} settings"
           + (f"; {len(comparison.notes)} path(s) not used (notes above)" if comparison.notes else ""))
     print("\n".join(written_lines(paths)))

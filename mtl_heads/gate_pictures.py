@@ -1,12 +1,14 @@
-"""``python -m mtl_heads.gates RUNS... [--out F] [--wandb MODE]``: gate pictures and tables (PNG, CSV)
-from training run folders.
+"""``python -m mtl_heads.gates RUNS... [--out F] [--threshold T] [--shuffles N] [--wandb MODE]``: gate
+pictures and tables (PNG, CSV) from training run folders.
 
 The command line of :mod:`mtl_heads.reports.gates` (what each picture and table shows is said
 there). It is run as ``python -m mtl_heads.gates``: ``mtl_heads/gates.py`` holds the gate modules,
 and its ``__main__`` block calls :func:`main`. Written into ``--out`` (default: ``gate-report/`` in
 the runs' common parent folder, e.g. ``runs/gate-report/``). The command prints what it left out
 (``note: not used: <path> (<why>)``), the settings, the output folder, and one ``wrote <file>`` line
-per file; ``--wandb offline|online`` also logs the pictures and tables to one W&B run.
+per file; ``--wandb offline|online`` also logs the pictures and tables to one W&B run. With two or more
+settings whose gates moved, it prints the permutation baseline of each pair (``correlation-permutation.csv``:
+do they keep the same heads more than chance, given how many heads each keeps?).
 """
 from __future__ import annotations
 
@@ -14,9 +16,12 @@ import argparse
 import sys
 from pathlib import Path
 
+import pandas as pd
+
 from mtl_heads.config import ConfigError
-from mtl_heads.reports.gates import (KEEP_THRESHOLD, WANDB_MODES, correlation_note, default_out, describe_file,
-                                     group_settings, log_to_wandb, read_runs, write_report)
+from mtl_heads.reports.gates import (KEEP_THRESHOLD, SHUFFLES, WANDB_MODES, correlation_note, default_out,
+                                     describe_file, group_settings, log_to_wandb, permutation_lines, read_runs,
+                                     write_report)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -28,7 +33,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--wandb", default="disabled", choices=WANDB_MODES, help="log the pictures and tables to W&B")
     parser.add_argument("--project", default="mtl-heads", help="W&B project (default mtl-heads)")
     parser.add_argument("--threshold", type=float, default=KEEP_THRESHOLD, help="kept when gate >= this (default 1e-3)")
-    return parser.parse_args(argv)
+    parser.add_argument("--shuffles", type=int, default=SHUFFLES,
+                        help=f"shuffles of the permutation baseline of gate overlap (default {SHUFFLES}, seed 0)")
+    args = parser.parse_args(argv)
+    if args.shuffles < 1:
+        parser.error(f"--shuffles: expected a positive number of shuffles, got {args.shuffles}")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         runs = read_runs(args.runs, notes)
         out = Path(args.out) if args.out else default_out(runs)
-        paths = write_report(runs, out, args.threshold)
+        paths = write_report(runs, out, args.threshold, shuffles=args.shuffles)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -49,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     note = correlation_note(groups)
     if note:
         print(note)
+    if "correlation_permutation_csv" in paths:
+        print("\n".join(permutation_lines(pd.read_csv(paths["correlation_permutation_csv"]))))
     where = "--out" if args.out else "default: gate-report/ beside the runs, in their common parent; --out to change"
     print(f"output folder: {out} ({where})")
     for key, path in paths.items():

@@ -16,10 +16,11 @@ MAIN = {"pos": "accuracy", "ner": "f1", "dep": "las"}
 
 
 def make_run(folder, tasks=("pos",), seed=1, dev=None, test=None, heads_kept=72, seconds=10.0, gates=None,
-             lr=1e-4, metrics_extra=None, **cfg):
+             lr=1e-4, metrics_extra=None, history=None, **cfg):
     """A made-up finished run folder: config.yaml, metrics.json and gates.json written by hand.
 
-    dev/test: {task: main metric value}; gates: [layers][heads] (default 2 x 3, all open).
+    dev/test: {task: main metric value}; gates: [layers][heads] (default 2 x 3, all open);
+    history: one {task: dev main metric value} per epoch (default: none, as older runs).
     """
     folder.mkdir(parents=True)
     dev = dev or {t: 50.0 for t in tasks}
@@ -40,6 +41,9 @@ def make_run(folder, tasks=("pos",), seed=1, dev=None, test=None, heads_kept=72,
     metrics = {"tasks": list(tasks), "dev": scores(dev), "test": scores(test),
                "dev_mean": float(np.mean(list(dev.values()))), "test_mean": float(np.mean(list(test.values()))),
                "seed": seed, "heads_kept": heads_kept, "heads_total": 72, "seconds": seconds, **(metrics_extra or {})}
+    if history is not None:
+        metrics["history"] = [{"epoch": i, "dev": scores(epoch), "dev_mean": float(np.mean(list(epoch.values())))}
+                              for i, epoch in enumerate(history, start=1)]
     (folder / "metrics.json").write_text(json.dumps(metrics))
     values = np.asarray(gates if gates is not None else np.ones((2, 3)), dtype=float)
     (folder / "gates.json").write_text(json.dumps({"values": values.tolist(), "layers": values.shape[0],
@@ -318,3 +322,188 @@ def test_no_gate_correlation_picture_when_no_gates_move(runs_dir, tmp_path, caps
     assert main([str(runs_dir), "--out", str(out), "--plot"]) == 0
     assert (out / "gate-correlation.csv").exists() and not (out / "gate-correlation.png").exists()
     assert "gate-correlation.png (not drawn: their gates never moved" in capsys.readouterr().err
+
+
+# --- dev learning curves -------------------------------------------------------------------------
+@pytest.fixture
+def curve_runs(tmp_path):
+    """STL pos: 3 seeds, one stopped after 2 epochs; MTL pos+ner: 2 seeds; an older pos run without history."""
+    root = tmp_path / "runs"
+    pos = {1: [80.0, 90.0, 92.0], 2: [82.0, 91.0, 95.0], 3: [84.0, 95.0]}
+    for seed, curve in pos.items():
+        make_run(root / "pos" / f"seed{seed}", ("pos",), seed, history=[{"pos": v} for v in curve],
+                 metrics_extra={"best_epoch": len(curve)})
+    for seed, (p, n) in {1: ([70.0, 90.0], [40.0, 60.0]), 2: ([74.0, 94.0], [50.0, 62.0])}.items():
+        make_run(root / "mtl" / f"seed{seed}", ("pos", "ner"), seed,
+                 history=[{"pos": a, "ner": b} for a, b in zip(p, n)])
+    make_run(root / "old" / "seed1", ("pos",), 1, lr=5e-5)
+    return root
+
+
+def test_dev_curves_by_hand(curve_runs, tmp_path, capsys):
+    out = tmp_path / "cmp"
+    assert main([str(curve_runs), "--out", str(out), "--plot"]) == 0
+    captured = capsys.readouterr()
+    curves = pd.read_csv(out / "dev-curves.csv").set_index(["setting", "task", "epoch"])
+    pos = curves.loc["pos"]
+    assert pos.loc[("pos", 1), "mean"] == pytest.approx(82.0) and pos.loc[("pos", 1), "std"] == pytest.approx(2.0)
+    assert pos.loc[("pos", 2), "mean"] == pytest.approx(92.0)
+    assert pos.loc[("pos", 2), "std"] == pytest.approx(math.sqrt(7.0), abs=1e-4)  # (4 + 1 + 9) / 2
+    # epoch 3: only two seeds got there
+    assert pos.loc[("pos", 3), "n"] == 2 and pos.loc[("pos", 3), "mean"] == pytest.approx(93.5)
+    assert pos.loc[("pos", 3), "std"] == pytest.approx(math.sqrt(4.5), abs=1e-4)
+    assert set(pos["metric"]) == {"accuracy"}
+    mtl = curves.loc["pos+ner"]
+    assert mtl.loc[("ner", 2), "mean"] == pytest.approx(61.0) and mtl.loc[("ner", 2), "metric"] == "f1"
+    # the multi-task selection score: dev_mean of each epoch, pooled (55, 62 at epoch 1)
+    assert mtl.loc[("dev score", 1), "mean"] == pytest.approx(58.5)
+    assert mtl.loc[("dev score", 1), "std"] == pytest.approx(math.sqrt(24.5), abs=1e-4)
+    assert ("dev score", 1) not in curves.loc["pos"].index  # one task: its own panel is the selection score
+    assert (out / "dev-curves.png").stat().st_size > 1000
+    # the older run without history is noted, not an error, and left out of the curves
+    assert "pos (lr_encoder=5e-05)" not in set(curves.index.get_level_values("setting"))
+    assert (f"note: not used: {out / 'dev-curves.png'} (left out of it: 1 run(s) without a per-epoch dev history"
+            in captured.err) and "old/seed1" in captured.err
+    assert f"wrote {out / 'dev-curves.png'} (dev score per epoch" in captured.out
+
+
+def test_dev_curves_not_drawn_without_any_history(runs_dir, tmp_path, capsys):
+    out = tmp_path / "cmp"
+    assert main([str(runs_dir), "--out", str(out), "--plot"]) == 0
+    assert not (out / "dev-curves.png").exists() and not (out / "dev-curves.csv").exists()
+    assert "dev-curves.png (not drawn: no run has a per-epoch dev history" in capsys.readouterr().err
+
+
+@pytest.mark.filterwarnings("error:constrained_layout not applied:UserWarning")
+def test_dev_curves_of_many_settings_keep_their_axes(tmp_path):
+    from mtl_heads.reports.curves import curve_points, plot_learning_curves
+
+    tasks = ("pos", "ner", "dep", "con", "srl")
+    for i in range(8):
+        for seed in (1, 2):
+            make_run(tmp_path / f"s{i}" / f"seed{seed}", tasks[:1 + i % 5], seed, lr=10.0 ** -(i + 1),
+                     data__a_rather_long_key_name=i, history=[{t: 50.0 + e + seed for t in tasks[:1 + i % 5]}
+                                                              for e in range(4)])
+    points, missing = curve_points(compare_runs([str(tmp_path)]).runs)
+    assert not missing and set(points["task"]) == {*tasks, "dev score"}
+    assert plot_learning_curves(points, tmp_path / "c.png").stat().st_size > 1000
+
+
+# --- significance between settings ---------------------------------------------------------------
+def test_exact_permutation_p_by_hand():
+    from mtl_heads.reports.significance import permutation_test
+
+    # 2 vs 2, fully separated: of the 6 splits of {1, 2, 10, 11}, only the observed one and its mirror
+    # ({10, 11} vs {1, 2}) reach |difference| 9
+    result = permutation_test([1.0, 2.0], [10.0, 11.0])
+    assert result["p"] == pytest.approx(2 / 6) and result["splits"] == 6 and result["exact"]
+    assert result["smallest"] == pytest.approx(2 / 6)
+    # 3 vs 3: 20 splits, smallest p 2/20 = 0.1
+    assert permutation_test([1.0, 2.0, 3.0], [7.0, 8.0, 9.0])["p"] == pytest.approx(0.1)
+    assert permutation_test([1.0, 2.0, 3.0], [7.0, 8.0, 9.0])["smallest"] == pytest.approx(0.1)
+    # no difference at all: every split is at least as large
+    assert permutation_test([5.0, 5.0], [5.0, 5.0])["p"] == 1.0
+    # 2 vs 3 separated: 10 splits, no mirror of equal size, p = 1/10
+    assert permutation_test([1.0, 2.0], [7.0, 8.0, 9.0])["p"] == pytest.approx(0.1)
+
+
+def test_exact_permutation_p_against_brute_force():
+    import itertools
+
+    from mtl_heads.reports.significance import permutation_test
+
+    rng = np.random.default_rng(3)
+    for k, m in ((3, 3), (2, 4), (4, 3)):
+        a, b = rng.normal(0, 1, k), rng.normal(0.8, 1, m)
+        pooled = list(a) + list(b)
+        observed = abs(np.mean(b) - np.mean(a))
+        hits = total = 0
+        for group in itertools.combinations(range(k + m), k):
+            x = [pooled[i] for i in group]
+            y = [pooled[i] for i in range(k + m) if i not in group]
+            hits += abs(np.mean(y) - np.mean(x)) >= observed - 1e-12
+            total += 1
+        assert permutation_test(a, b)["p"] == pytest.approx(hits / total)
+        # drawn instead of enumerated (more splits than max_exact): close to the exact p, never below 1/(draws+1)
+        drawn = permutation_test(a, b, max_exact=1, draws=20000)
+        assert not drawn["exact"] and drawn["splits"] == 20000 and drawn["smallest"] == pytest.approx(1 / 20001)
+        assert drawn["p"] == pytest.approx(hits / total, abs=0.02)
+    assert permutation_test([1.0, 2.0], [10.0, 11.0], max_exact=1, draws=999)["p"] >= 1 / 1000
+
+
+def test_welch_equals_scipy_and_the_table_by_hand(curve_runs):
+    from scipy import stats
+
+    from mtl_heads.reports.significance import significance_table
+
+    runs = compare_runs([str(curve_runs)]).runs
+    table = significance_table(runs, [("pos", "pos+ner")])
+    # pos and pos+ner share the pos scores (make_run: test = dev = 50 for both): no spread, Welch undefined
+    assert list(table["score"]) == ["test pos accuracy", "dev pos accuracy"]
+    assert table["welch p"].isna().all() and table["permutation p"].eq(1.0).all()
+    assert table["note"].str.contains("no spread").all()
+
+    a, b = np.array([90.0, 92.0, 97.0]), np.array([95.0, 96.0, 99.5])
+    runs = pd.DataFrame({"setting": ["x"] * 3 + ["y"] * 3, "tasks": "pos", "test pos accuracy": [*a, *b]})
+    [row] = significance_table(runs, [("x", "y")]).to_dict("records")
+    expected = stats.ttest_ind(a, b, equal_var=False)
+    assert row["welch p"] == pytest.approx(expected.pvalue) and row["welch t"] == pytest.approx(-expected.statistic)
+    if hasattr(expected, "df"):
+        assert row["welch df"] == pytest.approx(expected.df)
+    assert row["mean A"] == pytest.approx(93.0) and row["std A"] == pytest.approx(math.sqrt(13.0))
+    assert row["difference"] == pytest.approx(np.mean(b) - 93.0)
+    assert row["n A"] == row["n B"] == 3 and row["splits"] == 20 and row["smallest p"] == pytest.approx(0.1)
+    # pooled sum 569.5; a split whose A sums to S has |difference| = |569.5 - 2 S| / 3, at least the observed
+    # 3.83 when S <= 279 ({90,92,95}, {90,92,96}, {90,92,97}) or S >= 290.5 (their mirrors): 6 of 20
+    assert row["permutation p"] == pytest.approx(0.3)
+
+
+def test_cli_test_option(tmp_path, capsys):
+    root = tmp_path / "runs"
+    for seed, (acc, f1) in enumerate([(90.0, 80.0), (92.0, 81.0), (97.0, 83.0)], start=1):
+        make_run(root / "pos" / f"seed{seed}", ("pos",), seed, test={"pos": acc})
+        make_run(root / "mtl" / f"seed{seed}", ("pos", "ner"), seed, test={"pos": acc + 3, "ner": f1})
+        make_run(root / "ner" / f"seed{seed}", ("ner",), seed, test={"ner": f1 - 5})
+    make_run(root / "dp36" / "seed1", ("pos",), 1, prune__mode="dynamic", prune__budget=36)
+    make_run(root / "dp" / "seed1", ("pos",), 1, prune__mode="dynamic")
+    out = tmp_path / "cmp"
+    assert main([str(root), "--out", str(out), "--test", "pos,pos+ner", "--test", "pos, pos (dynamic, budget=36)",
+                 "--test", "pos,pos+ner"]) == 0
+    printed = capsys.readouterr().out
+    assert "Welch's t-test" in printed and "exact permutation test" in printed and "0.1 with 3 + 3 seeds" in printed
+    saved = pd.read_csv(out / "significance.csv")
+    assert list(zip(saved["A"], saved["B"], saved["score"])) == [
+        ("pos", "pos+ner", "test pos accuracy"), ("pos", "pos+ner", "dev pos accuracy"),
+        ("pos", "pos (dynamic, budget=36)", "test pos accuracy"),
+        ("pos", "pos (dynamic, budget=36)", "dev pos accuracy")]
+    # pos 90, 92, 97 against 93, 95, 100: pooled sum 567, |difference| = |567 - 2 S| / 3 >= 3 when A sums to
+    # S <= 279 (275, 277, 278, 279) or S >= 288 (their mirrors): 8 of 20 splits
+    first = saved.iloc[0]
+    assert first["difference"] == pytest.approx(3.0) and first["permutation p"] == pytest.approx(0.4)
+    assert saved["note"].iloc[2] == "cannot be tested: fewer than 2 seeds in pos (dynamic, budget=36)"
+    assert np.isnan(saved["welch p"].iloc[2]) and np.isnan(saved["permutation p"].iloc[2])
+    assert "cannot be tested: fewer than 2 seeds" in printed
+    md = (out / "compare.md").read_text()
+    assert "## Significance" in md and "Welch's t-test" in md and "| pos vs pos+ner | test pos accuracy |" in md
+    assert f"wrote {out / 'significance.csv'}" in printed
+
+    # all: every pair of settings that share a task (pos and ner share none)
+    assert main([str(root), "--out", str(out), "--test", "all"]) == 0
+    pairs = set(zip(*pd.read_csv(out / "significance.csv")[["A", "B"]].to_numpy().T))
+    dp, dp36 = "pos (dynamic)", "pos (dynamic, budget=36)"
+    assert pairs == {("ner", "pos+ner"), ("pos", dp), ("pos", dp36), ("pos", "pos+ner"), (dp, dp36),
+                     (dp, "pos+ner"), (dp36, "pos+ner")}
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("pos,nope", "--test 'pos,nope': not two settings of the table joined by a comma; settings: 'ner', 'pos'"),
+    ("pos", "--test 'pos': expected two settings as A,B (or 'all')"),
+    ("pos,pos", "--test 'pos,pos': a setting against itself"),
+    ("pos,ner", "--test 'pos,ner': 'pos' and 'ner' share no task"),
+])
+def test_bad_test_names_exit_2_with_one_line(tmp_path, capsys, spec, message):
+    make_run(tmp_path / "runs" / "pos", ("pos",), 1)
+    make_run(tmp_path / "runs" / "ner", ("ner",), 1)
+    assert main([str(tmp_path / "runs"), "--out", str(tmp_path / "o"), "--test", spec]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {message}") and err.count("\n") == 1

@@ -139,8 +139,8 @@ def test_cli_writes_the_expected_files(runs_dir, monkeypatch, capsys):
     assert main([str(runs_dir)]) == 0
     out = runs_dir / "gate-report"
     expected = {"gates-dep-seed1.png", "gates-dep-seed2.png", "gates-dep-seed3.png", "gates-pos+ner-seed1.png",
-                "overlap-dep.png", "mean-gates.png", "correlation.csv", "correlation.png", "kept-per-layer.csv",
-                "kept-dep.png", "kept-pos+ner.png"}
+                "overlap-dep.png", "mean-gates.png", "correlation.csv", "correlation.png",
+                "correlation-permutation.csv", "kept-per-layer.csv", "kept-dep.png", "kept-pos+ner.png"}
     assert {p.name for p in out.iterdir()} == expected
     assert str(out) in capsys.readouterr().out
     # the overlap takes the first three runs by seed: 1, 2, 3
@@ -345,3 +345,94 @@ def test_a_kv_group_run_says_what_one_gate_stands_for(tmp_path):
     runs = {r.path.name: r for r in read_runs([tmp_path / "kv", tmp_path / "heads"])}
     assert "one gate per KV group" in gate_report._groups_text(runs["kv"])
     assert gate_report._groups_text(runs["heads"]) == ""
+
+
+# --- permutation baseline of gate overlap ------------------------------------------------------
+def test_kept_heads_and_jaccard_by_hand():
+    runs = [np.array([[1.0, 0.5, 0.0, 0.0]]), np.array([[1.0, 0.0, 0.7, 0.0]]), np.array([[0.9, 0.4, 0.0, 0.0]])]
+    # kept (>= 1e-3) in more than half of the three runs: heads 0 (3 of 3) and 1 (2 of 3), not 2 (1 of 3)
+    assert gate_report.kept_heads(runs).tolist() == [True, True, False, False]
+    assert gate_report.kept_heads(runs[:2]).tolist() == [True, False, False, False]  # two runs: kept in both
+    assert gate_report.kept_heads(runs, threshold=0.6).tolist() == [True, False, False, False]
+    a = np.array([1, 1, 0, 0], dtype=bool)
+    assert gate_report.jaccard(a, np.array([0, 1, 1, 0], dtype=bool)) == pytest.approx(1 / 3)  # {1} / {0, 1, 2}
+    assert gate_report.jaccard(a, np.array([[1, 1, 0, 0], [0, 0, 1, 1]], dtype=bool)).tolist() == [1.0, 0.0]
+    assert np.isnan(gate_report.jaccard(np.zeros(3, bool), np.zeros(3, bool)))
+
+
+def test_permutation_baseline_of_identical_grids_is_the_smallest_p():
+    rng = np.random.default_rng(0)
+    grid = np.where(rng.random((6, 12)) > 0.5, rng.uniform(0.2, 1.0, (6, 12)), 0.0)
+    table = gate_report.permutation_baseline({"a": [grid], "b": [grid.copy()]}, shuffles=500)
+    [row] = table.to_dict("records")
+    assert (row["A"], row["B"]) == ("a", "b") and row["correlation"] == pytest.approx(1.0)
+    assert row["p"] == pytest.approx(1 / 501) and row["jaccard"] == 1.0 and row["jaccard p"] == pytest.approx(1 / 501)
+    assert row["kept A"] == row["kept B"] == int((grid >= 1e-3).sum())
+    assert abs(row["null mean"]) < 0.05 and row["null 95%"] < 0.4
+
+
+def test_permutation_baseline_of_independent_grids_is_not_small():
+    rng = np.random.default_rng(1)
+    grids = [np.where(rng.random((6, 12)) > 0.5, 1.0, 0.0) for _ in range(3)]
+    table = gate_report.permutation_baseline({"a": [grids[0]], "b": [grids[1]], "c": [grids[2]]})
+    assert list(zip(table["A"], table["B"])) == [("a", "b"), ("a", "c"), ("b", "c")]
+    assert (table["shuffles"] == 1000).all() and (table["seed"] == 0).all()
+    assert (table["p"] > 0.05).all() and (table["jaccard p"] > 0.05).all()
+    assert (table["null mean"].abs() < 0.05).all()
+    # seeded: the same numbers again
+    again = gate_report.permutation_baseline({"a": [grids[0]], "b": [grids[1]], "c": [grids[2]]})
+    pd.testing.assert_frame_equal(table, again)
+
+
+def test_permutation_null_equals_numpy_on_the_same_shuffles():
+    """The vectorised null against np.corrcoef and a plain Jaccard, shuffle by shuffle."""
+    rng = np.random.default_rng(2)
+    a = [rng.random((2, 4)) * (rng.random((2, 4)) > 0.4) for _ in range(2)]
+    b = [rng.random((2, 4)) * (rng.random((2, 4)) > 0.4) for _ in range(3)]
+    [row] = gate_report.permutation_baseline({"a": a, "b": b}, shuffles=50, seed=7).to_dict("records")
+    x, y = np.mean(a, 0).ravel(), np.mean(b, 0).ravel()
+    kept_a = (np.array(a) >= 1e-3).reshape(2, -1).sum(0) > 1
+    kept_b = (np.array(b) >= 1e-3).reshape(3, -1).sum(0) >= 2
+    order = np.argsort(np.random.default_rng(7).random((50, 8)), axis=1)  # the shuffles of seed 7
+    null = np.array([np.corrcoef(x, y[o])[0, 1] for o in order])
+    jac = np.array([len(set(np.flatnonzero(kept_a)) & set(np.flatnonzero(kept_b[o])))
+                    / len(set(np.flatnonzero(kept_a)) | set(np.flatnonzero(kept_b[o]))) for o in order])
+    observed = np.corrcoef(x, y)[0, 1]
+    assert row["correlation"] == pytest.approx(observed)
+    assert row["null mean"] == pytest.approx(null.mean()) and row["null 95%"] == pytest.approx(np.percentile(null, 95))
+    assert row["p"] == pytest.approx((1 + (null >= observed - 1e-12).sum()) / 51)
+    observed_jac = len(set(np.flatnonzero(kept_a)) & set(np.flatnonzero(kept_b))) / \
+        len(set(np.flatnonzero(kept_a)) | set(np.flatnonzero(kept_b)))
+    assert row["jaccard"] == pytest.approx(observed_jac)
+    assert row["jaccard null mean"] == pytest.approx(jac.mean())
+    assert row["jaccard p"] == pytest.approx((1 + (jac >= observed_jac - 1e-12).sum()) / 51)
+
+
+def test_permutation_baseline_leaves_out_settings_whose_gates_never_moved():
+    still = [np.full((2, 3), 0.998)]
+    moving = [np.array([[1.0, 0, 0], [1, 1, 0]])]
+    assert gate_report.permutation_baseline({"pos": still, "dep": moving}).empty
+    table = gate_report.permutation_baseline({"pos": still, "dep": moving, "ner": [1 - moving[0]]})
+    assert list(zip(table["A"], table["B"])) == [("dep", "ner")]
+    assert table["correlation"].item() == pytest.approx(-1.0) and table["p"].item() == pytest.approx(1.0)
+    assert table["jaccard"].item() == 0.0
+
+
+def test_cli_prints_the_permutation_baseline(runs_dir, tmp_path, capsys):
+    out = tmp_path / "pics"
+    assert main([str(runs_dir), "--out", str(out), "--shuffles", "200"]) == 0
+    printed = capsys.readouterr().out
+    saved = pd.read_csv(out / "correlation-permutation.csv")
+    assert list(zip(saved["A"], saved["B"])) == [("dep", "pos+ner")] and saved["shuffles"].item() == 200
+    corr = pd.read_csv(out / "correlation.csv", index_col="setting")
+    assert saved["correlation"].item() == pytest.approx(corr.loc["dep", "pos+ner"], abs=1e-4)
+    # dep keeps heads kept in 2 of its 3 runs: L0H0, L0H1, L1H0; pos+ner keeps 4 (1e-4 is pruned)
+    assert saved["kept A"].item() == 3 and saved["kept B"].item() == 4
+    assert saved["jaccard"].item() == pytest.approx(2 / 5)  # {L0H1, L1H0} of {L0H0, L0H1, L0H2, L1H0, L1H1}
+    assert "Permutation baseline: do two settings keep the same heads more than chance" in printed
+    assert re.search(r"  dep vs pos\+ner: r = -?\d\.\d\d \(null mean .*; p = [\d.]+\); kept 3 and 4 heads, "
+                     r"Jaccard 0\.40 \(null mean", printed)
+    assert f"wrote {out / 'correlation-permutation.csv'} (permutation baseline" in printed
+    with pytest.raises(SystemExit) as exit_:
+        main([str(runs_dir), "--out", str(out), "--shuffles", "0"])
+    assert exit_.value.code == 2 and "--shuffles: expected a positive number" in capsys.readouterr().err

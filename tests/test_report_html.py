@@ -21,10 +21,10 @@ def runs_dir(tmp_path):
     root = tmp_path / "runs"
     for seed, acc in ((1, 90.0), (2, 92.0), (3, 97.0)):
         make_run(root / "pos" / f"seed{seed}", ("pos",), seed, test={"pos": acc}, seconds=SECONDS[seed],
-                 gates=[[1, 1, 0], [1, 0.2 * seed, 1]])
+                 gates=[[1, 1, 0], [1, 0.2 * seed, 1]], history=[{"pos": 80.0 + seed}, {"pos": 90.0 + seed}])
     for seed in (1, 2):
         make_run(root / "mtl" / f"seed{seed}", ("pos", "ner"), seed, test={"pos": 95.0, "ner": 80.0 + seed},
-                 gates=[[1, 0, 0], [1, 1, 0.4 * seed]])
+                 gates=[[1, 0, 0], [1, 1, 0.4 * seed]], history=[{"pos": 85.0, "ner": 60.0 + seed}])
     return root
 
 
@@ -58,6 +58,16 @@ def test_page_is_self_contained_and_holds_the_numbers(runs_dir, probe_dir):
     # hover values: every heatmap cell's title carries its score (L1H2 nsubj = 50 + 10 + 2)
     assert 'title="L1H2 nsubj: 62.0% (n=40)"' in page and 'title="L0H0 obj: 0.0% (n=12)"' in page
     assert page.count('class="best"') == 2
+
+
+def test_page_shows_dev_curves_and_the_gate_permutation_baseline(runs_dir):
+    page = build_page([str(runs_dir)], [])
+    comparison = page[page.index('<section id="comparison">'):page.index('<section id="gates">')]
+    assert 'alt="dev score per epoch (each task&#x27;s main metric)' in comparison
+    gates = page[page.index('<section id="gates">'):]
+    assert "Permutation baseline: do two settings keep the same heads more than chance" in gates
+    table = gates[gates.index('id="gate-permutation"'):].split("</table>")[0]
+    assert "<td>pos vs pos+ner</td>" in table and table.count("<tr>") == 2  # the header and one pair
 
 
 def test_split_specs(runs_dir, probe_dir, tmp_path):
@@ -103,6 +113,7 @@ def many_settings(tmp_path):
                      dev={t: 60.0 + 3 * seed + i for i, t in enumerate(tasks)},
                      test={t: 58.0 + 2 * seed + i for i, t in enumerate(tasks)}, heads_kept=36 if pruned else 72,
                      seconds=100.0 * len(tasks) + seed, gates=gates(pruned), experiment="pos-dp" if pruned else name,
+                     history=[{t: 40.0 + 5 * epoch + seed + i for i, t in enumerate(tasks)} for epoch in range(6)],
                      **{"data__demo_sizes": sizes, **cfg})
     return root
 

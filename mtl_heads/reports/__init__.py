@@ -6,7 +6,10 @@ Imports run one way, each module using only those above it:
 
 - :mod:`~mtl_heads.reports.plots`: what the figures share (a figure without pyplot, label wrapping, sizes);
 - :mod:`~mtl_heads.reports.runs`: finding run folders, reading their config, settings and their names;
-- :mod:`~mtl_heads.reports.gates`: gate pictures and tables of runs (maps, overlaps, correlation, kept per layer);
+- :mod:`~mtl_heads.reports.gates`: gate pictures and tables of runs (maps, overlaps, correlation and its
+  permutation baseline, kept per layer);
+- :mod:`~mtl_heads.reports.curves`: dev learning curves, per setting and task, seeds pooled;
+- :mod:`~mtl_heads.reports.significance`: tests of a difference between two settings over seeds;
 - :mod:`~mtl_heads.reports.comparison`: the comparison table of runs, seeds pooled, and its figures;
 - :mod:`~mtl_heads.reports.page`: the self-contained HTML page of all of it and of probe reports.
 """

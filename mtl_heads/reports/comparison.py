@@ -19,9 +19,13 @@ pooled. The table has one row per setting:
 :func:`write_comparison` writes ``compare.csv`` (one row per setting, ``<column> mean`` and
 ``<column> std``), ``compare-runs.csv`` (one row per run) and ``compare.md`` (``mean ± std``);
 :func:`write_plots` adds ``score-vs-heads.png`` (test score against heads kept, one point per run, one
-colour per setting) and ``gate-correlation.png`` / ``.csv`` (:func:`mtl_heads.reports.gates.correlation_matrix`
-between the settings' gates: settings whose gates never moved left out, run-to-run consistency on the
-diagonal where two runs have gates that vary).
+colour per setting), ``dev-curves.png`` / ``.csv`` (:mod:`mtl_heads.reports.curves`: each task's dev
+score per epoch, mean ± std over seeds) and ``gate-correlation.png`` / ``.csv`` / ``-permutation.csv``
+(:func:`mtl_heads.reports.gates.correlation_matrix` between the settings' gates: settings whose gates
+never moved left out, run-to-run consistency on the diagonal where two runs have gates that vary; and
+its permutation baseline, :func:`mtl_heads.reports.gates.permutation_baseline`). With pairs of settings
+to test (``Comparison.significance``, :mod:`mtl_heads.reports.significance`), :func:`write_comparison`
+also writes ``significance.csv`` and a section of ``compare.md``.
 """
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ import math
 import os
 import shutil
 import sys
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,28 +42,23 @@ import pandas as pd
 
 from mtl_heads.config import ConfigError
 from mtl_heads.files import UnreadableFile, read_json
+from mtl_heads.reports.curves import curve_points, learning_curves, plot_learning_curves
 from mtl_heads.reports.gates import KEEP_THRESHOLD, STILL_TEXT, read_run, write_correlation
 from mtl_heads.reports.plots import new_figure, wrap_label
-from mtl_heads.reports.runs import (RUNS, Note, find_runs, flatten_config, is_null, name_settings, read_yaml,
-                                    setting_config, value_text, varying_keys)
+from mtl_heads.reports.runs import (RUNS, Note, find_runs, flatten_config, is_null, main_metric, name_settings,
+                                    read_yaml, setting_config, value_text, varying_keys)
+from mtl_heads.reports.significance import TESTS_TEXT, format_significance, resolve_pairs, significance_table
 
 __all__ = ["Comparison", "read_run_row", "config_legend", "run_table", "summarise", "format_summary",
            "number_columns", "numbers_shown", "runs_shown", "short_run_names", "markdown", "text_table",
-           "terminal_table", "legend_text", "compare_runs", "write_comparison", "plot_score_vs_heads",
-           "gate_settings", "plot_gate_correlation", "write_plots", "written_lines"]
+           "terminal_table", "legend_text", "compare_runs", "add_significance", "significance_lines",
+           "write_comparison", "plot_score_vs_heads", "plot_dev_curves", "gate_settings", "plot_gate_correlation",
+           "write_plots", "written_lines"]
 
 SCORE_DIGITS = 2
 
 
 # --- reading one run's numbers -----------------------------------------------------------------
-def _main_metric(task: str, scores: dict) -> str | None:
-    """The task's main metric (``tasks.TASKS``); for an unknown task, the first metric it reports."""
-    from tasks import TASKS
-
-    metric = getattr(TASKS.get(task), "main_metric", None)
-    return metric if metric in scores else next(iter(scores), None)
-
-
 def _encoder_params(weights: Path) -> int:
     """Number of encoder parameters in a safetensors file (keys ``encoder.``, gates left out), read
     from its header without loading the tensors."""
@@ -123,7 +123,7 @@ def read_run_row(path: Path) -> tuple[dict, dict]:
             task_scores = scores.get(task)
             if not isinstance(task_scores, dict) or not task_scores:
                 continue
-            metric = _main_metric(task, task_scores)
+            metric = main_metric(task, task_scores)
             row[f"{role} {task} {metric}"] = _number(task_scores[metric])
         row[f"{role} score"] = _number(metrics.get(f"{role}_mean"))
     row["heads kept"], row["heads total"] = _heads(metrics, read_json(path / "gates.json"))
@@ -326,13 +326,15 @@ def legend_text(summary: pd.DataFrame) -> list[str]:
 class Comparison:
     """Runs compared: ``runs`` (one row per run), ``summary`` (one row per setting, mean and std
     columns), ``shown`` (the summary as ``mean ± std`` strings), ``skipped`` (unfinished runs),
-    ``notes`` (what was named or found and not used, and why)."""
+    ``notes`` (what was named or found and not used, and why), ``significance`` (the tests of pairs
+    of settings, :func:`mtl_heads.reports.significance.significance_table`; None when none asked)."""
 
     runs: pd.DataFrame
     summary: pd.DataFrame
     shown: pd.DataFrame
     skipped: list[Path]
     notes: list[Note] = field(default_factory=list)
+    significance: pd.DataFrame | None = None
 
 
 def compare_runs(specs: list[str], root: str | Path = RUNS, uses: tuple[str, ...] = ()) -> Comparison:
@@ -349,13 +351,36 @@ def compare_runs(specs: list[str], root: str | Path = RUNS, uses: tuple[str, ...
     return Comparison(runs, summary, format_summary(summary), skipped, notes)
 
 
+def add_significance(comparison: Comparison, specs: list[str]) -> Comparison:
+    """Test the pairs of settings named by ``specs`` (``A,B`` or ``all``, see
+    :func:`mtl_heads.reports.significance.resolve_pairs`) and keep the table in
+    ``comparison.significance``; returns ``comparison``. A bad name is a ``ConfigError`` (``--test ...``)."""
+    comparison.significance = significance_table(comparison.runs, resolve_pairs(specs, comparison.runs))
+    return comparison
+
+
+def significance_lines(comparison: Comparison) -> list[str]:
+    """The tests of pairs of settings for a terminal: what was tested and how, then the table
+    (:func:`mtl_heads.reports.significance.format_significance`); empty when none was asked."""
+    table = comparison.significance
+    if table is None:
+        return []
+    if table.empty:
+        return ["significance: no two settings share a task; nothing to test"]
+    return [textwrap.fill("Significance between settings. " + TESTS_TEXT, 100), text_table(format_significance(table))]
+
+
 def write_comparison(comparison: Comparison, out: str | Path) -> dict[str, Path]:
-    """Write ``compare.csv``, ``compare-runs.csv`` and ``compare.md`` into ``out``; returns their paths."""
+    """Write ``compare.csv``, ``compare-runs.csv`` and ``compare.md`` into ``out`` (and
+    ``significance.csv`` when ``comparison.significance`` is set); returns their paths."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"csv": out / "compare.csv", "runs_csv": out / "compare-runs.csv", "md": out / "compare.md"}
     comparison.summary.to_csv(paths["csv"], index=False)
     comparison.runs.to_csv(paths["runs_csv"], index=False)
+    if comparison.significance is not None:
+        paths["significance_csv"] = out / "significance.csv"
+        comparison.significance.to_csv(paths["significance_csv"], index=False)
     shared = comparison.runs.attrs.get("shared", {})
     text = [f"# Comparison of {len(comparison.runs)} runs in {len(comparison.summary)} settings", "",
             "Mean ± sample standard deviation over the runs (seeds) of each setting; scores in %.", "",
@@ -365,6 +390,10 @@ def write_comparison(comparison: Comparison, out: str | Path) -> dict[str, Path]
         frame = pd.DataFrame({"setting": [n for n, _ in legend], "config keys that differ": [p for _, p in legend]})
         text += ["## Settings", "", "The config keys that differ between settings, where a setting's value is not "
                  "the usual one (the most common).", "", markdown(frame), ""]
+    if comparison.significance is not None:
+        text += ["## Significance", "", TESTS_TEXT, ""]
+        text += [markdown(format_significance(comparison.significance)) if not comparison.significance.empty
+                 else "No two settings share a task: nothing to test.", ""]
     text += ["## Runs", "", markdown(runs_shown(comparison.runs)), ""]
     if shared:
         frame = pd.DataFrame({"key": list(shared), "value": [str(v) for v in shared.values()]})
@@ -429,6 +458,28 @@ def plot_score_vs_heads(runs: pd.DataFrame, path: Path, score: str = "test score
     return path
 
 
+def plot_dev_curves(runs: pd.DataFrame, out: Path, notes: list[Note] | None = None) -> dict[str, Path]:
+    """``dev-curves.csv`` (:func:`mtl_heads.reports.curves.learning_curves`: per setting, task and epoch,
+    ``n``, ``mean``, ``std`` of the dev main metric over seeds) and ``dev-curves.png``
+    (:func:`~mtl_heads.reports.curves.plot_learning_curves`) from the ``history`` of each run's
+    ``metrics.json``. Runs without one are left out, and one note in ``notes`` names them (none is
+    drawn when no run has one)."""
+    points, missing = curve_points(runs)
+    if missing and notes is not None:
+        names = short_run_names(list(runs["run"]))
+        short = [n for n, r in zip(names, runs["run"]) if str(r) in missing]
+        listed = ", ".join(short[:6]) + (f" and {len(short) - 6} more" if len(short) > 6 else "")
+        why = ("not drawn: no run has" if points.empty else f"left out of it: {len(missing)} run(s) without") + \
+            f" a per-epoch dev history in metrics.json (written before it was kept): {listed}"
+        notes.append(Note(out / "dev-curves.png", why))
+    if points.empty:
+        return {}
+    out.mkdir(parents=True, exist_ok=True)
+    learning_curves(points).to_csv(out / "dev-curves.csv", index=False, float_format="%.4f")
+    return {"dev_curves_csv": out / "dev-curves.csv",
+            "dev_curves": plot_learning_curves(points, out / "dev-curves.png")}
+
+
 def gate_settings(runs: pd.DataFrame) -> dict[str, list]:
     """``{setting: [RunGates of its runs]}`` (:class:`mtl_heads.reports.gates.RunGates`) for the runs with
     a ``gates.json``, settings as in the table (with several grid shapes, the most common)."""
@@ -455,6 +506,8 @@ def plot_gate_correlation(runs: pd.DataFrame, out: Path, notes: list[Note] | Non
     out.mkdir(parents=True, exist_ok=True)
     written = write_correlation(groups, out, "gate-correlation")
     paths = {"gate_correlation_csv": written["gate-correlation_csv"]}
+    if "gate-correlation_permutation_csv" in written:
+        paths["gate_permutation_csv"] = written["gate-correlation_permutation_csv"]
     if "gate-correlation" in written:
         paths["gate_correlation"] = written["gate-correlation"]
     elif notes is not None:
@@ -463,9 +516,11 @@ def plot_gate_correlation(runs: pd.DataFrame, out: Path, notes: list[Note] | Non
 
 
 def write_plots(comparison: Comparison, out: str | Path, notes: list[Note] | None = None) -> dict[str, Path]:
-    """``score-vs-heads.png`` and the gate correlation figure into ``out``."""
+    """``score-vs-heads.png``, the dev learning curves (:func:`plot_dev_curves`) and the gate correlation
+    (:func:`plot_gate_correlation`) into ``out``; what is not drawn, and why, goes to ``notes``."""
     out = Path(out)
     paths = {"score_vs_heads": plot_score_vs_heads(comparison.runs, out / "score-vs-heads.png")}
+    paths.update(plot_dev_curves(comparison.runs, out, notes))
     paths.update(plot_gate_correlation(comparison.runs, out, notes))
     return paths
 
@@ -490,7 +545,11 @@ def terminal_table(comparison: Comparison, out: str | Path, columns: int | None 
 WRITTEN = {"csv": "one row per setting: mean and std columns", "runs_csv": "one row per run",
            "md": "the tables as markdown", "score_vs_heads": "test score against heads kept",
            "gate_correlation_csv": "gate correlation between settings",
-           "gate_correlation": "gate correlation between settings"}
+           "gate_correlation": "gate correlation between settings",
+           "gate_permutation_csv": "permutation baseline of the gate correlation and kept-head overlap per pair",
+           "dev_curves": "dev score per epoch, mean ± std over seeds, one panel per task",
+           "dev_curves_csv": "dev score per setting, task and epoch: n, mean, std",
+           "significance_csv": "tests between settings: Welch's t-test and exact permutation test over seeds"}
 
 
 def written_lines(paths: dict[str, Path], what: dict[str, str] | None = None) -> list[str]:

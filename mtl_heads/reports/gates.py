@@ -16,6 +16,10 @@ the seeds of one setting form one group) and writes, as PNG and CSV (:func:`writ
   something: settings whose gates never moved (:func:`gates_moved`: unpruned, all near 1, or still
   within their initial range) are blank in the CSV and left out of the picture, and the diagonal
   needs two runs whose gates moved;
+- ``correlation-permutation.csv``: a permutation baseline for each pair of those settings
+  (:func:`permutation_baseline`): do they keep the same heads more than chance, given how many heads
+  each keeps? The observed correlation of their mean gates, and the Jaccard overlap of their kept
+  heads, against the same values with one setting's head positions shuffled;
 - ``kept-per-layer.csv`` and ``kept-<setting>.png``: heads kept per layer (gate >= threshold).
 
 A head counts as kept when its gate is at least ``1e-3`` (``KEEP_THRESHOLD``).
@@ -23,10 +27,12 @@ A head counts as kept when its gate is at least ``1e-3`` (``KEEP_THRESHOLD``).
 from __future__ import annotations
 
 import glob
+import itertools
 import json
 import math
 import os
 import re
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -43,7 +49,8 @@ if TYPE_CHECKING:
 
 __all__ = ["KEEP_THRESHOLD", "MIN_GATE_SPREAD", "RunGates", "rgb_overlap", "grey_mean", "pearson_matrix",
            "gates_vary", "initial_gate_range", "gates_moved", "moved_flags", "run_consistency", "correlation_matrix",
-           "still_settings", "correlation_note",
+           "still_settings", "correlation_note", "SHUFFLES", "PERMUTATION_TEXT", "kept_heads", "jaccard",
+           "permutation_baseline", "permutation_lines",
            "kept_per_layer", "is_gate_run", "read_run", "read_runs", "group_settings", "plot_gate_map", "plot_pixels",
            "plot_correlation", "plot_kept_bars", "write_overlap", "write_correlation",
            "write_kept", "write_report", "log_to_wandb", "default_out", "describe_file"]
@@ -56,6 +63,13 @@ DIAGONAL_TEXT = ("diagonal: run-to-run consistency, the mean Pearson correlation
                  "runs (seeds), shown where at least two runs have gates that moved; settings whose gates never "
                  "moved (unpruned, or still at their initial values) are left out")
 WANDB_MODES = ("disabled", "offline", "online")
+SHUFFLES = 1000  # shuffles of the permutation baseline
+PERMUTATION_TEXT = ("Permutation baseline: do two settings keep the same heads more than chance, given how many "
+                    "heads each keeps? The second setting's mean gate grid is shuffled over head positions (its values "
+                    "kept, their alignment with the layer x head grid destroyed) and the Pearson correlation of the "
+                    "mean gates and the Jaccard overlap of the kept heads (gate >= threshold in more than half of a "
+                    "setting's runs) recomputed; p = (1 + shuffles at least as high as observed) / (1 + shuffles), "
+                    "one-sided")
 
 
 @dataclass
@@ -235,6 +249,106 @@ def still_settings(settings: dict[str, list[np.ndarray]], moved: dict[str, list[
 def moved_flags(groups: dict[str, list[RunGates]]) -> dict[str, list[bool]]:
     """``{setting: [gates_moved of each run]}``, each run judged against its own config."""
     return {s: [gates_moved(r.values, r.config) for r in g] for s, g in groups.items()}
+
+
+def kept_heads(gates: list[np.ndarray], threshold: float = KEEP_THRESHOLD) -> np.ndarray:
+    """The heads a setting keeps, ``[layers * heads]`` bool (flattened layer by layer): kept (gate >=
+    ``threshold``, default 1e-3) in more than half of its runs (``gates``: each ``[layers, heads]``;
+    with one run, that run's; with two, both)."""
+    stacked = _stack(gates)  # [runs, layers, heads]
+    return (stacked >= threshold).reshape(len(gates), -1).mean(0) > 0.5  # [layers * heads]
+
+
+def jaccard(a: np.ndarray, b: np.ndarray) -> np.ndarray | float:
+    """Jaccard overlap ``|a & b| / |a | b|`` of bool head sets along the last axis (``a`` ``[heads]``,
+    ``b`` ``[..., heads]``); NaN where both are empty."""
+    a, b = np.asarray(a, dtype=bool), np.asarray(b, dtype=bool)
+    inter, union = (a & b).sum(-1), (a | b).sum(-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(union > 0, inter / np.maximum(union, 1), np.nan)
+
+
+def _null_summary(observed: float, null: np.ndarray) -> tuple[float, float, float]:
+    """(null mean, null 95th percentile, one-sided p = (1 + #null >= observed) / (1 + #null)); NaN
+    when ``observed`` is (e.g. a constant grid has no correlation)."""
+    null = null[np.isfinite(null)]
+    if not np.isfinite(observed) or not null.size:
+        return math.nan, math.nan, math.nan
+    hits = int((null >= observed - 1e-12).sum())  # ties count as "at least as high"
+    return float(null.mean()), float(np.percentile(null, 95)), (1 + hits) / (1 + null.size)
+
+
+def permutation_baseline(settings: dict[str, list[np.ndarray]], moved: dict[str, list[bool]] | None = None,
+                         threshold: float = KEEP_THRESHOLD, shuffles: int = SHUFFLES, seed: int = 0) -> pd.DataFrame:
+    """Do two settings keep the same heads more than chance, given how many heads each keeps?
+
+    For each pair (A, B) of the settings whose gates moved (the pairs off the diagonal of
+    :func:`correlation_matrix`, in its order), B's mean gate grid is shuffled over head positions
+    ``shuffles`` times (the same shuffles for every pair): its values stay, their alignment with A's
+    grid is destroyed. The null of the Pearson correlation of the mean gates, and of the Jaccard
+    overlap of the kept heads (:func:`kept_heads`; B's kept set moves with its gates), comes from
+    these shuffles. Shuffling A instead would give the same null (a correlation is unchanged when
+    both vectors are permuted alike). The shuffle moves heads across layers too.
+
+    Args:
+        settings: ``{setting: [gates [layers, heads] of each run]}``, one grid shape.
+        moved: ``{setting: [whether each run's gates moved]}`` (:func:`moved_flags`); default
+            :func:`gates_vary` of each run.
+        threshold: a head is kept when its gate is >= this (default 1e-3).
+        shuffles: number of shuffles (default 1000); the smallest p is ``1 / (shuffles + 1)``.
+        seed: numpy seed of the shuffles (default 0).
+
+    Columns: ``A``, ``B``, ``correlation``, ``null mean``, ``null 95%``, ``p`` (one-sided: share of
+    shuffles at least as high, ``(1 + hits) / (1 + shuffles)``), ``kept A``, ``kept B``, ``jaccard``,
+    ``jaccard null mean``, ``jaccard null 95%``, ``jaccard p``, ``shuffles``, ``seed``. No rows with
+    fewer than two such settings.
+    """
+    columns = ["A", "B", "correlation", "null mean", "null 95%", "p", "kept A", "kept B", "jaccard",
+               "jaccard null mean", "jaccard null 95%", "jaccard p", "shuffles", "seed"]
+    moved = _moved(settings, moved)
+    names = [n for n in settings if any(moved[n])]
+    if len(names) < 2:
+        return pd.DataFrame(columns=columns)
+    means = {n: _stack(settings[n]).mean(0).ravel() for n in names}  # each [layers * heads]
+    kept = {n: kept_heads(settings[n], threshold) for n in names}
+    size = len(next(iter(means.values())))
+    order = np.argsort(np.random.default_rng(seed).random((shuffles, size)), axis=1)  # [shuffles, heads]: permutations
+    rows = []
+    for a, b in itertools.combinations(names, 2):
+        x, y = means[a] - means[a].mean(), means[b] - means[b].mean()
+        norm = np.linalg.norm(x) * np.linalg.norm(y)
+        observed = float(x @ y / norm) if norm > 0 else math.nan
+        null = (y[order] @ x) / norm if norm > 0 else np.full(shuffles, np.nan)  # [shuffles]
+        overlap = float(jaccard(kept[a], kept[b]))
+        overlap_null = jaccard(kept[a], kept[b][order])  # [shuffles]
+        rows.append({"A": a, "B": b, "correlation": observed,
+                     **dict(zip(("null mean", "null 95%", "p"), _null_summary(observed, null))),
+                     "kept A": int(kept[a].sum()), "kept B": int(kept[b].sum()), "jaccard": overlap,
+                     **dict(zip(("jaccard null mean", "jaccard null 95%", "jaccard p"),
+                                _null_summary(overlap, overlap_null))),
+                     "shuffles": shuffles, "seed": seed})
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _num(value: float, digits: str = ".2f") -> str:
+    return "n/a" if pd.isna(value) else format(value, digits)
+
+
+def permutation_lines(table: pd.DataFrame) -> list[str]:
+    """What :func:`permutation_baseline` found, for a terminal or markdown: a line saying what it tests,
+    then one line per pair: ``dep vs pos: r = 0.52 (null mean 0.00, 95th pct 0.21; p = 0.001); kept
+    30 and 25 heads, Jaccard 0.45 (null mean 0.22, 95th pct 0.30; p = 0.001)``. Empty for no pairs."""
+    if table.empty:
+        return []
+    shuffles, seed = int(table["shuffles"].iloc[0]), int(table["seed"].iloc[0])
+    lines = [textwrap.fill(f"{PERMUTATION_TEXT}; {shuffles} shuffles (seed {seed}), smallest p "
+                           f"{1 / (shuffles + 1):.2g}:", 100)]
+    for r in table.to_dict("records"):
+        lines.append(f"  {r['A']} vs {r['B']}: r = {_num(r['correlation'])} (null mean {_num(r['null mean'])}, "
+                     f"95th pct {_num(r['null 95%'])}; p = {_num(r['p'], '.3g')}); kept {r['kept A']} and "
+                     f"{r['kept B']} heads, Jaccard {_num(r['jaccard'])} (null mean {_num(r['jaccard null mean'])}, "
+                     f"95th pct {_num(r['jaccard null 95%'])}; p = {_num(r['jaccard p'], '.3g')})")
+    return lines
 
 
 def kept_per_layer(gates: np.ndarray | list[np.ndarray], threshold: float = KEEP_THRESHOLD) -> np.ndarray:
@@ -505,15 +619,22 @@ def write_overlap(setting: str, three: list[RunGates], out: Path) -> Path:
                        out / f"overlap-{_file_safe(setting)}.png", note)
 
 
-def write_correlation(groups: dict[str, list[RunGates]], out: Path, stem: str = "correlation") -> dict[str, Path]:
+def write_correlation(groups: dict[str, list[RunGates]], out: Path, stem: str = "correlation",
+                      threshold: float = KEEP_THRESHOLD, shuffles: int = SHUFFLES) -> dict[str, Path]:
     """``<stem>.csv`` (every setting; blank where the correlation means nothing, see
-    :func:`correlation_matrix`) and ``<stem>.png`` (the settings whose gates vary; none drawn when
-    no setting's do)."""
+    :func:`correlation_matrix`), ``<stem>.png`` (the settings whose gates vary; none drawn when
+    no setting's do) and, with two or more such settings, ``<stem>-permutation.csv``
+    (:func:`permutation_baseline` with ``threshold``, default 1e-3, and ``shuffles``, default 1000).
+    Keys: ``<stem>_csv``, ``<stem>``, ``<stem>_permutation_csv``."""
     settings = {s: [r.values for r in g] for s, g in groups.items()}
     moved = moved_flags(groups)
     table = correlation_matrix(settings, moved)
     table.to_csv(out / f"{stem}.csv", float_format="%.4f")
     paths = {f"{stem}_csv": out / f"{stem}.csv"}
+    baseline = permutation_baseline(settings, moved, threshold, shuffles)
+    if not baseline.empty:
+        baseline.to_csv(out / f"{stem}-permutation.csv", index=False, float_format="%.6g")
+        paths[f"{stem}_permutation_csv"] = out / f"{stem}-permutation.csv"
     still = still_settings(settings, moved)
     moving = [s for s in table.index if s not in still]
     if moving:
@@ -545,7 +666,7 @@ def write_kept(groups: dict[str, list[RunGates]], labels: dict[Path, str], out: 
 
 
 def write_report(runs: list[RunGates], out: str | Path, threshold: float = KEEP_THRESHOLD,
-                 groups: dict[str, list[RunGates]] | None = None) -> dict[str, Path]:
+                 groups: dict[str, list[RunGates]] | None = None, shuffles: int = SHUFFLES) -> dict[str, Path]:
     """Write every picture and table of the runs into ``out``; returns ``{name: path}``.
 
     Args:
@@ -554,9 +675,10 @@ def write_report(runs: list[RunGates], out: str | Path, threshold: float = KEEP_
         threshold: a head is kept when its gate is >= threshold (default 1e-3).
         groups: ``{setting: runs}`` to use instead of :func:`group_settings` (the HTML report passes
             the settings of its comparison table).
+        shuffles: shuffles of the permutation baseline (default 1000, :func:`permutation_baseline`).
 
     Names: ``gates/<run>``, ``overlap/<setting>``, ``mean``, ``correlation_csv``, ``correlation``,
-    ``kept_csv``, ``kept/<setting>``.
+    ``correlation_permutation_csv`` (two or more settings whose gates moved), ``kept_csv``, ``kept/<setting>``.
     """
     if not runs:
         raise ConfigError("no runs to report")
@@ -579,7 +701,7 @@ def write_report(runs: list[RunGates], out: str | Path, threshold: float = KEEP_
     note = "black = kept in every run, white = pruned in every run"
     paths["mean"] = plot_pixels(grey_mean([r.values for r in runs]), f"mean gate over {len(runs)} run(s) of "
                                 f"{len(groups)} setting(s)", out / "mean-gates.png", note)
-    paths.update(write_correlation(groups, out))
+    paths.update(write_correlation(groups, out, threshold=threshold, shuffles=shuffles))
     paths.update(write_kept(groups, labels, out, threshold))
     return paths
 
@@ -626,7 +748,9 @@ def default_out(runs: list[RunGates]) -> Path:
 
 
 WHAT = {"mean": "mean gate over every run", "correlation": "gate correlation between settings",
-        "correlation_csv": "gate correlation between settings", "kept_csv": "heads kept per layer, one row per run"}
+        "correlation_csv": "gate correlation between settings", "kept_csv": "heads kept per layer, one row per run",
+        "correlation_permutation_csv": "permutation baseline per pair: gate correlation and kept-head Jaccard "
+                                       "against shuffled head positions"}
 
 
 def describe_file(key: str) -> str:

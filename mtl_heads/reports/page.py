@@ -5,10 +5,10 @@ The page holds, with nothing to fetch (inline CSS and JavaScript, pictures as ba
 - the comparison of :mod:`mtl_heads.reports.comparison` (one row per setting, ``mean ± std`` over seeds,
   short setting names; the config keys that tell settings apart in a legend table and on hover), the
   per-run table and the config the runs share;
-- the score against heads kept figure;
+- the score against heads kept figure and the dev learning curves (:mod:`mtl_heads.reports.curves`);
 - the gate pictures of :mod:`mtl_heads.reports.gates` for the settings of the table (mean gate map,
-  correlation between the settings whose gates moved, R/G/B overlaps of three seeds, heads kept per
-  layer, each run's gate map);
+  correlation between the settings whose gates moved and its permutation baseline, R/G/B overlaps of
+  three seeds, heads kept per layer, each run's gate map);
 - for every probe report folder given (``python -m mtl_heads.probe``, see ``probes/report.py``): each
   probe's layer x head heatmaps drawn as HTML tables whose cells show their value on hover (best
   head outlined), its best head per label folded below;
@@ -37,9 +37,9 @@ import pandas as pd
 
 from mtl_heads.config import ConfigError
 from mtl_heads.reports.comparison import (Comparison, compare_runs, config_legend, number_columns, numbers_shown,
-                                          plot_score_vs_heads, runs_shown)
-from mtl_heads.reports.gates import (DIAGONAL_TEXT, KEEP_THRESHOLD, group_settings, moved_flags, read_run,
-                                     still_settings, write_report)
+                                          plot_dev_curves, plot_score_vs_heads, runs_shown)
+from mtl_heads.reports.gates import (DIAGONAL_TEXT, KEEP_THRESHOLD, PERMUTATION_TEXT, group_settings, moved_flags,
+                                     read_run, still_settings, write_report)
 from mtl_heads.reports.runs import MAX_DEPTH, RUNS, SKIP_DIRS, Note, folder_kind
 
 __all__ = ["data_uri", "html_table", "heatmap_html", "gate_pictures", "probe_section", "probe_comparison_section",
@@ -257,7 +257,8 @@ def _notes_html(notes: list[Note]) -> str:
 # --- sections ----------------------------------------------------------------------------------
 def comparison_section(comparison: Comparison, folder: Path) -> str:
     """The settings table (short names; the differing config keys on hover and in a legend table),
-    the per-run table, the shared config and the score vs heads figure."""
+    the per-run table, the shared config, the score vs heads figure and the dev learning curves
+    (where runs have a per-epoch history)."""
     summary, runs = comparison.summary, comparison.runs
     shown = numbers_shown(comparison.shown)
     values = pd.DataFrame({c: summary[f"{c} mean"] for c in summary.attrs["numbers"]})
@@ -281,10 +282,16 @@ def comparison_section(comparison: Comparison, folder: Path) -> str:
         frame = pd.DataFrame({"key": list(shared), "value": [str(v) for v in shared.values()]})
         parts.append(f"<details><summary>config shared by all runs ({len(shared)} keys)</summary>"
                      f"{html_table(frame, None, 'shared', text_columns=('value',))}</details>")
+    figures = []
     if runs["heads kept"].notna().any() and runs["test score"].notna().any() and number_columns(runs):
         path = plot_score_vs_heads(runs, folder / "score-vs-heads.png")
-        parts.append('<div class="gallery">' + _figure(path, "test score against heads kept, one point per run")
-                     + "</div>")
+        figures.append(_figure(path, "test score against heads kept, one point per run"))
+    curves = plot_dev_curves(runs, folder)
+    if curves:
+        figures.append(_figure(curves["dev_curves"], "dev score per epoch (each task's main metric), mean over the "
+                               "seeds of each setting, band ± 1 standard deviation"))
+    if figures:
+        parts.append('<div class="gallery">' + "".join(figures) + "</div>")
     parts.append("</section>")
     return "\n".join(parts)
 
@@ -339,6 +346,8 @@ def gate_pictures(runs: pd.DataFrame | list[Path], folder: Path) -> str:
     figures += [_figure(paths[k], k.replace("/", ": ", 1)) for k in paths if k.startswith("overlap/")]
     figures += [_figure(paths[f"kept/{s}"], f"heads kept per layer: {s}") for s in moving if f"kept/{s}" in paths]
     parts.append('<div class="gallery">' + "".join(figures) + "</div>")
+    if "correlation_permutation_csv" in paths:
+        parts.append(_permutation_html(pd.read_csv(paths["correlation_permutation_csv"])))
     maps = [_figure(paths[k], k.removeprefix("gates/")) for k in paths if k.startswith("gates/")]
     maps += [_figure(paths[f"kept/{s}"], f"heads kept per layer: {s}") for s in still if f"kept/{s}" in paths]
     parts.append(f"<details><summary>gate map of each run ({sum(k.startswith('gates/') for k in paths)})"
@@ -346,6 +355,25 @@ def gate_pictures(runs: pd.DataFrame | list[Path], folder: Path) -> str:
                  f'<div class="gallery">{"".join(maps)}</div></details>')
     parts.append("</section>")
     return "\n".join(parts)
+
+
+def _permutation_html(table: pd.DataFrame) -> str:
+    """The permutation baseline of the gate correlation (:func:`mtl_heads.reports.gates.permutation_baseline`)
+    as a sortable table, one row per pair of settings, with a line saying what it tests."""
+    def number(value, digits: str = ".2f") -> str:
+        return "" if pd.isna(value) else format(value, digits)
+
+    columns = {"correlation": "r", "null mean": "r null mean", "null 95%": "r null 95%", "p": "r p",
+               "kept A": "kept A", "kept B": "kept B", "jaccard": "Jaccard", "jaccard null mean": "Jaccard null mean",
+               "jaccard null 95%": "Jaccard null 95%", "jaccard p": "Jaccard p"}
+    shown = pd.DataFrame({"A vs B": [f"{a} vs {b}" for a, b in zip(table["A"], table["B"])]})
+    for column, name in columns.items():
+        digits = "d" if column.startswith("kept") else ".3g" if column.endswith("p") else ".2f"
+        shown[name] = [number(v, digits) for v in table[column]]
+    values = table[list(columns)].rename(columns=columns)
+    shuffles = int(table["shuffles"].iloc[0])
+    return (f'<p class="meta">{_e(PERMUTATION_TEXT)}; {shuffles} shuffles, smallest p '
+            f"{1 / (shuffles + 1):.2g}.</p>" + html_table(shown, values, "gate-permutation"))
 
 
 def _families(report, name: str, summary: pd.DataFrame) -> dict:
