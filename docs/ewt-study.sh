@@ -75,11 +75,14 @@ probes() {
 
 # the doc's tables and pictures, from the run folders only
 doc() {
-  python -m mtl_heads.compare "$STUDY" --out "$STUDY/compare" --plot
+  python -m mtl_heads.compare "$STUDY" --out "$STUDY/compare" --plot --test all
+  shopt -s nullglob  # a stage not run yet adds no folder
   local pruned=("$STUDY"/*-dp "$STUDY"/*-sp "$STUDY"/*-dp-budget) pages=("$STUDY")
-  [[ -e ${pruned[0]} ]] && python -m mtl_heads.gates "${pruned[@]}" --out "$STUDY/gates"
+  local pretrained=()  # are the heads that survive everywhere the pretrained encoder's best probe heads?
+  [[ -f $STUDY/probes/pretrained/report.json ]] && pretrained=(--probes "$STUDY/probes/pretrained")
+  [[ ${#pruned[@]} -gt 0 ]] && python -m mtl_heads.gates "${pruned[@]}" --out "$STUDY/gates" "${pretrained[@]}"
   local reports=("$STUDY"/probes/*/)
-  if [[ ${#reports[@]} -ge 2 && -e ${reports[0]} ]]; then
+  if [[ ${#reports[@]} -ge 2 ]]; then
     python -m mtl_heads.probe compare="$(IFS=,; echo "${reports[*]%/}")" out="$STUDY/probes-compare" progress=false
     pages+=("$STUDY/probes-compare")
   fi

@@ -353,6 +353,7 @@ RULES: dict[str, Rule] = {
     "wandb.mode": choice("auto", "online", "offline", "disabled"),
     # probe.yaml, evaluate.yaml, predict.yaml
     "split": choice("train", "dev", "test"),
+    "compare_pool": choice("seeds", "none"),  # probes.compare.POOLS
     "pred_format": choice("auto", "conll2012", "conllu", "jsonl"),
     "gold_format": choice("auto", "conll2012", "conllu", "jsonl"),
     "conllu_pos": choice("upos", "xpos"),

@@ -1,5 +1,5 @@
-"""``python -m mtl_heads.gates RUNS... [--out F] [--threshold T] [--shuffles N] [--wandb MODE]``: gate
-pictures and tables (PNG, CSV) from training run folders.
+"""``python -m mtl_heads.gates RUNS... [--out F] [--threshold T] [--shuffles N] [--wandb MODE] [--probes DIR...]``:
+gate pictures and tables (PNG, CSV) from training run folders.
 
 The command line of :mod:`mtl_heads.reports.gates` (what each picture and table shows is said
 there). It is run as ``python -m mtl_heads.gates``: ``mtl_heads/gates.py`` holds the gate modules,
@@ -8,7 +8,11 @@ the runs' common parent folder, e.g. ``runs/gate-report/``). The command prints 
 (``note: not used: <path> (<why>)``), the settings, the output folder, and one ``wrote <file>`` line
 per file; ``--wandb offline|online`` also logs the pictures and tables to one W&B run. With two or more
 settings whose gates moved, it prints the permutation baseline of each pair (``correlation-permutation.csv``:
-do they keep the same heads more than chance, given how many heads each keeps?).
+do they keep the same heads more than chance, given how many heads each keeps?). It always prints the
+stem cells (``stem-cells.csv``: heads kept in every setting whose gates moved, against the count
+expected by chance); ``--probes`` (probe report folders, typically of the pretrained encoder; given
+after the runs) adds one line per probe on whether the stem cells are among its best heads
+(``stem-cells-probes.csv``). A ``--probes`` folder that is no probe report exits 2 with one line.
 """
 from __future__ import annotations
 
@@ -20,7 +24,8 @@ import pandas as pd
 
 from mtl_heads.config import ConfigError
 from mtl_heads.reports.gates import (KEEP_THRESHOLD, SHUFFLES, WANDB_MODES, correlation_note, default_out,
-                                     describe_file, group_settings, log_to_wandb, permutation_lines, read_runs,
+                                     describe_file, group_settings, log_to_wandb, moved_flags, permutation_lines,
+                                     probe_rank_lines, read_probe_reports, read_runs, stem_cell_lines, still_settings,
                                      write_report)
 
 
@@ -35,6 +40,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--threshold", type=float, default=KEEP_THRESHOLD, help="kept when gate >= this (default 1e-3)")
     parser.add_argument("--shuffles", type=int, default=SHUFFLES,
                         help=f"shuffles of the permutation baseline of gate overlap (default {SHUFFLES}, seed 0)")
+    parser.add_argument("--probes", nargs="+", metavar="DIR", default=[],
+                        help="probe report folders (python -m mtl_heads.probe; typically of the pretrained encoder): "
+                             "are the stem cells among their best heads? Give them after the runs")
     args = parser.parse_args(argv)
     if args.shuffles < 1:
         parser.error(f"--shuffles: expected a positive number of shuffles, got {args.shuffles}")
@@ -47,8 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     notes: list = []
     try:
         runs = read_runs(args.runs, notes)
+        reports = read_probe_reports(args.probes)
         out = Path(args.out) if args.out else default_out(runs)
-        paths = write_report(runs, out, args.threshold, shuffles=args.shuffles)
+        paths = write_report(runs, out, args.threshold, shuffles=args.shuffles, probe_reports=reports)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -61,6 +70,14 @@ def main(argv: list[str] | None = None) -> int:
         print(note)
     if "correlation_permutation_csv" in paths:
         print("\n".join(permutation_lines(pd.read_csv(paths["correlation_permutation_csv"]))))
+    stem = pd.read_csv(paths["stem_cells_csv"])
+    still = still_settings({s: [r.values for r in g] for s, g in groups.items()}, moved_flags(groups))
+    print("\n".join(stem_cell_lines(stem, still, args.threshold)))
+    if "stem_cells_probes_csv" in paths:
+        print("\n".join(probe_rank_lines(pd.read_csv(paths["stem_cells_probes_csv"]))))
+    elif args.probes:
+        print("--probes: " + ("no stem cells, so nothing to hold against the probe heads" if not stem["stem cell"].any()
+                              else "the probe reports hold no probe tables"))
     where = "--out" if args.out else "default: gate-report/ beside the runs, in their common parent; --out to change"
     print(f"output folder: {out} ({where})")
     for key, path in paths.items():

@@ -14,7 +14,10 @@ table, one best-head summary CSV and layer x head heatmaps per probe, ``report.m
 ``report.json``; the same tables and images are logged to a W&B run with job_type "probe".
 ``compare=`` takes two or more report folders or models (models are probed first, into the
 comparison folder) and writes per-label best-head scores side by side with deltas, and
-side-by-side heatmaps. See ``configs/probe.yaml`` for every key and ``probes/`` for the definitions.
+side-by-side heatmaps; with ``compare_pool=seeds`` (the default) the reports of the seeds of one
+trained setting (``runs/<experiment>/seed<N>``) form one column, mean ± std over seeds with
+Welch's t-test against the first column (``probes/compare.py``); ``compare_pool=none``: one column
+per report. See ``configs/probe.yaml`` for every key and ``probes/`` for the definitions.
 
 Whenever a probe reads attention maps, the ``sink`` probe (the mean share of attention on the first
 token, per head) is added: it reuses those maps. A decoder-only (causal) model is probed the same
@@ -178,7 +181,7 @@ def probe_model(cfg: DictConfig, spec: str, out: Path | None, log: Callable = pr
 # --- comparison -------------------------------------------------------------------------------
 def run_compare(cfg: DictConfig, log: Callable = print) -> Path:
     """Compare the report folders and/or models listed in ``compare``; return the comparison folder."""
-    from probes.compare import compare_reports
+    from probes.compare import compare_reports, group_reports
     from probes.report import is_report_dir, read_report
 
     entries = [str(x) for x in cfg.compare]
@@ -202,7 +205,14 @@ def run_compare(cfg: DictConfig, log: Callable = print) -> Path:
     if not common:
         raise ConfigError(f"config key 'compare': the reports share none of the probes {list(cfg.probes)} "
                           f"(they hold: {'; '.join(', '.join(r.summaries) for r in reports)})")
-    written = compare_reports(reports, out, common, cfg.report.compare_panels)
+    groups = group_reports(reports, pool=cfg.compare_pool)
+    if len(groups) < 2:
+        raise ConfigError(f"config key 'compare': the {len(reports)} reports are seeds of one setting "
+                          f"({groups[0].name}), nothing to compare them with; compare_pool=none compares the seeds")
+    for group in groups:
+        if len(group.reports) > 1:
+            log(f"seeds pooled: {group.name} = {', '.join(group.names)}")
+    written = compare_reports(reports, out, common, cfg.report.compare_panels, cfg.compare_pool)
     for line in written["meta"]["choice_warnings"]:
         log(f"warning: {line}")
     run_id = log_to_wandb(cfg, out, "probe", written["meta"], written["tables"], {}, written["images"], compare=True)

@@ -140,7 +140,8 @@ def test_cli_writes_the_expected_files(runs_dir, monkeypatch, capsys):
     out = runs_dir / "gate-report"
     expected = {"gates-dep-seed1.png", "gates-dep-seed2.png", "gates-dep-seed3.png", "gates-pos+ner-seed1.png",
                 "overlap-dep.png", "mean-gates.png", "correlation.csv", "correlation.png",
-                "correlation-permutation.csv", "kept-per-layer.csv", "kept-dep.png", "kept-pos+ner.png"}
+                "correlation-permutation.csv", "kept-per-layer.csv", "kept-dep.png", "kept-pos+ner.png",
+                "stem-cells.csv"}
     assert {p.name for p in out.iterdir()} == expected
     assert str(out) in capsys.readouterr().out
     # the overlap takes the first three runs by seed: 1, 2, 3
@@ -436,3 +437,222 @@ def test_cli_prints_the_permutation_baseline(runs_dir, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         main([str(runs_dir), "--out", str(out), "--shuffles", "0"])
     assert exit_.value.code == 2 and "--shuffles: expected a positive number" in capsys.readouterr().err
+
+
+# --- stem cells: heads kept in every setting, against the pretrained encoder's probe heads ------
+DYNAMIC = {"prune": {"mode": "dynamic"}}
+
+
+@pytest.fixture
+def stem_runs(tmp_path):
+    """Three pruning settings x two seeds on a 2 x 3 grid, and an unpruned setting whose gates never moved.
+
+    Kept (gate >= 1e-3) in both seeds, heads flattened L0H0 L0H1 L0H2 L1H0 L1H1 L1H2:
+    dep (dynamic) {L0H0, L0H1, L1H0}; pos (dynamic) {L0H0, L0H2}; pos+ner (dynamic) {L0H0, L0H1, L1H1}.
+    """
+    parent = tmp_path / "runs"
+    for seed, values in ((1, [[1, 1, 0], [1, 0, 0]]), (2, [[1, 0.5, 0], [1, 0, 1]])):
+        make_run(parent / "dep" / f"seed{seed}", values, tasks=["dep"], seed=seed, **DYNAMIC)
+    for seed, values in ((1, [[1, 0, 1], [1, 0, 0]]), (2, [[1, 0, 1], [0, 1, 0]])):
+        make_run(parent / "pos" / f"seed{seed}", values, tasks=["pos"], seed=seed, **DYNAMIC)
+    for seed, values in ((1, [[1, 1, 1], [0, 1, 0]]), (2, [[1, 1, 0], [1, 1, 0]])):
+        make_run(parent / "pos-ner" / f"seed{seed}", values, tasks=["pos", "ner"], seed=seed, **DYNAMIC)
+    for seed in (1, 2):  # unpruned: all near 1, takes no part (else it would keep every head)
+        make_run(parent / "ner" / f"seed{seed}", [[0.999, 1, 0.995], [1, 0.998, 1]], tasks=["ner"], seed=seed)
+    return parent
+
+
+def test_stem_cells_by_hand(stem_runs):
+    groups = group_settings(read_runs([stem_runs]))
+    settings = {s: [r.values for r in g] for s, g in groups.items()}
+    table = gate_report.stem_cells(settings, gate_report.moved_flags(groups))
+    assert gate_report.stem_settings(table) == ["dep (dynamic)", "pos (dynamic)", "pos+ner (dynamic)"]
+    assert list(table["name"]) == ["L0H0", "L0H1", "L0H2", "L1H0", "L1H1", "L1H2"]
+    assert table["settings kept"].tolist() == [3, 2, 1, 1, 1, 0]
+    assert table["runs kept"].tolist() == [6, 4, 3, 4, 3, 1]  # of the 6 pruning runs; the unpruned ones left out
+    assert (table["settings"] == 3).all() and (table["runs"] == 6).all()
+    assert table["stem cell"].tolist() == [True, False, False, False, False, False]
+    assert table["every run"].tolist() == [True, False, False, False, False, False]
+    assert table["kept in pos (dynamic)"].tolist() == [True, False, True, False, False, False]
+    # kept 3, 2 and 3 of 6 heads: 6 * 3/6 * 2/6 * 3/6 = 0.5 stem cells expected by chance
+    assert gate_report.chance_stem_cells([3, 2, 3], 6) == pytest.approx(0.5)
+    assert gate_report.chance_stem_cells([72], 72) == pytest.approx(72)  # one setting: all its heads
+    assert np.isnan(gate_report.chance_stem_cells([], 6))
+    lines = gate_report.stem_cell_lines(table, ["ner"])
+    assert "  settings taking part (3): dep (dynamic), pos (dynamic), pos+ner (dynamic); left out, gates never " \
+           "moved: ner" in lines
+    assert "  1 of 6 heads kept in every setting (chance 0.5 if each setting kept its 3, 2, 3 heads at random): " \
+           "L0H0" in lines
+    assert "  1 heads kept in every run (6 runs): L0H0" in lines
+    assert lines[-2:] == ["    L0: 3 2 1", "    L1: 1 1 0"]
+
+
+def test_a_stem_cell_need_not_be_kept_in_every_run():
+    """Three seeds: kept in two of them is kept by the setting (more than half), not in every run."""
+    a = [np.array([[1.0, 1.0]]), np.array([[1.0, 0.0]]), np.array([[0.0, 1.0]])]
+    b = [np.array([[1.0, 0.0]])] * 2
+    table = gate_report.stem_cells({"a": a, "b": b})
+    assert table["settings kept"].tolist() == [2, 1] and table["runs kept"].tolist() == [4, 2]
+    assert table["stem cell"].tolist() == [True, False] and table["every run"].tolist() == [False, False]
+
+
+def test_no_setting_whose_gates_moved_has_no_stem_cells():
+    table = gate_report.stem_cells({"pos": [np.full((2, 3), 0.998)] * 2})
+    assert not table["stem cell"].any() and (table["settings"] == 0).all() and (table["runs kept"] == 0).all()
+    assert gate_report.stem_cell_lines(table)[-1] == "  no setting's gates moved: no stem cells to tell"
+
+
+def write_probe_report(folder):
+    """A made-up probe report folder (format of probes/report.py) on a 2 x 3 grid.
+
+    dep: nsubj (count 30) and obj (count 10); count-weighted head scores (30 * nsubj + 10 * obj) / 40:
+    L0H0 30, L0H1 33, L0H2 27.5, L1H0 50, L1H1 40, L1H2 45 (the plain mean would put L0H0 first, at 50).
+    clark: nsubj in two directions (the better counts) and "to [CLS]" (another unit: left out).
+    sink: the share of attention on [CLS] (not ranked).
+    """
+    folder.mkdir(parents=True)
+    grid = [(layer, head) for layer in range(2) for head in range(3)]
+    nsubj, obj = [10, 44, 20, 60, 30, 50], [90, 0, 50, 20, 70, 30]
+    dep = [{"layer": l, "head": h, "label": label, "score": s[i], "count": n}
+           for label, s, n in (("nsubj", nsubj, 30), ("obj", obj, 10)) for i, (l, h) in enumerate(grid)]
+    forward, backward = [1, 2, 3, 4, 5, 6], [6, 0, 0, 0, 0, 0]  # the better of the two: [[6, 2, 3], [4, 5, 6]]
+    clark = [{"layer": l, "head": h, "label": "nsubj", "direction": d, "score": s[i], "count": 20}
+             for d, s in (("dep->head", forward), ("head->dep", backward)) for i, (l, h) in enumerate(grid)]
+    clark += [{"layer": l, "head": h, "label": "to [CLS]", "direction": "", "score": 1000.0 if i == 1 else 0.0,
+               "count": 500} for i, (l, h) in enumerate(grid)]
+    sink = [{"layer": l, "head": h, "label": "[CLS]", "score": 90.0 - i, "count": 7} for i, (l, h) in enumerate(grid)]
+    for name, rows in (("dep", dep), ("clark", clark), ("sink", sink)):
+        table = pd.DataFrame(rows)
+        table.to_csv(folder / f"{name}.csv", index=False)
+        table.loc[table.groupby("label")["score"].idxmax()].to_csv(folder / f"{name}_summary.csv", index=False)
+    meta = {"model": "nreimers/MiniLM-L6-H384-uncased", "model_name": "pretrained", "layers": 2, "heads": 3,
+            "probes": {"dep": {}, "clark": {}, "sink": {}},
+            "families": {"dep": {"relations": {"labels": ["nsubj", "obj"], "unit": "%"}},
+                         "clark": {"relations": {"labels": ["nsubj"], "unit": "%"},
+                                   "attention": {"labels": ["to [CLS]"], "unit": "mean attention weight"}},
+                         "sink": {"sink": {"labels": ["[CLS]"], "unit": "%"}}}}
+    (folder / "report.json").write_text(json.dumps(meta))
+    return folder
+
+
+def test_head_skill_percentiles_and_ranks_by_hand(tmp_path):
+    from probes.report import read_report
+
+    report = read_report(write_probe_report(tmp_path / "pretrained"))
+    dep, clark = report.tables["dep"], report.tables["clark"]
+    assert gate_report.skill_labels(dep, report.meta["families"]["dep"], "dep") == ["nsubj", "obj"]
+    assert gate_report.skill_labels(clark, report.meta["families"]["clark"], "clark") == ["nsubj"]
+    voita = pd.DataFrame({"label": ["confidence", "positional", "rare", "nsubj"]})
+    families = {"confidence": {"labels": ["confidence"], "unit": "mean max attention weight"},
+                "roles": {"labels": ["positional", "rare"], "unit": "%"},
+                "syntactic": {"labels": ["nsubj"], "unit": "%"}}
+    assert gate_report.skill_labels(voita, families, "voita") == ["nsubj"]
+    skill = gate_report.head_skill(dep, ["nsubj", "obj"], 2, 3)
+    assert skill.tolist() == [[30.0, 33.0, 27.5], [50.0, 40.0, 45.0]]
+    assert gate_report.head_skill(clark, ["nsubj"], 2, 3).tolist() == [[6, 2, 3], [4, 5, 6]]  # the better direction
+    # ascending: L0H2 27.5, L0H0 30, L0H1 33, L1H1 40, L1H2 45, L1H0 50 -> 100 * (r - 1) / 5
+    assert gate_report.percentile_ranks(skill).tolist() == [[20.0, 40.0, 0.0], [100.0, 60.0, 80.0]]
+    assert gate_report.head_ranks(skill).tolist() == [[5, 4, 6], [1, 3, 2]]
+    # ties averaged (and share the better rank); NaN below every number: ascending ranks 3, 4.5, 4.5, 1, 2 of 5
+    scores = np.array([1.0, 3.0, 3.0, np.nan, 0.0])
+    assert gate_report.percentile_ranks(scores).tolist() == [50.0, 87.5, 87.5, 0.0, 25.0]
+    assert gate_report.head_ranks(scores).tolist() == [3, 1, 1, 5, 4]
+
+
+def test_stem_cells_exactly_the_top_heads_give_the_smallest_p():
+    rng = np.random.default_rng(3)
+    percent = gate_report.percentile_ranks(rng.random(72))  # [72], no ties
+    top = percent >= np.sort(percent)[-3]
+    observed, null_mean, null_95, p = gate_report.set_percentile_baseline(percent, top)
+    assert observed == pytest.approx(np.mean(np.sort(percent)[-3:]))
+    # only a draw of exactly the top three is as high: 1 in C(72, 3) = 59,640, so about 0.17 of 10,000 draws
+    assert 1 / 10_001 <= p <= 3 / 10_001
+    assert null_mean == pytest.approx(50.0, abs=1.0) and null_95 < observed
+    # six heads, the top two: exactly 1 of C(6, 2) = 15 sets is as high, so p is about 1/15
+    six = gate_report.percentile_ranks(np.arange(6.0))
+    assert gate_report.set_percentile_baseline(six, six >= 80)[3] == pytest.approx(1 / 15, abs=0.01)
+
+
+def test_stem_cells_that_are_the_worst_heads_give_p_one():
+    percent = gate_report.percentile_ranks(np.random.default_rng(4).random(72))
+    worst = percent <= np.sort(percent)[2]
+    observed, null_mean, _, p = gate_report.set_percentile_baseline(percent, worst)
+    assert observed == pytest.approx(np.mean(np.sort(percent)[:3])) and observed < 3
+    assert p == 1.0  # every random set is at least as high
+    # seeded: the same numbers again; another seed, other draws
+    assert gate_report.set_percentile_baseline(percent, percent > 90) == \
+        gate_report.set_percentile_baseline(percent, percent > 90)
+    assert gate_report.set_percentile_baseline(percent, percent > 90, seed=1) != \
+        gate_report.set_percentile_baseline(percent, percent > 90)
+    with pytest.raises(ValueError, match="at least one"):
+        gate_report.set_percentile_baseline(percent, np.zeros(72, bool))
+
+
+def test_stem_cells_against_a_probe_report(stem_runs, tmp_path):
+    from probes.report import read_report
+
+    groups = group_settings(read_runs([stem_runs]))
+    settings = {s: [r.values for r in g] for s, g in groups.items()}
+    table = gate_report.stem_cells(settings, gate_report.moved_flags(groups))
+    report = read_report(write_probe_report(tmp_path / "pretrained"))
+    ranks = gate_report.stem_cells_vs_probes(table, [report]).set_index("probe")
+    assert list(ranks.index) == ["dep", "clark", "sink"]
+    dep = ranks.loc["dep"]  # the stem cell L0H0: weighted score 30, fifth of six, percentile 20
+    assert (dep["report"], dep["model"], dep["labels"], dep["heads"], dep["stem cells"]) == ("pretrained", "pretrained",
+                                                                                             2, 6, 1)
+    assert dep["L0H0 rank"] == 5 and dep["L0H0 percentile"] == 20.0 and dep["mean percentile"] == 20.0
+    assert dep["p"] == pytest.approx(5 / 6, abs=0.02) and dep["best head"] == "L1H0" and dep["note"] == ""
+    clark = ranks.loc["clark"]  # L0H0 6 ties L1H2 for first: percentile (5.5 - 1) / 5; to [CLS] left out
+    assert clark["L0H0 rank"] == 1 and clark["L0H0 percentile"] == pytest.approx(90.0) and clark["labels"] == 1
+    assert ranks.loc["sink", "note"].startswith("a share of attention") and np.isnan(ranks.loc["sink", "p"])
+    lines = gate_report.probe_rank_lines(ranks.reset_index())
+    assert lines[0].startswith("Stem cells against probe heads: per probe, each head's count-weighted mean score")
+    assert "  pretrained/dep (2 labels): stem cells' mean percentile 20.0 (random sets: mean " \
+           f"{dep['null mean']:.1f}, 95th pct 100.0; p = {dep['p']:.3g}); ranks among 6: L0H0 5; best head L1H0" \
+           in lines
+    assert dep["null mean"] == pytest.approx(50.0, abs=1.5)  # one random head of six: its mean percentile is 50
+    assert "  pretrained/sink: left out (a share of attention on the first token, not a skill)" in lines
+    empty = table.assign(**{"stem cell": False})
+    assert gate_report.stem_cells_vs_probes(empty, [report]).empty
+
+
+def test_cli_writes_the_stem_cells_and_their_probe_ranks(stem_runs, tmp_path, capsys):
+    probes = write_probe_report(tmp_path / "probe-reports" / "pretrained")
+    out = tmp_path / "pics"
+    assert main([str(stem_runs), "--out", str(out), "--probes", str(probes)]) == 0
+    printed = capsys.readouterr().out
+    stem = pd.read_csv(out / "stem-cells.csv")
+    assert stem.loc[stem["stem cell"], "name"].tolist() == ["L0H0"]
+    assert "  1 of 6 heads kept in every setting (chance 0.5 if each setting kept its 3, 2, 3 heads at random): " \
+           "L0H0" in printed
+    ranks = pd.read_csv(out / "stem-cells-probes.csv")
+    assert ranks["probe"].tolist() == ["dep", "clark", "sink"] and ranks["draws"].eq(10_000).all()
+    assert re.search(r"^  pretrained/dep \(2 labels\): stem cells' mean percentile 20\.0 .*ranks among 6: L0H0 5",
+                     printed, re.M)
+    assert f"wrote {out / 'stem-cells.csv'} (per head" in printed
+    assert f"wrote {out / 'stem-cells-probes.csv'} (stem cells' ranks" in printed
+    # no stem cell: said, and no probe table
+    make_run(stem_runs / "srl" / "seed1", [[0, 1, 1], [1, 1, 1]], tasks=["srl"], seed=1, **DYNAMIC)
+    assert main([str(stem_runs), "--out", str(tmp_path / "none"), "--probes", str(probes)]) == 0
+    printed = capsys.readouterr().out
+    assert "  0 of 6 heads kept in every setting" in printed
+    assert "--probes: no stem cells, so nothing to hold against the probe heads" in printed
+    assert (tmp_path / "none" / "stem-cells.csv").exists()
+    assert not (tmp_path / "none" / "stem-cells-probes.csv").exists()
+
+
+@pytest.mark.parametrize("which, why", [("plain", "no report.json"), ("run", "no report.json"),
+                                        ("missing", "no such folder"), ("grid", "a probe report of a 3 x 3 encoder")])
+def test_cli_refuses_a_probes_folder_that_is_no_probe_report(stem_runs, tmp_path, capsys, which, why):
+    folder = {"plain": tmp_path / "plain", "run": stem_runs / "dep" / "seed1", "missing": tmp_path / "missing",
+              "grid": tmp_path / "big"}[which]
+    if which == "plain":
+        folder.mkdir()
+    if which == "grid":  # report.json says 3 x 3: another encoder's
+        meta = json.loads((write_probe_report(folder) / "report.json").read_text())
+        (folder / "report.json").write_text(json.dumps({**meta, "layers": 3}))
+    out = tmp_path / "pics"
+    assert main([str(stem_runs), "--out", str(out), "--probes", str(folder)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: --probes {folder}: ") and why in err[0]
+    assert not out.exists()  # refused before anything is written
