@@ -318,3 +318,13 @@ def test_causal_caveats_are_shown_with_the_probe_report(runs_dir, probe_dir):
     page = build_page([], [probe_dir])
     assert "Causal attention: what the numbers mean" in page
     assert "89.8% of the 1620 gold arcs can be found at all &lt;one direction only&gt;" in page
+
+
+def test_a_pooled_probe_comparison_names_its_groups(probe_comparison):
+    """compare_pool=seeds: the section's title and delta text name the pooled groups, not the reports."""
+    meta = json.loads((probe_comparison / "compare.json").read_text())
+    groups = [{"name": "pretrained", "seeds": []}, {"name": "pos", "seeds": [1, 2, 3]}]
+    (probe_comparison / "compare.json").write_text(json.dumps({**meta, "pool": "seeds", "groups": groups}))
+    section = build_page([], [probe_comparison]).split('<section id="probe-comparisons">')[1]
+    assert "pretrained vs pos</h3>" in section
+    assert "differences of means against pretrained" in section

@@ -514,9 +514,17 @@ def probe_comparison_section(folder: Path, index: int, panels: int = PANELS) -> 
     names = [str(n) for n in meta.get("names", [])]
     reports = _compared_reports(folder, meta)
     shown = [_model_name(r, n) for r, n in zip(reports, names)] if reports else names
-    parts = [f'<h3 id="probe-compare-{index}">{_e(" vs ".join(shown) or folder.name)}</h3>',
-             f'<p class="meta">{_e(folder)}; probe comparison (python -m mtl_heads.probe compare=...). Deltas are each '
-             f"model's best-head score minus that of {_e(names[0] if names else 'the first')}.</p>"]
+    groups = meta.get("groups") or []  # seeds of a setting pooled (compare_pool=seeds): the table's columns
+    if groups:
+        title = " vs ".join(str(g.get("name")) for g in groups)
+        deltas = (f"Seeds of one setting are pooled: the table gives each group's best-head score as mean ± std "
+                  f"over its seeds, and deltas are differences of means against {_e(groups[0].get('name'))}; "
+                  "the heatmaps show each report.")
+    else:
+        title = " vs ".join(shown)
+        deltas = f"Deltas are each model's best-head score minus that of {_e(names[0] if names else 'the first')}."
+    parts = [f'<h3 id="probe-compare-{index}">{_e(title or folder.name)}</h3>',
+             f'<p class="meta">{_e(folder)}; probe comparison (python -m mtl_heads.probe compare=...). {deltas}</p>']
     models = meta.get("models", [])
     if models:
         frame = pd.DataFrame([{"name": n, "model": m.get("model"), "kind": m.get("model_kind"), "split": m.get("split"),
