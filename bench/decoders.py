@@ -111,7 +111,7 @@ def main(argv=None) -> None:
         task.fit_labels(sentences)
     model = MultiTaskModel(encoder, tasks).to(device).train()
     examples, _ = tokenize(sentences, encoder.tokenizer, encoder.max_length)
-    batch = {k: v.to(device) for k, v in collate(examples, encoder.tokenizer.pad_token_id).items()}
+    batch = collate(examples, encoder.tokenizer.pad_token_id, device)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
 
     def encode():

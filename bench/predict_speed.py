@@ -98,7 +98,7 @@ def batches_of(predictor: Predictor, sentences: list[Sentence], batch_size: int)
     examples, _ = tokenize([Sentence(words=s.words) for s in sentences], encoder.tokenizer, encoder.max_length)
     order = length_batches([len(e.input_ids) for e in examples], batch_size)
     pad = encoder.tokenizer.pad_token_id
-    return [{k: v.to(predictor.device) for k, v in collate([examples[i] for i in ids], pad).items()} for ids in order]
+    return [collate([examples[i] for i in ids], pad, predictor.device) for ids in order]
 
 
 @torch.no_grad()

@@ -100,7 +100,7 @@ def bare_passes(encoder, examples, device, batch, capture=True):
     t = time.perf_counter()
     if capture:
         for idx in length_batches([len(e.input_ids) for e in examples], batch):
-            b = {k: v.to(device) for k, v in collate([examples[i] for i in idx], pad).items()}
+            b = collate([examples[i] for i in idx], pad, device)
             with torch.no_grad():
                 encoder(b["input_ids"], b["attention_mask"], capture=True)
     else:

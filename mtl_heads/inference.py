@@ -256,7 +256,7 @@ class Predictor:
         with tqdm(total=len(work), unit="sent", desc="predict", disable=not progress, dynamic_ncols=True) as bar:
             for ids in batches:
                 chunk = [work[j] for j in ids]
-                batch = {k: v.to(self.device, non_blocking=True) for k, v in collate([e for e, _, _ in chunk], pad_id).items()}
+                batch = collate([e for e, _, _ in chunk], pad_id, self.device)
                 with autocast(self.device, self.precision):
                     predictions = self.model.decode_all(batch, self.tasks)  # one encoder pass for every task
                 for k, (_, index, offset) in enumerate(chunk):

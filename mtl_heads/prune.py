@@ -49,7 +49,7 @@ def _check_batches(run, n: int, device) -> tuple[list[dict], str]:
     encoder = run.model.encoder
     examples, _ = tokenize(sentences, encoder.tokenizer, encoder.max_length, "skip")
     pad = encoder.tokenizer.pad_token_id or 0
-    batches = [{k: v.to(device) for k, v in collate(examples[i:i + 8], pad).items()} for i in range(0, len(examples), 8)]
+    batches = [collate(examples[i:i + 8], pad, device) for i in range(0, len(examples), 8)]
     return batches, source
 
 

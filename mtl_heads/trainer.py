@@ -340,7 +340,7 @@ class Trainer:
         bar.close()
 
     def _step(self, task: str, examples: list[Example]) -> float:
-        batch = self._to_device(collate(examples, self.pad_id))
+        batch = collate(examples, self.pad_id, self.device)
         targets = self.tasks[task].targets([e.sentence for e in examples], batch["word_mask"].shape[1])
         targets = move_to(targets, self.device)
         with autocast(self.device, self.cfg.precision):
@@ -459,10 +459,6 @@ class Trainer:
         self.model.train()
         return results
 
-    def _to_device(self, batch: dict) -> dict:
-        return {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
-
-
 
 @torch.no_grad()
 def evaluate_examples(model, tasks: dict, examples: dict, device: torch.device, precision: str = "auto",
@@ -487,7 +483,7 @@ def evaluate_examples(model, tasks: dict, examples: dict, device: torch.device, 
         batches = length_batches([len(e.input_ids) for e in chunk_of], batch_size)
         for ids in tqdm(batches, desc=f"{desc} {name}".strip(), leave=False, dynamic_ncols=True, disable=not progress):
             chunk = [chunk_of[i] for i in ids]
-            batch = {k: v.to(device, non_blocking=True) for k, v in collate(chunk, pad_id).items()}
+            batch = collate(chunk, pad_id, device)
             with autocast(device, precision):
                 preds = model.decode(batch, name)
             metric.update(preds, [task.gold(e.sentence) for e in chunk])

@@ -51,7 +51,7 @@ def probe_batches(encoder, examples: list[Example], batch_size: int, device: tor
     with capture_head_contexts(encoder) if not attentions else _nothing() as store:
         for indices in order:
             chosen = [examples[i] for i in indices]
-            batch = {k: v.to(device) for k, v in collate(chosen, pad).items()}
+            batch = collate(chosen, pad, device)
             with torch.no_grad():
                 out = encoder(batch["input_ids"], batch["attention_mask"], capture=attentions)
             maps, contexts = out.attentions, (out.head_contexts if attentions else list(store))

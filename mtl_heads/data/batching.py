@@ -164,9 +164,10 @@ def length_batches(lengths: list[int], batch_size: int, rng: random.Random | Non
     return batches
 
 
-def collate(examples: list[Example], pad_id: int) -> dict[str, torch.Tensor]:
+def collate(examples: list[Example], pad_id: int, device: torch.device | str | None = None) -> dict[str, torch.Tensor]:
     """Pad a batch: ``input_ids``, ``attention_mask``, ``word_index`` ``[batch, seq]``;
-    ``word_mask`` ``[batch, n_words]``."""
+    ``word_mask`` ``[batch, n_words]``. ``device``: where the tensors go (default: stay on the CPU;
+    copied with ``non_blocking=True``)."""
     seq = max(len(e.input_ids) for e in examples)
     n_words = max(len(e.sentence.words) for e in examples)
     input_ids = torch.full((len(examples), seq), pad_id, dtype=torch.long)
@@ -178,7 +179,8 @@ def collate(examples: list[Example], pad_id: int) -> dict[str, torch.Tensor]:
         word_index[i, : len(e.word_index)] = torch.tensor(e.word_index)
         attention_mask[i, : len(e.input_ids)] = 1
         word_mask[i, : len(e.sentence.words)] = True
-    return {"input_ids": input_ids, "attention_mask": attention_mask, "word_index": word_index, "word_mask": word_mask}
+    batch = {"input_ids": input_ids, "attention_mask": attention_mask, "word_index": word_index, "word_mask": word_mask}
+    return batch if device is None else {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
 
 def task_probabilities(n_batches: dict[str, int], alpha: float) -> dict[str, float]:
