@@ -86,7 +86,7 @@ doc() {
     python -m mtl_heads.probe compare="$(IFS=,; echo "${reports[*]%/}")" out="$STUDY/probes-compare" progress=false
     pages+=("$STUDY/probes-compare")
   fi
-  python -m mtl_heads.report "${pages[@]}" --html "$STUDY/report.html" --title "EWT stem-cell study"
+  python -m mtl_heads.report "${pages[@]}" --html "$STUDY/report.html" --title "EWT stem-cell study" --test all
 }
 
 stages=("$@")

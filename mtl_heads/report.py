@@ -1,10 +1,13 @@
-"""``python -m mtl_heads.report RUNS... [PROBE FOLDERS...] --html out.html``: one self-contained HTML page.
+"""``python -m mtl_heads.report RUNS... [PROBE FOLDERS...] --html out.html [--test A,B]``: one self-contained HTML page.
 
 The page (:mod:`mtl_heads.reports.page`) holds the comparison of the runs (as ``python -m
 mtl_heads.compare`` makes it), the score against heads kept figure, the gate pictures of the settings
 (as ``python -m mtl_heads.gates`` draws them), the heatmaps of every probe report folder given
 (``python -m mtl_heads.probe``) and of every probe comparison folder given (``python -m
-mtl_heads.probe compare=...``); nothing in it refers outside the page. ``RUNS`` are what ``python -m
+mtl_heads.probe compare=...``); nothing in it refers outside the page. ``--test A,B`` (repeatable;
+``all``: every pair of settings sharing a task; as ``python -m mtl_heads.compare --test``) adds the
+significance between settings (Welch's t-test and an exact permutation test over seeds, per shared
+score); an unknown setting name exits 2 with one line. ``RUNS`` are what ``python -m
 mtl_heads.compare`` takes (run folders, globs, folders of runs at any depth, experiment names); a
 folder holding ``report.json`` is a probe report, one holding ``compare.json`` a probe comparison (also
 found below the folders given). Whatever is given and not used is printed as a note and listed on the
@@ -30,6 +33,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--title", default="mtl-heads report", help="the page title")
     parser.add_argument("--root", default=str(RUNS), help="where experiment names are looked up (default runs/)")
     parser.add_argument("--panels", type=int, default=PANELS, help=f"heatmaps per probe family (default {PANELS})")
+    parser.add_argument("--test", action="append", default=[], metavar="A,B",
+                        help="add a section testing whether settings A and B differ, per shared score, over seeds "
+                             "(Welch's t-test and an exact permutation test), as python -m mtl_heads.compare --test; "
+                             "names as the table prints them; repeatable; 'all': every pair of settings that share a "
+                             "task. Default: no such section")
     return parser.parse_args(argv)
 
 
@@ -40,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run_specs, probe_dirs = split_specs(args.specs)
         path = write_html(args.html, run_specs, probe_dirs, title=args.title, root=args.root, panels=args.panels,
-                          notes=notes)
+                          notes=notes, tests=args.test)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

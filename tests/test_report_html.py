@@ -231,8 +231,10 @@ def test_report_in_headless_chromium(runs_dir, probe_dir, tmp_path, monkeypatch)
         sizes = driver.execute_script("return Array.from(document.images).map("
                                       "function (i) { return [i.complete, i.naturalWidth]; });")
         assert len(sizes) >= 5 and all(done and width > 0 for done, width in sizes), sizes
-        heat_cells = driver.execute_script("return document.querySelectorAll('table.heatmap td[title]').length;")
+        heat_cells = driver.execute_script("return document.querySelectorAll('#probes table.heatmap td[title]').length;")
         assert heat_cells == 2 * 6
+        stem_cells = driver.execute_script("return document.querySelectorAll('#gates table.heatmap td[title]').length;")
+        assert stem_cells == 6  # how many settings keep each head, 2 x 3
 
         header = driver.execute_script(
             "return Array.from(document.getElementById('runs').tHead.rows[0].cells)"
@@ -252,8 +254,12 @@ def test_report_in_headless_chromium(runs_dir, probe_dir, tmp_path, monkeypatch)
 
         cell = driver.execute_script("return document.querySelector('table.heatmap td[title^=\"L1H2 nsubj\"]');")
         ActionChains(driver).move_to_element(cell).perform()
-        readout = driver.execute_script("return document.querySelector('.heat .readout').textContent;")
+        readout = driver.execute_script("return document.querySelector('#probes .heat .readout').textContent;")
         assert readout == "L1H2 nsubj: 62.0% (n=40)"
+        cell = driver.execute_script("return document.querySelector('#gates table.heatmap td[title^=\"L0H1\"]');")
+        ActionChains(driver).move_to_element(cell).perform()
+        readout = driver.execute_script("return document.querySelector('#gates .heat .readout').textContent;")
+        assert readout == "L0H1 settings (of 2) keeping it: 1"
 
         driver.set_window_size(1366, min(driver.execute_script("return document.body.scrollHeight;") + 100, 6000))
         shot = tmp_path / "report-screenshot.png"
@@ -264,11 +270,12 @@ def test_report_in_headless_chromium(runs_dir, probe_dir, tmp_path, monkeypatch)
 
 
 def test_layout_at_laptop_width_in_headless_chromium(many_settings, probe_dir, probe_comparison, tmp_path, monkeypatch):
-    """At 1366 px (a laptop): no table scrolls sideways, neither does the page; every picture decodes;
-    sorting works; the settings table leads with its scores."""
+    """At 1366 px (a laptop): no table scrolls sideways, neither does the page (the significance table of
+    every pair of settings and the stem cells included); every picture decodes; sorting works; the
+    settings table leads with its scores."""
     monkeypatch.setenv("SE_OFFLINE", "true")
     page = tmp_path / "report.html"
-    assert main([str(many_settings), str(probe_dir), str(probe_comparison), "--html", str(page)]) == 0
+    assert main([str(many_settings), str(probe_dir), str(probe_comparison), "--html", str(page), "--test", "all"]) == 0
     driver = _browser(tmp_path, 1366)
     try:
         driver.get(page.as_uri())
@@ -280,6 +287,9 @@ def test_layout_at_laptop_width_in_headless_chromium(many_settings, probe_dir, p
         document, client, boxes = widths
         assert document <= client, f"the page scrolls sideways: {document} > {client}"
         assert boxes and all(scroll <= box for _, scroll, box in boxes), boxes
+        assert "significance-table" in [table for table, _, _ in boxes]
+        assert driver.execute_script("return document.querySelectorAll('#stem-cells ~ .heatmaps td[title]').length;") \
+            == 6 * 12
         sizes = driver.execute_script("return Array.from(document.images).map("
                                       "function (i) { return [i.complete, i.naturalWidth, i.width]; });")
         assert len(sizes) >= 8 and all(done and natural > 0 for done, natural, _ in sizes), sizes
@@ -328,3 +338,156 @@ def test_a_pooled_probe_comparison_names_its_groups(probe_comparison):
     section = build_page([], [probe_comparison]).split('<section id="probe-comparisons">')[1]
     assert "pretrained vs pos</h3>" in section
     assert "differences of means against pretrained" in section
+
+
+# --- significance between settings and stem cells ------------------------------------------------
+POS_GATES = [[1, 0.8, 0, 0], [0.6, 0, 1, 0], [0, 0, 0.9, 1]]  # keeps L0H0 L0H1 L1H0 L1H2 L2H2 L2H3
+MTL_GATES = [[1, 0, 0.7, 0], [0.5, 0, 1, 0], [0, 0.3, 0, 1]]  # keeps L0H0 L0H2 L1H0 L1H2 L2H1 L2H3
+
+
+def _pruned_runs(root, mtl_gates):
+    """Two pruned settings (prune.mode dynamic, gates that moved) of 3 seeds each: pos and pos+ner.
+    pos keeps POS_GATES' heads, except that seed 3 drops L2H3 (still kept by 2 of 3 runs)."""
+    for seed in (1, 2, 3):
+        gates = [row[:] for row in POS_GATES]
+        gates[2][3] = 0.0 if seed == 3 else 1.0
+        make_run(root / "pos-dp" / f"seed{seed}", ("pos",), seed, dev={"pos": 80.0 + seed},
+                 test={"pos": 90.0 + seed}, heads_kept=6, gates=gates, prune__mode="dynamic")
+        make_run(root / "mtl-dp" / f"seed{seed}", ("pos", "ner"), seed, dev={"pos": 84.0, "ner": 60.0 + seed},
+                 test={"pos": 93.0 + 2 * seed, "ner": 70.0 + seed}, heads_kept=6, gates=mtl_gates,
+                 prune__mode="dynamic")
+    return root
+
+
+@pytest.fixture
+def pruned_runs(tmp_path):
+    return _pruned_runs(tmp_path / "pruned", MTL_GATES)
+
+
+def _cells(page, table_id):
+    """The cell texts (tags dropped, unescaped) and data-values of a table of the page, row by row."""
+    import html
+
+    table = page.split(f'id="{table_id}"')[1].split("</table>")[0]
+    body = table.split("<tbody>")[1]
+    rows = []
+    for row in re.findall(r"<tr>(.*?)</tr>", body):
+        cells = re.findall(r"<td([^>]*)>(.*?)</td>", row)
+        rows.append([(html.unescape(re.sub(r"<[^>]+>", "", text)),
+                      float(m.group(1)) if (m := re.search(r'data-value="([^"]+)"', attrs)) else None)
+                     for attrs, text in cells])
+    return rows
+
+
+def test_significance_section_holds_the_numbers_of_significance_table(pruned_runs):
+    from mtl_heads.reports.comparison import compare_runs
+    from mtl_heads.reports.significance import format_significance, resolve_pairs, significance_table
+
+    page = build_page([str(pruned_runs)], [], tests=["all"])
+    runs = compare_runs([str(pruned_runs)]).runs
+    expected = significance_table(runs, resolve_pairs(["all"], runs))
+    shown = format_significance(expected)
+    rows = _cells(page, "significance-table")
+    assert [[text for text, _ in row] for row in rows] == shown.values.tolist()
+    assert len(rows) == 2  # test and dev pos accuracy (no mean score: the tasks differ)
+    # sorting values: the means, the difference and both p values, as significance_table gives them
+    for row, (_, want) in zip(rows, expected.iterrows()):
+        values = [value for _, value in row]
+        assert values[2:7] == pytest.approx([want["mean A"], want["mean B"], want["difference"], want["welch p"],
+                                             want["permutation p"]], rel=1e-9)
+    # by hand: pos test 91, 92, 93 against pos+ner 95, 97, 99: only the observed split and its mirror
+    # are as far apart, 2 of C(6, 3) = 20 splits
+    first = [text for text, _ in rows[0]]
+    assert first[:5] == ["pos (dynamic) vs pos+ner (dynamic)", "test pos accuracy", "92.00 ± 1.00 (3)",
+                         "97.00 ± 2.00 (3)", "+5.00"]
+    assert first[6] == "0.1 (0.1, 20)"
+    section = page[page.index('<section id="significance">'):page.index('<section id="gates">')]
+    assert "exact permutation test" in section and '<a href="#significance">' in page
+
+
+def test_no_significance_section_without_test(pruned_runs):
+    page = build_page([str(pruned_runs)], [])
+    assert 'id="significance"' not in page and "Welch" not in page
+
+
+def test_a_bad_test_name_exits_2_with_one_line(pruned_runs, probe_dir, tmp_path, capsys):
+    out = tmp_path / "report.html"
+    assert main([str(pruned_runs), "--html", str(out), "--test", "pos (dynamic),nope"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("error: --test 'pos (dynamic),nope': not two settings of the table")
+    assert len(captured.err.strip().splitlines()) == 1 and not out.exists()
+    assert main([str(probe_dir), "--html", str(out), "--test", "all"]) == 2  # nothing to test
+    assert capsys.readouterr().err.startswith("error: --test 'all': no runs to test") and not out.exists()
+    assert main([str(pruned_runs), "--html", str(out), "--test", "pos (dynamic),pos+ner (dynamic)"]) == 0
+    assert 'id="significance"' in out.read_text()
+
+
+def _gates_printed(runs, tmp_path, capsys):
+    """(the count line, {head: settings keeping it}) as ``python -m mtl_heads.gates`` prints them."""
+    from mtl_heads.gate_pictures import main as gates_main
+
+    assert gates_main([str(runs), "--out", str(tmp_path / "gate-report")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    count = next(line.strip() for line in lines if re.match(r"\s+\d+ of \d+ heads kept in every setting ", line))
+    at = next(i for i, line in enumerate(lines) if "settings keeping each head" in line)
+    grid = {}
+    for line in lines[at + 1:]:
+        match = re.fullmatch(r"\s+L(\d+): ([\d ]+)", line)
+        if not match:
+            break
+        grid.update({f"L{match.group(1)}H{h}": int(v) for h, v in enumerate(match.group(2).split())})
+    return count, grid
+
+
+def _stem_section(page):
+    """(the text of the stem-cell part of the gate section, {head: count} from the grid's hover titles,
+    outlined heads)."""
+    import html
+
+    part = page[page.index('<h3 id="stem-cells">'):].split("<details>")[0]
+    titles = dict(re.findall(r'title="(L\d+H\d+) settings \(of 2\) keeping it: (\d+)"', part))
+    marked = re.findall(r'<td class="marked"[^>]*title="(L\d+H\d+) ', part)
+    return html.unescape(re.sub(r"<[^>]+>", " ", part)), {h: int(v) for h, v in titles.items()}, marked
+
+
+def test_stem_cells_on_the_page_are_those_gates_prints(pruned_runs, tmp_path, capsys):
+    page = build_page([str(pruned_runs)], [])
+    text, grid, marked = _stem_section(page)
+    count, printed_grid = _gates_printed(pruned_runs, tmp_path, capsys)
+    # by hand: each setting keeps 6 of 12 heads, 4 in both; chance 12 x (6/12)^2 = 3
+    assert count == ("4 of 12 heads kept in every setting (chance 3 if each setting kept its 6, 6 heads at random): "
+                     "L0H0, L1H0, L1H2, L2H3")
+    assert count in text and "3 heads kept in every run (6 runs): L0H0, L1H0, L1H2" in text
+    assert grid == printed_grid and len(grid) == 12
+    assert grid["L0H1"] == 1 and grid["L0H3"] == 0
+    assert marked == ["L0H0", "L1H0", "L1H2", "L2H3"]
+    assert "No stem cells" not in text
+    stem = pd.read_csv(tmp_path / "gate-report" / "stem-cells.csv")
+    assert sorted(stem.loc[stem["stem cell"], "name"]) == marked
+
+
+def test_no_stem_cells_is_said(tmp_path, capsys):
+    disjoint = [[0.0 if kept else 1.0 for kept in row] for row in POS_GATES]  # pos+ner keeps what pos drops
+    runs = _pruned_runs(tmp_path / "disjoint", disjoint)
+    page = build_page([str(runs)], [])
+    text, grid, marked = _stem_section(page)
+    count, printed_grid = _gates_printed(runs, tmp_path, capsys)
+    assert count.startswith("0 of 12 heads kept in every setting (chance 3 ") and count.endswith(": none")
+    assert count in text and "No stem cells: no head is kept in every one of the 2 settings" in text
+    assert grid == printed_grid and max(grid.values()) == 1 and marked == []
+
+
+def test_no_stem_cells_part_when_no_gates_moved(tmp_path):
+    root = tmp_path / "unpruned"
+    for seed in (1, 2):
+        make_run(root / "pos" / f"seed{seed}", ("pos",), seed, gates=[[1, 0.998, 1], [0.995, 1, 1]])
+    page = build_page([str(root)], [])
+    assert "Gates that never moved" in page and 'id="stem-cells"' not in page
+    # called on such settings all the same, it says why there is nothing to tell
+    from mtl_heads.reports.gates import stem_cells
+    from mtl_heads.reports.page import stem_cells_html
+
+    still = stem_cells({"pos": [[[1, 0.998, 1], [0.995, 1, 1]]] * 2}, {"pos": [False, False]})
+    part = stem_cells_html(still, ["pos"])
+    assert "no setting&#x27;s gates moved: no stem cells to tell" in part and "left out, gates never moved: pos" in part
+    assert "heatmap" not in part

@@ -450,11 +450,11 @@ def _head_list(names: list[str], limit: int = 24) -> str:
 
 
 def stem_cell_lines(table: pd.DataFrame, left_out: list[str] | tuple = (),
-                    threshold: float = KEEP_THRESHOLD) -> list[str]:
+                    threshold: float = KEEP_THRESHOLD, grid: bool = True) -> list[str]:
     """What :func:`stem_cells` found, for a terminal: what the rule is and which settings took part
     (``left_out``: settings whose gates never moved), then ``2 of 72 heads kept in every setting
-    (chance 0.35 ...): L0H3, L2H1``, the heads kept in every run, and the layer x head grid of how
-    many settings keep each head."""
+    (chance 0.35 ...): L0H3, L2H1``, the heads kept in every run, and (``grid``, default True) the
+    layer x head grid of how many settings keep each head."""
     names = stem_settings(table)
     lines = [textwrap.fill(STEM_TEXT.format(threshold=threshold) + ".", 100)]
     used = f"settings taking part ({len(names)}): {', '.join(names) or 'none'}"
@@ -471,11 +471,13 @@ def stem_cell_lines(table: pd.DataFrame, left_out: list[str] | tuple = (),
     lines.append(f"  {len(every)} heads kept in every run ({int(table['runs'].iloc[0])} runs): {_head_list(every)}")
     if len(names) == 1:
         lines.append("  one setting: its stem cells are simply the heads it keeps")
-    grid = table.pivot(index="layer", columns="head", values="settings kept")  # [layers, heads]
+    if not grid:
+        return lines
+    counts = table.pivot(index="layer", columns="head", values="settings kept")  # [layers, heads]
     width = len(str(len(names)))
     lines.append(f"  settings keeping each head (of {len(names)}; rows = layers, columns = heads "
-                 f"0..{grid.shape[1] - 1}):")
-    lines += [f"    L{layer}: " + " ".join(f"{int(v):>{width}}" for v in row) for layer, row in grid.iterrows()]
+                 f"0..{counts.shape[1] - 1}):")
+    lines += [f"    L{layer}: " + " ".join(f"{int(v):>{width}}" for v in row) for layer, row in counts.iterrows()]
     return lines
 
 

@@ -6,9 +6,14 @@ The page holds, with nothing to fetch (inline CSS and JavaScript, pictures as ba
   short setting names; the config keys that tell settings apart in a legend table and on hover), the
   per-run table and the config the runs share;
 - the score against heads kept figure and the dev learning curves (:mod:`mtl_heads.reports.curves`);
+- with ``tests`` (``--test A,B`` / ``all``), the significance between settings of
+  :mod:`mtl_heads.reports.significance` (Welch's t-test and an exact permutation test over seeds, per
+  shared score), as ``python -m mtl_heads.compare --test`` prints it;
 - the gate pictures of :mod:`mtl_heads.reports.gates` for the settings of the table (mean gate map,
   correlation between the settings whose gates moved and its permutation baseline, R/G/B overlaps of
-  three seeds, heads kept per layer, each run's gate map);
+  three seeds, heads kept per layer, each run's gate map) and, when gates moved, the stem cells (heads
+  kept in every setting, against chance; how many settings keep each head as a hover heatmap), the
+  lines ``python -m mtl_heads.gates`` prints, from the same functions;
 - for every probe report folder given (``python -m mtl_heads.probe``, see ``probes/report.py``): each
   probe's layer x head heatmaps drawn as HTML tables whose cells show their value on hover (best
   head outlined), its best head per label folded below;
@@ -36,14 +41,15 @@ import numpy as np
 import pandas as pd
 
 from mtl_heads.config import ConfigError
-from mtl_heads.reports.comparison import (Comparison, compare_runs, config_legend, number_columns, numbers_shown,
-                                          plot_dev_curves, plot_score_vs_heads, runs_shown)
+from mtl_heads.reports.comparison import (Comparison, add_significance, compare_runs, config_legend, number_columns,
+                                          numbers_shown, plot_dev_curves, plot_score_vs_heads, runs_shown)
 from mtl_heads.reports.gates import (DIAGONAL_TEXT, KEEP_THRESHOLD, PERMUTATION_TEXT, group_settings, moved_flags,
-                                     read_run, still_settings, write_report)
+                                     read_run, stem_cell_lines, stem_settings, still_settings, write_report)
 from mtl_heads.reports.runs import MAX_DEPTH, RUNS, SKIP_DIRS, Note, folder_kind
+from mtl_heads.reports.significance import TESTS_TEXT, format_significance
 
-__all__ = ["data_uri", "html_table", "heatmap_html", "gate_pictures", "probe_section", "probe_comparison_section",
-           "split_specs", "build_page", "write_html"]
+__all__ = ["data_uri", "html_table", "heatmap_html", "significance_section", "gate_pictures", "stem_cells_html",
+           "probe_section", "probe_comparison_section", "split_specs", "build_page", "write_html"]
 
 PROBE_KINDS = ("probe report", "probe comparison")
 
@@ -79,7 +85,7 @@ figcaption{font-size:12px;color:#555;margin-top:4px;max-width:52em}
 table.heatmap{border-collapse:collapse;margin-top:3px}
 table.heatmap td{width:14px;height:14px;padding:0;border:1px solid #fff}
 table.heatmap td:hover{outline:2px solid #d00}
-table.heatmap td.best{border:2px solid #e00}
+table.heatmap td.best,table.heatmap td.marked{border:2px solid #e00}
 table.heatmap th{font-size:9px;font-weight:normal;color:#777;padding:0 2px}
 .readout{font-size:11px;color:#333;min-height:14px;font-family:monospace}
 .note{font-size:12px;color:#777}
@@ -204,19 +210,26 @@ def _colour(fraction: float) -> str:
     return to_hex(colormaps["viridis"](min(max(fraction, 0.0), 1.0)))
 
 
-def heatmap_html(grid: np.ndarray, name: str, unit: str = "%", counts: np.ndarray | None = None) -> str:
+def heatmap_html(grid: np.ndarray, name: str, unit: str = "%", counts: np.ndarray | None = None,
+                 scale: tuple[float, float] | None = None, digits: int = 1, outline: np.ndarray | None = None) -> str:
     """A layer x head heatmap as an HTML table: each cell coloured (viridis) and titled with its value.
 
     Args:
         grid: scores ``[layers, heads]`` (NaN: no value, grey).
         name: the label shown above (and in every cell's title).
-        unit: ``%`` gives a fixed 0..100 scale; otherwise the grid's own min..max.
+        unit: ``%`` gives a fixed 0..100 scale and a ``%`` after each value; otherwise the grid's own
+            min..max and the bare value.
         counts: optional ``[layers, heads]`` unit counts added to the titles.
+        scale: ``(low, high)`` of the colour scale instead of the one ``unit`` gives (default none).
+        digits: decimals of the values in the titles (default 1).
+        outline: ``[layers, heads]`` bools: the cells to outline in red (class ``marked``). Default
+            none: the best (largest) cell is outlined (class ``best``) and named above the map.
     """
     finite = grid[np.isfinite(grid)]
     low, high = (0.0, 100.0) if unit == "%" else ((float(finite.min()), float(finite.max())) if finite.size else (0, 1))
+    low, high = scale if scale is not None else (low, high)
     span = high - low or 1.0
-    best = np.unravel_index(np.nanargmax(grid), grid.shape) if finite.size else None
+    best = np.unravel_index(np.nanargmax(grid), grid.shape) if finite.size and outline is None else None
     layers, heads = grid.shape
     rows = ["<tr><th></th>" + "".join(f"<th>{h}</th>" for h in range(heads)) + "</tr>"]
     for layer in range(layers):
@@ -226,16 +239,17 @@ def heatmap_html(grid: np.ndarray, name: str, unit: str = "%", counts: np.ndarra
             if not np.isfinite(score):
                 cells.append(f'<td style="background:#eee" title="L{layer}H{head} {_e(name)}: no value"></td>')
                 continue
-            text = f"L{layer}H{head} {name}: {score:.1f}{unit if unit == '%' else ''}"
+            text = f"L{layer}H{head} {name}: {score:.{digits}f}{unit if unit == '%' else ''}"
             if counts is not None and np.isfinite(counts[layer, head]):
                 text += f" (n={int(counts[layer, head])})"
-            mark = ' class="best"' if best == (layer, head) else ""
+            marked = best == (layer, head) if outline is None else bool(outline[layer, head])
+            mark = f' class="{"best" if outline is None else "marked"}"' if marked else ""
             cells.append(f'<td{mark} style="background:{_colour((score - low) / span)}" title="{_e(text)}" '
                          f'data-value="{score:.6g}"></td>')
         rows.append("<tr>" + "".join(cells) + "</tr>")
-    scale = "0-100%" if unit == "%" else f"{low:.3g}-{high:.3g}"
-    best_text = f", best L{best[0]}H{best[1]} {grid[best]:.1f}" if best is not None else ""
-    return (f'<div class="heat"><div class="name">{_e(name)}</div><div class="meta">scale {scale}{best_text}</div>'
+    shown = "0-100%" if unit == "%" and scale is None else f"{low:.3g}-{high:.3g}"
+    best_text = f", best L{best[0]}H{best[1]} {grid[best]:.{digits}f}" if best is not None else ""
+    return (f'<div class="heat"><div class="name">{_e(name)}</div><div class="meta">scale {shown}{best_text}</div>'
             f'<table class="heatmap">{"".join(rows)}</table><div class="readout"></div></div>')
 
 
@@ -296,10 +310,37 @@ def comparison_section(comparison: Comparison, folder: Path) -> str:
     return "\n".join(parts)
 
 
+def significance_section(table: pd.DataFrame) -> str:
+    """The tests between settings (``--test``) as a section: what was tested and how
+    (:data:`mtl_heads.reports.significance.TESTS_TEXT`), then the sortable table of
+    :func:`mtl_heads.reports.significance.format_significance` (the columns as
+    ``python -m mtl_heads.compare --test`` prints them; means, the difference and the p values sort
+    as numbers).
+
+    Args:
+        table: :func:`mtl_heads.reports.significance.significance_table` of the pairs asked for
+            (one row per pair and shared score; empty when no two settings share a task).
+    """
+    head = ('<section id="significance"><h2>Significance between settings</h2>'
+            f'<p class="meta">Is a difference more than seed noise? {_e(TESTS_TEXT)}</p>')
+    if table.empty:
+        return head + '<p class="note">No two settings share a task: nothing to test.</p></section>'
+    shown = format_significance(table)
+    values = pd.DataFrame({"A mean ± std (n)": table["mean A"], "B mean ± std (n)": table["mean B"],
+                           "B - A": table["difference"], "welch p": table["welch p"],
+                           "permutation p (smallest possible, splits)": table["permutation p"]})
+    pairs = len(table[["A", "B"]].drop_duplicates())
+    return (head + f'<p class="meta">{pairs} pair(s) of settings, {len(table)} test(s); each setting\'s mean ± '
+                   "sample standard deviation over its seeds (n); B - A is the difference of the means.</p>"
+            + html_table(shown, values, "significance-table", text_columns=("score", "note")) + "</section>")
+
+
 def gate_pictures(runs: pd.DataFrame | list[Path], folder: Path) -> str:
     """The gate pictures of :func:`mtl_heads.reports.gates.write_report` for the runs that have gates,
     grouped into the settings of the comparison table (``runs``: its run table; a plain list of run
-    folders is grouped by :func:`mtl_heads.reports.gates.group_settings`)."""
+    folders is grouped by :func:`mtl_heads.reports.gates.group_settings`), and, when some setting's
+    gates moved, its stem cells (:func:`stem_cells_html`). ``folder``: where the pictures are drawn
+    before they are inlined (a temporary folder)."""
     table = runs if isinstance(runs, pd.DataFrame) else pd.DataFrame({"run": [str(p) for p in runs]})
     settings = list(table["setting"]) if "setting" in table else [None] * len(table)
     with_gates = [(s, Path(r)) for s, r in zip(settings, table["run"]) if (Path(r) / "gates.json").is_file()]
@@ -348,6 +389,8 @@ def gate_pictures(runs: pd.DataFrame | list[Path], folder: Path) -> str:
     parts.append('<div class="gallery">' + "".join(figures) + "</div>")
     if "correlation_permutation_csv" in paths:
         parts.append(_permutation_html(pd.read_csv(paths["correlation_permutation_csv"])))
+    if moving:  # the CSV that python -m mtl_heads.gates reads back for its printed lines
+        parts.append(stem_cells_html(pd.read_csv(paths["stem_cells_csv"]), still))
     maps = [_figure(paths[k], k.removeprefix("gates/")) for k in paths if k.startswith("gates/")]
     maps += [_figure(paths[f"kept/{s}"], f"heads kept per layer: {s}") for s in still if f"kept/{s}" in paths]
     parts.append(f"<details><summary>gate map of each run ({sum(k.startswith('gates/') for k in paths)})"
@@ -355,6 +398,37 @@ def gate_pictures(runs: pd.DataFrame | list[Path], folder: Path) -> str:
                  f'<div class="gallery">{"".join(maps)}</div></details>')
     parts.append("</section>")
     return "\n".join(parts)
+
+
+def stem_cells_html(table: pd.DataFrame, left_out: list[str] | tuple = ()) -> str:
+    """The stem cells (heads kept in every setting whose gates moved, He & Choi 2021): the lines
+    ``python -m mtl_heads.gates`` prints (:func:`mtl_heads.reports.gates.stem_cell_lines`: the rule,
+    the settings taking part, ``k of N heads kept in every setting (chance x ...): L0H0, ...``, the
+    heads kept in every run), then its grid of how many settings keep each head as a hover heatmap,
+    the stem cells outlined. Without stem cells a sentence says so before the count line.
+
+    Args:
+        table: :func:`mtl_heads.reports.gates.stem_cells` (as written to ``stem-cells.csv``).
+        left_out: settings whose gates never moved (named in the settings line). Default: none.
+    """
+    names = stem_settings(table)
+    lines = stem_cell_lines(table, left_out, KEEP_THRESHOLD, grid=False)  # the grid is drawn below
+    head = '<h3 id="stem-cells">Stem cells</h3>'
+    if not names:  # no setting's gates moved: the lines say so
+        return head + "".join(f'<p class="note">{_e(line.strip())}</p>' for line in lines[1:])
+    grid = table.pivot(index="layer", columns="head", values="settings kept").to_numpy(float)  # [layers, heads]
+    outline = table.pivot(index="layer", columns="head", values="stem cell").to_numpy(bool)  # [layers, heads]
+    said = [line.strip() for line in lines[1:]]
+    count = next(i for i, line in enumerate(said) if " heads kept in every setting " in line)
+    items = [f"<li><b>{_e(line)}</b></li>" if i == count else f"<li>{_e(line)}</li>" for i, line in enumerate(said)]
+    none = "" if outline.any() else (f'<p class="note">No stem cells: no head is kept in every one of the '
+                                     f"{len(names)} settings whose gates moved.</p>")
+    rule = lines[0].replace("\n", " ")  # wrapped for a terminal
+    heatmap = heatmap_html(grid, f"settings (of {len(names)}) keeping it", unit="settings", scale=(0, len(names)),
+                           digits=0, outline=outline)
+    return (f'{head}<p class="meta">{_e(rule)}</p>{none}<ul class="meta">{"".join(items)}</ul>'
+            f'<p class="meta">How many settings keep each head, layer (rows) x head (columns); hover a cell for its '
+            f'count, red border = stem cell (kept in all {len(names)}).</p><div class="heatmaps">{heatmap}</div>')
 
 
 def _permutation_html(table: pd.DataFrame) -> str:
@@ -608,13 +682,30 @@ def split_specs(specs: list[str]) -> tuple[list[str], list[Path]]:
 
 
 def build_page(run_specs: list[str], probe_dirs: list[Path], title: str = "mtl-heads report",
-               root: str | Path = RUNS, panels: int = PANELS, notes: list[Note] | None = None) -> str:
-    """The whole HTML page as a string (nothing in it refers outside the page). What is given and
-    not used is appended to ``notes`` (and listed on the page)."""
+               root: str | Path = RUNS, panels: int = PANELS, notes: list[Note] | None = None,
+               tests: list[str] | None = None) -> str:
+    """The whole HTML page as a string (nothing in it refers outside the page).
+
+    Args:
+        run_specs: what :func:`mtl_heads.reports.runs.find_runs` takes (run folders, globs, folders
+            of runs, experiment names); none: no comparison or gate sections.
+        probe_dirs: probe report and probe comparison folders (:func:`split_specs`).
+        title: the page's title (default ``mtl-heads report``).
+        root: where experiment names are looked up (default ``runs/``).
+        panels: heatmaps per probe family (default 8).
+        notes: what is given and not used is appended to it (and listed on the page). Default: a new list.
+        tests: ``A,B`` texts or ``all`` of ``--test`` (:func:`mtl_heads.reports.significance.resolve_pairs`):
+            adds the section of :func:`significance_section`. Default none: no such section.
+
+    Raises ``ConfigError`` for nothing to report, ``tests`` without runs, a bad ``--test`` name (the
+    message starts ``--test``), or broken run / probe files.
+    """
     from probes.report import read_report
 
     if not run_specs and not probe_dirs:
         raise ConfigError("nothing to report: give run folders (or experiment names) and/or probe report folders")
+    if tests and not run_specs:
+        raise ConfigError(f"--test {tests[0]!r}: no runs to test; give run folders (or experiment names)")
     notes = [] if notes is None else notes
     sections, nav = [], []
     with tempfile.TemporaryDirectory() as tmp:
@@ -623,8 +714,12 @@ def build_page(run_specs: list[str], probe_dirs: list[Path], title: str = "mtl-h
             comparison = compare_runs(run_specs, root, uses=PROBE_KINDS)
             notes += comparison.notes
             sections.append(comparison_section(comparison, folder))
+            nav.append(("comparison", "Comparison"))
+            if tests:
+                sections.append(significance_section(add_significance(comparison, tests).significance))
+                nav.append(("significance", "Significance"))
             sections.append(gate_pictures(comparison.runs, folder))
-            nav += [("comparison", "Comparison"), ("gates", "Gates")]
+            nav.append(("gates", "Gates"))
         reports, comparisons = [], []
         for path in probe_dirs:
             if folder_kind(Path(path)) == "probe comparison":
