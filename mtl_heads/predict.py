@@ -76,24 +76,6 @@ def check_paths(cfg) -> tuple[Path, Path]:
     return source, out
 
 
-def check_conllu_complete(predictor, sentences) -> None:
-    """A CoNLL-U file annotates a layer on every sentence or on none (``conllu.write_conllu``), so
-    sentences over the encoder limit, which get no prediction, cannot go into one: say so before
-    predicting. Under ``long_policy=split`` the POS and NER of their pieces are joined, which is
-    enough when only those tasks are predicted."""
-    from mtl_heads.inference import WORD_LEVEL_TASKS
-
-    missing = [t for t in predictor.tasks if predictor.long_policy == "skip" or t not in WORD_LEVEL_TASKS]
-    over = predictor.over_limit(sentences) if missing else []
-    if over:
-        first = sentences[over[0]].source or f"sentence {over[0] + 1}"
-        raise ConfigError(f"config key 'format': {len(over)} sentences are longer than the encoder limit of "
-                          f"{predictor.model.encoder.max_length} sub-words (the first at {first}) and get no "
-                          f"{', '.join(missing)} prediction (long_policy={predictor.long_policy}), but a CoNLL-U file "
-                          "annotates a layer on every sentence or on none; write conll2012 or jsonl (they leave those "
-                          "sentences empty), or predict only tasks=pos,ner with long_policy=split")
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
@@ -131,8 +113,6 @@ def predict(cfg) -> int:
     if left_out:
         print(f"note: {out_format} has no place for {', '.join(left_out)}: not written (jsonl keeps every layer)",
               file=sys.stderr)
-    if out_format == "conllu":
-        check_conllu_complete(predictor, sentences)
     predicted, stats = predictor.predict_sentences(sentences, batch_size=cfg.batch_size, progress=cfg.progress)
     formats.write(predicted, out, out_format, pos_column=predictor.pos_column)
     print(f"predicted {', '.join(predictor.tasks)} with {cfg.run} on {predictor.device}")
