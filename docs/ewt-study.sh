@@ -35,15 +35,17 @@ read -r -a ORDER <<< "${SETTINGS:-pos dep con srl ner mtl5}"  # SETTINGS="pos mt
 DP="prune=dynamic train.lr_gate=0.05"   # gates learnt with the encoder and decoders, reference lambdas
 BUDGET="prune.budget=36"                # equal sparsity: 36 of the 72 heads kept, every task
 
-# one run into $1 (skipped when finished, resumed when started), with the other arguments
+# one run into $1 (skipped when finished, resumed when started), with the other arguments; a run
+# that fails is named at the end and the others go on (the script then exits 1)
+FAILED=()
 run() {
   local dir=$1; shift
   if [[ -f $dir/metrics.json ]]; then echo "done: $dir"; return; fi
   if [[ -f $dir/config.yaml ]]; then
-    python -m mtl_heads.train resume=true run_dir="$dir" train.progress=false
+    python -m mtl_heads.train resume=true run_dir="$dir" train.progress=false || FAILED+=("$dir")
   else
     # shellcheck disable=SC2068
-    python -m mtl_heads.train data=ewt $@ $EXTRA run_dir="$dir" train.progress=false
+    python -m mtl_heads.train data=ewt $@ $EXTRA run_dir="$dir" train.progress=false || FAILED+=("$dir")
   fi
 }
 
@@ -97,3 +99,7 @@ for stage in "${stages[@]}"; do
     *) echo "unknown stage '$stage' (baselines dp probes sp budget doc)" >&2; exit 2 ;;
   esac
 done
+if [[ ${#FAILED[@]} -gt 0 ]]; then
+  printf 'failed (see the log above; run the script again to retry): %s\n' "${FAILED[@]}" >&2
+  exit 1
+fi
