@@ -103,7 +103,8 @@ def setting_name(cfg: DictConfig) -> str:
 
 # --- starting from a trained run (init=) --------------------------------------------------------
 # Sections taken from the init run unless the command line sets them: the model must match its weights.
-INHERITED = ("tasks", "encoder.name", "encoder.attn_implementation", "data", "task")
+INHERITED = ("tasks", "encoder.name", "encoder.attn_implementation", "encoder.pool", "encoder.gate_groups", "data",
+             "task")
 
 
 def apply_init(cfg: DictConfig, overrides: list[str]) -> DictConfig:

@@ -97,3 +97,21 @@ def test_runs_saved_before_a_key_existed_rebuild_what_they_trained(tmp_path):
     del no_srl.task["srl"]
     (new / "config.yaml").write_text(to_yaml(no_srl))
     assert OmegaConf.select(load_saved_config(new / "config.yaml"), "task.srl") is None  # nothing added
+
+
+def test_init_inherits_what_the_weights_were_trained_with(tmp_path):
+    """init=<run>: the run's word pooling and gate grouping come with its weights (its decoders were
+    trained on those vectors); a key given on the command line still wins."""
+    from mtl_heads.config import load_config, to_yaml
+    from mtl_heads.experiment import apply_init
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text(to_yaml(load_config(["tasks=pos", "encoder.pool=first", "encoder.gate_groups=kv"])))
+    (run / "labels.json").write_text("{}")
+    (run / "model.safetensors").write_bytes(b"")  # only looked for here
+    args = [f"init={run}", "prune.mode=static"]
+    started = apply_init(load_config(args), args)
+    assert started.encoder.pool == "first" and started.encoder.gate_groups == "kv"
+    args += ["encoder.gate_groups=heads"]
+    assert apply_init(load_config(args), args).encoder.gate_groups == "heads"
