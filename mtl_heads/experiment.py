@@ -192,7 +192,9 @@ def run(overrides: list[str], on_step: Callable | None = None) -> dict:
         else:
             task.fit_labels([e.sentence for e in examples["train"][name]])
     model = MultiTaskModel(encoder, tasks)
-    if cfg.init and not resuming:  # pruning starts from fresh gates; plain training keeps the run's gates
+    # a resumed run stopped before its first checkpoint starts over, from init= like a new one
+    restarts = not resuming or not any((run_dir / name).is_dir() for name in ("checkpoint", "checkpoint.prev"))
+    if cfg.init and restarts:  # pruning starts from fresh gates; plain training keeps the run's gates
         load_run_weights(model, cfg.init, gate=prune_mode(cfg) == "none")
     freeze(model, cfg)
     parallel = make_parallel(strategy(cfg), rank, world, device, bf16=uses_bf16(device, cfg.precision))

@@ -165,3 +165,23 @@ def load_config_file(folder):
     from omegaconf import OmegaConf
 
     return OmegaConf.load(folder / "config.yaml")
+
+
+class Stop(Exception):
+    pass
+
+
+def test_static_pruning_stopped_before_its_first_checkpoint_resumes_from_init(base, trained, tmp_path):
+    """resume=true on an SP run that wrote no checkpoint yet starts over from init= (its frozen
+    decoders are the trained run's), not from random decoders."""
+    def stop(trainer):
+        raise Stop()
+
+    out = tmp_path / "sp"
+    with pytest.raises(Stop):
+        run(base + ["prune=static", f"init={trained}", f"run_dir={out}"], on_step=stop)
+    assert (out / "config.yaml").exists() and not (out / "checkpoint").exists()
+    run(base + ["resume=true", f"run_dir={out}"])
+    before, after = weights(trained), weights(out)
+    decoder_keys = [k for k in after if k.startswith("decoders.")]
+    assert decoder_keys and all(torch.equal(before[k], after[k]) for k in decoder_keys)
