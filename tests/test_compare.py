@@ -507,3 +507,13 @@ def test_bad_test_names_exit_2_with_one_line(tmp_path, capsys, spec, message):
     assert main([str(tmp_path / "runs"), "--out", str(tmp_path / "o"), "--test", spec]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {message}") and err.count("\n") == 1
+
+
+def test_dev_curves_of_nan_scores_are_not_drawn(tmp_path, capsys):
+    """A diverged run's history of NaN scores: the table is written, the curves are not (a note says why)."""
+    root = tmp_path / "runs"
+    for seed in (1, 2):
+        make_run(root / "pos" / f"seed{seed}", ("pos",), seed, history=[{"pos": float("nan")}, {"pos": float("nan")}])
+    out = tmp_path / "cmp"
+    assert main([str(root), "--out", str(out), "--plot"]) == 0
+    assert not (out / "dev-curves.png").exists() and "every dev score in the runs' histories is NaN" in capsys.readouterr().err

@@ -474,6 +474,10 @@ def plot_dev_curves(runs: pd.DataFrame, out: Path, notes: list[Note] | None = No
         notes.append(Note(out / "dev-curves.png", why))
     if points.empty:
         return {}
+    if points["value"].isna().all():  # histories of NaN scores (a diverged run): nothing to draw
+        if notes is not None:
+            notes.append(Note(out / "dev-curves.png", "not drawn: every dev score in the runs' histories is NaN"))
+        return {}
     out.mkdir(parents=True, exist_ok=True)
     learning_curves(points).to_csv(out / "dev-curves.csv", index=False, float_format="%.4f")
     return {"dev_curves_csv": out / "dev-curves.csv",
