@@ -165,19 +165,24 @@ def word_tokenizer(tokenizer, name: str):
     """Make a loaded tokenizer fit for pre-split words, in place; returns it.
 
     - It must be fast: word alignment needs ``word_ids()`` (else ValueError naming ``name``).
-    - A byte-level BPE (GPT-2, RoBERTa, Qwen2, Llama 3) marks a word start with a leading space,
-      which pre-split words do not carry: fed ``["The", "dog"]`` it would encode ``dog`` as a
-      word-inner piece, unlike the ``" dog"`` of running text it was trained on. Its ``ByteLevel``
-      pre-tokenizer (alone or inside a ``Sequence`` after Llama 3's / Qwen2's regex split) gets
-      ``add_prefix_space=True``, so every word starts as in running text. The tokenizer classes
-      of Llama 3 and many others ignore the ``add_prefix_space`` argument, hence this edit of the
-      backend (``tokenizers`` has no other way to set it inside a Sequence). SentencePiece-style
-      ``Metaspace`` tokenizers (Llama 2, Mistral, Gemma) already mark every pre-split word.
+    - A byte-level BPE (GPT-2, RoBERTa, Qwen2, Llama 3, OLMo 2) marks a word start with a leading
+      space, which pre-split words do not carry: fed ``["The", "dog"]`` it would encode ``dog`` as
+      a word-inner piece, unlike the ``" dog"`` of running text it was trained on. Each word must
+      get one space in front, as in running text:
+      - a lone ``ByteLevel`` pre-tokenizer (GPT-2, RoBERTa) gets ``add_prefix_space=True``;
+      - a ``Sequence`` of a regex ``Split`` then ``ByteLevel`` (Llama 3, Qwen2, OLMo 2) gets a
+        ``Prepend(" ")`` normaliser, which runs once per pre-split word. ``add_prefix_space`` on
+        its ``ByteLevel`` would put a space before every PIECE the regex cut the word into
+        (``2024`` -> ``202`` + `` 4``, ``U.S.`` -> ``U`` + `` .S`` + `` .``), so it is turned off.
+      The tokenizer classes of Llama 3 and many others ignore the ``add_prefix_space`` argument,
+      hence this edit of the backend. SentencePiece-style ``Metaspace`` tokenizers (Llama 2,
+      Mistral, Gemma) already mark every pre-split word. Applying it twice changes nothing (a
+      pruned folder saves the edited tokenizer).
     - One without a pad token pads with its eos token (padding is masked anyway), else ValueError.
     """
     import json
 
-    from tokenizers import Tokenizer
+    from tokenizers import Tokenizer, normalizers
 
     if not getattr(tokenizer, "is_fast", False):
         raise ValueError(
@@ -187,17 +192,33 @@ def word_tokenizer(tokenizer, name: str):
     backend = tokenizer.backend_tokenizer
     spec = json.loads(backend.to_str())
     pre = spec.get("pre_tokenizer") or {}
-    parts = pre.get("pretokenizers", []) if pre.get("type") == "Sequence" else [pre]
-    byte_level = [p for p in parts if p.get("type") == "ByteLevel" and not p.get("add_prefix_space")]
-    for part in byte_level:
-        part["add_prefix_space"] = True
-    if byte_level:
+    if pre.get("type") == "ByteLevel" and not pre.get("add_prefix_space"):
+        pre["add_prefix_space"] = True
         backend.pre_tokenizer = Tokenizer.from_str(json.dumps(spec)).pre_tokenizer
+    inner = [p for p in pre.get("pretokenizers", []) if p.get("type") == "ByteLevel"] if pre.get("type") == "Sequence" else []
+    if inner:
+        if any(p.get("add_prefix_space") for p in inner):
+            for part in inner:
+                part["add_prefix_space"] = False
+            backend.pre_tokenizer = Tokenizer.from_str(json.dumps(spec)).pre_tokenizer
+        if not _prepends_space(spec.get("normalizer")):
+            old = backend.normalizer
+            backend.normalizer = normalizers.Prepend(" ") if old is None else normalizers.Sequence([old, normalizers.Prepend(" ")])
     if tokenizer.pad_token is None:
         if tokenizer.eos_token is None:
             raise ValueError(f"the tokenizer of {name!r} has neither a pad nor an eos token to pad with")
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
+
+
+def _prepends_space(normalizer: dict | None) -> bool:
+    """Whether a normaliser (its JSON) already puts a space in front: ``Prepend(" ")``, alone or in a Sequence."""
+    if not normalizer:
+        return False
+    if normalizer.get("type") == "Sequence":
+        return any(_prepends_space(n) for n in normalizer.get("normalizers", []))
+    return normalizer.get("type") == "Prepend" and normalizer.get("prepend") == " "
+
 
 # encoder.pool: how a word's sub-word vectors become one vector.
 POOLING = ("auto", "first", "last", "mean")

@@ -264,6 +264,16 @@ def test_pre_split_words_are_encoded_as_in_running_text(tmp_path, tokenizer_clas
     assert pieces == running
     assert [p for p, w in zip(pieces, word_ids) if w == 1][0] == "Ġcompany"
     assert sorted(set(w for w in word_ids if w is not None)) == list(range(len(words)))
+    # words the regex cuts into several pieces (digits, dots, hyphens, clitics) get ONE space, before
+    # the word, as in running text; and loading the edited tokenizer again (a pruned folder) adds none
+    from mtl_heads.encoder import word_tokenizer
+
+    cut = "In 2024 the U.S. e-mail said 3.5 percent , n't".split()
+    again = word_tokenizer(tokenizer, "again")
+    enc = again([cut], is_split_into_words=True)
+    assert again.convert_ids_to_tokens(enc["input_ids"][0]) == \
+        bare.convert_ids_to_tokens(bare(" " + " ".join(cut))["input_ids"])
+    assert sorted(set(w for w in enc.word_ids(0) if w is not None)) == list(range(len(cut)))
 
 
 def test_a_bf16_checkpoint_trains_in_fp32(tmp_path, folders):
