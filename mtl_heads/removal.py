@@ -55,7 +55,7 @@ from mtl_heads.config import ConfigError, load_saved_config
 from mtl_heads.encoder import (ADAPTERS, GATE_GROUPS, POOLING, Adapter, GatedEncoder,
                                _in_features, attention_shape, tokenizer_kwargs, word_tokenizer)
 
-__all__ = ["PRUNABLE", "DECODERS", "LayerConfig", "PrunedEncoder", "kept_heads_from_gates", "removal_plan",
+__all__ = ["PRUNABLE", "DECODERS", "LayerConfig", "PrunedEncoder", "removal_plan",
            "remove_heads", "prune_encoder", "prune_model", "count_parameters", "attention_parameters", "save_pruned",
            "load_pruned", "compare_outputs", "THRESHOLD"]
 
@@ -90,17 +90,6 @@ def _check_prunable(model_type: str) -> None:
 
 
 # ---------------------------------------------------------------------- which heads go
-def kept_heads_from_gates(values: torch.Tensor, threshold: float = THRESHOLD) -> list[list[int]]:
-    """Indices of the heads whose gate value is at least ``threshold``, per layer.
-
-    Args:
-        values: ``[layers, heads]`` deterministic gate values.
-        threshold: a head below it counts as pruned. Default: 1e-3.
-    """
-    keep = torch.as_tensor(values) >= threshold  # [layers, heads]
-    return [row.nonzero().flatten().tolist() for row in keep]
-
-
 def removal_plan(values: torch.Tensor, threshold: float = THRESHOLD,
                  group_size: int = 1) -> tuple[list[list[int]], list[list[int]], torch.Tensor]:
     """What removal does with each query head, given the gates.
