@@ -656,3 +656,36 @@ def test_cli_refuses_a_probes_folder_that_is_no_probe_report(stem_runs, tmp_path
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: --probes {folder}: ") and why in err[0]
     assert not out.exists()  # refused before anything is written
+
+
+def test_kv_group_gates_are_shuffled_as_whole_groups(tmp_path):
+    """With one gate per KV group, the group's query heads always move together: the permutation
+    baseline shuffles whole groups. Shuffling single heads made the null too narrow (p < 0.05 far
+    more often than 5% for independent settings); by groups it is about right."""
+    order = gate_report.block_permutations(np.random.default_rng(0), 50, 12, block=4)
+    assert all(sorted(row) == list(range(12)) for row in order.tolist())
+    assert (order.reshape(50, 3, 4) == order.reshape(50, 3, 4)[:, :, :1] + np.arange(4)).all()  # groups kept whole
+
+    rng = np.random.default_rng(1)
+
+    def grid():  # 4 layers x 2 KV groups x 4 query heads, one value per group
+        return np.repeat(rng.random((4, 2)), 4, axis=1)
+
+    def share_significant(block):
+        hits = 0
+        for _ in range(200):
+            table = gate_report.permutation_baseline({"a": [grid()], "b": [grid()]}, {"a": [True], "b": [True]},
+                                                     shuffles=200, block=block)
+            hits += table["p"].iloc[0] < 0.05
+        return hits / 200
+
+    assert share_significant(4) <= 0.09 < 0.15 <= share_significant(1)
+
+    # a run's group size comes from its config and gates.json
+    kv = make_run(tmp_path / "kv", [[1, 1, 0, 0]], encoder={"gate_groups": "kv"})
+    meta = json.loads((kv / "gates.json").read_text())
+    (kv / "gates.json").write_text(json.dumps({**meta, "kv_heads": 2}))
+    heads = make_run(tmp_path / "heads", [[1, 1, 0, 1]])
+    runs = {r.path.name: r for r in read_runs([kv, heads])}
+    assert runs["kv"].group_size == 2 and runs["heads"].group_size == 1
+    assert gate_report.group_size({"a": [runs["kv"]], "b": [runs["heads"]]}) == 2

@@ -99,6 +99,19 @@ class RunGates:
     config: dict = field(default_factory=dict, repr=False)
 
     @property
+    def group_size(self) -> int:
+        """Query heads that share one gate: ``heads // kv_heads`` for a run with ``encoder.gate_groups=kv``
+        (``kv_heads`` from its gates.json), else 1."""
+        if str((self.config.get("encoder") or {}).get("gate_groups", "heads")) != "kv":
+            return 1
+        try:
+            kv = int(json.loads((self.path / "gates.json").read_text()).get("kv_heads") or 0)
+        except (OSError, ValueError, TypeError):
+            return 1
+        heads = self.values.shape[1]
+        return heads // kv if kv and heads % kv == 0 else 1
+
+    @property
     def setting(self) -> str:
         """The task list, ``pos+ner``, with the pruning regime when there is one: ``dep (static)``."""
         name = "+".join(self.tasks)
@@ -287,8 +300,17 @@ def _null_summary(observed: float, null: np.ndarray) -> tuple[float, float, floa
     return float(null.mean()), float(np.percentile(null, 95)), (1 + hits) / (1 + null.size)
 
 
+def block_permutations(rng: np.random.Generator, count: int, size: int, block: int = 1) -> np.ndarray:
+    """``[count, size]`` random permutations of ``size`` positions that move runs of ``block`` adjacent
+    positions together (a KV group's query heads, adjacent in a flattened ``[layers, heads]`` grid);
+    ``block`` 1: plain permutations. ``size`` must be a multiple of ``block``."""
+    order = np.argsort(rng.random((count, size // block)), axis=1)  # [count, blocks]
+    return (order[:, :, None] * block + np.arange(block)).reshape(count, size)
+
+
 def permutation_baseline(settings: dict[str, list[np.ndarray]], moved: dict[str, list[bool]] | None = None,
-                         threshold: float = KEEP_THRESHOLD, shuffles: int = SHUFFLES, seed: int = 0) -> pd.DataFrame:
+                         threshold: float = KEEP_THRESHOLD, shuffles: int = SHUFFLES, seed: int = 0,
+                         block: int = 1) -> pd.DataFrame:
     """Do two settings keep the same heads more than chance, given how many heads each keeps?
 
     For each pair (A, B) of the settings whose gates moved (the pairs off the diagonal of
@@ -306,6 +328,9 @@ def permutation_baseline(settings: dict[str, list[np.ndarray]], moved: dict[str,
         threshold: a head is kept when its gate is >= this (default 1e-3).
         shuffles: number of shuffles (default 1000); the smallest p is ``1 / (shuffles + 1)``.
         seed: numpy seed of the shuffles (default 0).
+        block: query heads that share one gate in some setting (``encoder.gate_groups=kv``: a KV
+            group): whole groups are shuffled, since heads that always move together are one draw,
+            not ``block`` independent ones (default 1: single heads).
 
     Columns: ``A``, ``B``, ``correlation``, ``null mean``, ``null 95%``, ``p`` (one-sided: share of
     shuffles at least as high, ``(1 + hits) / (1 + shuffles)``), ``kept A``, ``kept B``, ``jaccard``,
@@ -321,7 +346,7 @@ def permutation_baseline(settings: dict[str, list[np.ndarray]], moved: dict[str,
     means = {n: _stack(settings[n]).mean(0).ravel() for n in names}  # each [layers * heads]
     kept = {n: kept_heads(settings[n], threshold) for n in names}
     size = len(next(iter(means.values())))
-    order = np.argsort(np.random.default_rng(seed).random((shuffles, size)), axis=1)  # [shuffles, heads]: permutations
+    order = block_permutations(np.random.default_rng(seed), shuffles, size, block)  # [shuffles, heads]
     rows = []
     for a, b in itertools.combinations(names, 2):
         x, y = means[a] - means[a].mean(), means[b] - means[b].mean()
@@ -565,7 +590,7 @@ def head_ranks(scores: np.ndarray) -> np.ndarray:
 
 
 def set_percentile_baseline(percentiles: np.ndarray, chosen: np.ndarray, draws: int = DRAWS,
-                            seed: int = 0) -> tuple[float, float, float, float]:
+                            seed: int = 0, block: int = 1) -> tuple[float, float, float, float]:
     """Is the mean percentile of the ``chosen`` heads higher than that of random head sets of its size?
 
     Args:
@@ -575,6 +600,8 @@ def set_percentile_baseline(percentiles: np.ndarray, chosen: np.ndarray, draws: 
             p is ``1 / (draws + 1)``; where few sets exist (``C(n, k)`` small) p cannot go much below
             ``1 / C(n, k)``, the chance of drawing the tested set itself.
         seed: numpy seed of the draws (default 0).
+        block: query heads that share one gate (a KV group, adjacent): a random set is the heads of
+            the same number of whole groups as ``chosen`` holds (default 1: single heads).
 
     Returns (observed mean percentile, null mean, null 95th percentile, one-sided
     ``p = (1 + draws at least as high) / (1 + draws)``).
@@ -584,7 +611,8 @@ def set_percentile_baseline(percentiles: np.ndarray, chosen: np.ndarray, draws: 
     if k == 0:
         raise ValueError("set_percentile_baseline needs at least one chosen head")
     observed = float(percentiles[chosen].mean())
-    picks = np.argsort(np.random.default_rng(seed).random((draws, percentiles.size)), axis=1)[:, :k]  # [draws, k]
+    groups = -(-k // block)  # whole groups of the tested set
+    picks = block_permutations(np.random.default_rng(seed), draws, percentiles.size, block)[:, :groups * block]
     null = percentiles[picks].mean(1)  # [draws]
     hits = int((null >= observed - 1e-9).sum())  # ties count as "at least as high"
     return observed, float(null.mean()), float(np.percentile(null, 95)), (1 + hits) / (1 + draws)
@@ -609,7 +637,8 @@ def check_probe_grid(reports: list, shape: tuple[int, int]) -> None:
                               f"have {shape[0]} x {shape[1]} gates (one encoder per report)")
 
 
-def stem_cells_vs_probes(table: pd.DataFrame, reports: list, draws: int = DRAWS, seed: int = 0) -> pd.DataFrame:
+def stem_cells_vs_probes(table: pd.DataFrame, reports: list, draws: int = DRAWS, seed: int = 0,
+                         block: int = 1) -> pd.DataFrame:
     """Are the stem cells among the best probe heads of each probe report (typically the pretrained encoder's)?
 
     Args:
@@ -642,7 +671,7 @@ def stem_cells_vs_probes(table: pd.DataFrame, reports: list, draws: int = DRAWS,
                 continue
             skill = head_skill(full, labels, layers, heads).ravel()  # [L * H]
             percent, rank = percentile_ranks(skill), head_ranks(skill)  # each [L * H]
-            observed, null_mean, null_95, p = set_percentile_baseline(percent, chosen, draws, seed)
+            observed, null_mean, null_95, p = set_percentile_baseline(percent, chosen, draws, seed, block)
             best = int(np.argmax(np.where(np.isnan(skill), -np.inf, skill)))
             rows.append({**row, "labels": len(labels), "mean percentile": observed, "null mean": null_mean,
                          "null 95%": null_95, "p": p, "best head": table["name"].iloc[best], "note": "",
@@ -936,6 +965,12 @@ def write_overlap(setting: str, three: list[RunGates], out: Path) -> Path:
                        out / f"overlap-{_file_safe(setting)}.png", note)
 
 
+def group_size(groups: dict[str, list[RunGates]]) -> int:
+    """The largest number of query heads sharing one gate in any run (1 without KV-group gates): the
+    unit the permutation tests move."""
+    return max((r.group_size for g in groups.values() for r in g), default=1)
+
+
 def write_correlation(groups: dict[str, list[RunGates]], out: Path, stem: str = "correlation",
                       threshold: float = KEEP_THRESHOLD, shuffles: int = SHUFFLES) -> dict[str, Path]:
     """``<stem>.csv`` (every setting; blank where the correlation means nothing, see
@@ -948,7 +983,7 @@ def write_correlation(groups: dict[str, list[RunGates]], out: Path, stem: str = 
     table = correlation_matrix(settings, moved)
     table.to_csv(out / f"{stem}.csv", float_format="%.4f")
     paths = {f"{stem}_csv": out / f"{stem}.csv"}
-    baseline = permutation_baseline(settings, moved, threshold, shuffles)
+    baseline = permutation_baseline(settings, moved, threshold, shuffles, block=group_size(groups))
     if not baseline.empty:
         baseline.to_csv(out / f"{stem}-permutation.csv", index=False, float_format="%.6g")
         paths[f"{stem}_permutation_csv"] = out / f"{stem}-permutation.csv"
@@ -991,7 +1026,7 @@ def write_stem_cells(groups: dict[str, list[RunGates]], out: Path, threshold: fl
     table = stem_cells({s: [r.values for r in g] for s, g in groups.items()}, moved_flags(groups), threshold)
     table.to_csv(out / "stem-cells.csv", index=False)
     paths = {"stem_cells_csv": out / "stem-cells.csv"}
-    ranks = stem_cells_vs_probes(table, probe_reports or [], draws)
+    ranks = stem_cells_vs_probes(table, probe_reports or [], draws, block=group_size(groups))
     if not ranks.empty:
         ranks.to_csv(out / "stem-cells-probes.csv", index=False, float_format="%.6g")
         paths["stem_cells_probes_csv"] = out / "stem-cells-probes.csv"
