@@ -1,0 +1,450 @@
+"""He & Choi's claims checked on one study, one line each with its numbers (the library of
+``python -m mtl_heads.claims``, whose command line is :mod:`mtl_heads.claims`).
+
+A *study* is a set of finished run folders and probe report folders (``docs/ewt-study.sh`` writes
+one). Each run's *setting* is what ``python -m mtl_heads.compare`` calls one (configs equal apart from
+seed and folders); each setting is placed in a cell by its task list (one task: single-task, STL;
+the setting with the most tasks: MTL) and its pruning regime (:func:`regime`): ``none`` (unpruned),
+``dp`` (``prune=dynamic`` with the L0 lambdas), ``budget`` (``prune=dynamic`` with ``prune.budget``:
+equal sparsity) or ``sp`` (``prune=static``). The claims (:func:`check_claims`), each answered from
+the numbers of the cells it needs and left out with the reason when a cell is missing:
+
+1. does MTL lose to STL on some tasks (test score, Welch's t-test over seeds);
+2. do the heads that survive pruning overlap across tasks more than chance (per regime: the gate
+   correlation and the Jaccard overlap of kept heads of every pair of STL settings against a
+   permutation baseline, :func:`mtl_heads.reports.gates.permutation_baseline`);
+3. which heads survive in every task ("stem cells", :func:`mtl_heads.reports.gates.stem_cells`),
+   against the count expected by chance, and are they the pretrained encoder's best probe heads
+   (:func:`mtl_heads.reports.gates.stem_cells_vs_probes`);
+4. does STL sharpen its own task's probe heads while MTL spreads them (:func:`probe_skill`: per
+   probe, the count-weighted mean over labels of the best head's score, pretrained vs STL vs MTL);
+5. does static pruning agree with dynamic pruning on which heads matter (the same permutation
+   baseline between a setting's SP and DP gates).
+
+Every test is named in its line; p < :data:`ALPHA` counts as significant, with no correction for
+the number of tests (said in the output).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from mtl_heads.config import ConfigError
+from mtl_heads.reports.comparison import compare_runs
+from mtl_heads.reports.gates import (chance_stem_cells, kept_heads, moved_flags, permutation_baseline, read_run,
+                                     stem_cells, stem_cells_vs_probes)
+from mtl_heads.reports.runs import walk_runs
+from mtl_heads.reports.significance import permutation_test, significance_table, welch
+
+__all__ = ["ALPHA", "Claim", "Study", "regime", "read_study", "check_claims", "probe_skill", "score_grid",
+           "claims_markdown", "splice"]
+
+ALPHA = 0.05
+REGIME_NAMES = {"none": "unpruned", "dp": "dynamic pruning (DP)", "budget": "DP at equal sparsity",
+                "sp": "static pruning (SP)"}
+TESTS = ("Tests: Welch's t-test over seeds (two-sided, unequal variances) for scores; for gates, a "
+         "permutation baseline (one setting's mean gate grid shuffled over head positions, 1000 shuffles, "
+         "one-sided p); for stem cells against probe heads, 10,000 random head sets of the same size. "
+         f"Significant: p < {ALPHA}; no correction for the number of tests.")
+BEGIN, END = "<!-- claims:begin -->", "<!-- claims:end -->"
+
+
+def regime(prune_mode: str, budget) -> str:
+    """The pruning regime of a run: ``none``, ``dp``, ``budget`` (dynamic with a head budget) or ``sp``."""
+    mode = str(prune_mode or "none")
+    if mode == "dynamic":
+        return "dp" if budget is None or (isinstance(budget, float) and math.isnan(budget)) else "budget"
+    return {"static": "sp"}.get(mode, mode)
+
+
+@dataclass
+class Study:
+    """The runs and probe reports of a study.
+
+    runs: one row per run (:func:`mtl_heads.reports.comparison.compare_runs`, plus ``regime``);
+    cells: ``{(tasks, regime): setting}`` (``tasks`` as ``pos`` or ``pos+ner+...``); stl: the tasks
+    with an unpruned single-task setting, in the MTL setting's order; mtl: the task list of the MTL
+    setting (the one with the most tasks) or None; reports: probe reports (:class:`probes.report.Report`);
+    notes: what was found and not used, and why.
+    """
+
+    runs: pd.DataFrame
+    cells: dict
+    mtl: str | None
+    reports: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+
+    def setting(self, tasks: str | None, kind: str) -> str | None:
+        return self.cells.get((tasks, kind)) if tasks else None
+
+    @property
+    def tasks(self) -> list[str]:
+        """Tasks in the order of the MTL setting, then those of single-task settings only."""
+        order = self.mtl.split("+") if self.mtl else []
+        single = [t for t, _ in self.cells if "+" not in t]
+        return list(dict.fromkeys(order + sorted(single)))
+
+
+def _budget(runs: pd.DataFrame) -> pd.Series:
+    if "prune.budget" in runs:
+        return runs["prune.budget"].where(runs["prune.budget"].notna(), None)
+    return pd.Series([None] * len(runs), index=runs.index)
+
+
+def read_study(specs: list[str]) -> Study:
+    """The finished runs and probe reports found in ``specs`` (folders searched as ``compare`` does)."""
+    from probes.report import is_report_dir, read_report  # probe reports are read by their own module
+
+    comparison = compare_runs(specs, uses=("probe report", "probe comparison"))
+    runs = comparison.runs.copy()
+    runs["regime"] = [regime(p, b) for p, b in zip(runs["prune"], _budget(runs))]
+    cells, notes = {}, [str(n) for n in comparison.notes]
+    for (tasks, kind), group in runs.groupby(["tasks", "regime"], sort=False):
+        settings = list(dict.fromkeys(group["setting"]))
+        counts = {s: int((group["setting"] == s).sum()) for s in settings}
+        chosen = max(settings, key=lambda s: counts[s])
+        cells[(tasks, kind)] = chosen
+        if len(settings) > 1:
+            notes.append(f"{tasks}, {REGIME_NAMES.get(kind, kind)}: several settings ({', '.join(settings)}); "
+                         f"the claims use '{chosen}' (most seeds)")
+    multi = [t for t, k in cells if "+" in t and k == "none"] or [t for t, _ in cells if "+" in t]
+    mtl = max(multi, key=lambda t: t.count("+")) if multi else None
+    reports = []
+    for spec in map(Path, specs):
+        found, _, _ = walk_runs(spec, is_run=is_report_dir, is_unfinished=lambda p: False) if spec.is_dir() else ([], [], [])
+        for folder in ([spec] if is_report_dir(spec) else found):
+            try:
+                reports.append(read_report(folder))
+            except (OSError, ValueError) as err:
+                notes.append(f"{folder}: not used ({err})")
+    return Study(runs, cells, mtl, reports, notes)
+
+
+# --- numbers as text -----------------------------------------------------------------------------
+def _mean_std(values: np.ndarray | list[float], digits: int = 2) -> str:
+    values = np.asarray(values, dtype=float)
+    if not len(values):
+        return "n/a"
+    text = f"{values.mean():.{digits}f}"
+    return text + (f" ± {values.std(ddof=1):.{digits}f}" if len(values) > 1 else "") + f" (n={len(values)})"
+
+
+def _p(value: float) -> str:
+    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.2g}"
+
+
+def _heads_text(names: list[str], limit: int = 16) -> str:
+    """At most ``limit`` head names, then how many more."""
+    more = f", and {len(names) - limit} more" if len(names) > limit else ""
+    return (", ".join(names[:limit]) or "none") + more
+
+
+def _task_name(task: str) -> str:
+    return task.upper()
+
+
+def _mtl_name(study: Study) -> str:
+    return f"MTL-{study.mtl.count('+') + 1}" if study.mtl else "MTL"
+
+
+@dataclass
+class Claim:
+    """One claim: ``question``, ``answer`` (a short verdict with its key numbers), ``lines`` (the
+    numbers, one per task or pair), ``notes`` (why parts are left out)."""
+
+    question: str
+    answer: str
+    lines: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+# --- 1. MTL against STL -------------------------------------------------------------------------
+def _score_column(runs: pd.DataFrame, task: str, role: str = "test") -> str | None:
+    found = [c for c in runs.columns if c.startswith(f"{role} {task} ")]
+    return found[0] if found else None
+
+
+def _trained_on(study: Study, setting: str, task: str) -> str:
+    """'' or a note when ``task`` trained on another split than train in ``setting`` (EWT's NER)."""
+    rows = study.runs[study.runs["setting"] == setting]
+    run = Path(rows["run"].iloc[0])
+    from mtl_heads.reports.runs import read_yaml
+
+    data = read_yaml(run / "config.yaml").get("data") or {}
+    split = ((data.get("task_splits") or {}).get(task) or {}).get("train") or (data.get("splits") or {}).get("train")
+    return "" if split in (None, "train") else f" (trained on the {split} split)"
+
+
+def mtl_vs_stl(study: Study) -> Claim:
+    mtl = study.setting(study.mtl, "none")
+    claim = Claim(f"Does {_mtl_name(study)} lose to STL on some tasks?", "")
+    if mtl is None:
+        claim.answer = "not checked: no unpruned multi-task setting"
+        return claim
+    losses, gains, same, tested = [], [], [], 0
+    for task in study.mtl.split("+"):
+        stl = study.setting(task, "none")
+        score = _score_column(study.runs, task)
+        if stl is None or score is None:
+            claim.notes.append(f"{_task_name(task)}: no unpruned single-task setting")
+            continue
+        row = significance_table(study.runs, [(stl, mtl)]).query("score == @score").iloc[0]
+        p = row["welch p"]
+        verdict = ("not tested (fewer than 2 seeds)" if pd.isna(p) else
+                   "MTL loses" if p < ALPHA and row["difference"] < 0 else
+                   "MTL gains" if p < ALPHA else "no significant difference")
+        (losses if verdict == "MTL loses" else gains if verdict == "MTL gains" else same).append(_task_name(task))
+        tested += not pd.isna(p)
+        values = {s: study.runs.loc[study.runs["setting"] == s, score].dropna() for s in (stl, mtl)}
+        claim.lines.append(
+            f"{_task_name(task)} ({score.split(' ', 2)[2]}){_trained_on(study, stl, task)}: STL {_mean_std(values[stl])}, "
+            f"{_mtl_name(study)} {_mean_std(values[mtl])}, difference {row['difference']:+.2f}; Welch p {_p(p)}, "
+            f"exact permutation p {_p(row['permutation p'])} (smallest possible {_p(row['smallest p'])}): {verdict}")
+    claim.answer = (f"{'yes' if losses else 'no'}: loses on {', '.join(losses) or 'none'}; gains on "
+                    f"{', '.join(gains) or 'none'}; no significant difference or not tested on {', '.join(same) or 'none'}"
+                    f" (Welch p < {ALPHA}, {tested} of {len(claim.lines)} tasks testable)")
+    return claim
+
+
+# --- gates: overlap, stem cells, SP vs DP --------------------------------------------------------
+def _gates(study: Study, setting: str) -> tuple[list[np.ndarray], list[bool], int]:
+    """(gate grids, whether each moved, query heads per gate) of a setting's runs."""
+    runs = [read_run(Path(p)) for p in study.runs.loc[study.runs["setting"] == setting, "run"]]
+    flags = moved_flags({setting: runs})[setting]
+    return [r.values for r in runs], flags, max(r.group_size for r in runs)
+
+
+def _baseline(study: Study, settings: dict[str, str]) -> pd.DataFrame:
+    """permutation_baseline over ``{label: setting}``, rows labelled."""
+    grids, moved, block = {}, {}, 1
+    for label, setting in settings.items():
+        grids[label], moved[label], size = _gates(study, setting)
+        block = max(block, size)
+    return permutation_baseline(grids, moved, block=block)
+
+
+def _pair_line(row: dict, a: str, b: str) -> str:
+    return (f"{a} & {b}: gate correlation {row['correlation']:.2f} (shuffled: mean {row['null mean']:.2f}, "
+            f"95th pct {row['null 95%']:.2f}; p {_p(row['p'])}); kept-head Jaccard {row['jaccard']:.2f} "
+            f"(shuffled: mean {row['jaccard null mean']:.2f}; p {_p(row['jaccard p'])}); heads kept "
+            f"{int(row['kept A'])} and {int(row['kept B'])}")
+
+
+def _stl_settings(study: Study, kind: str) -> dict[str, str]:
+    return {_task_name(t): s for t in study.tasks if (s := study.setting(t, kind)) is not None}
+
+
+def overlap(study: Study) -> Claim:
+    claim = Claim("Do the heads that survive pruning overlap across tasks more than chance?", "")
+    answers = []
+    for kind in ("dp", "budget", "sp"):
+        settings = _stl_settings(study, kind)
+        if len(settings) < 2:
+            continue
+        table = _baseline(study, settings)
+        if table.empty:
+            claim.notes.append(f"{REGIME_NAMES[kind]}: fewer than two settings whose gates moved")
+            continue
+        above = int((table["p"] < ALPHA).sum())
+        above_j = int((table["jaccard p"] < ALPHA).sum())
+        answers.append(f"{REGIME_NAMES[kind]}: {above} of {len(table)} task pairs by gate correlation, "
+                       f"{above_j} by Jaccard")
+        claim.lines += [f"{REGIME_NAMES[kind]}, {_pair_line(r, r['A'], r['B'])}" for r in table.to_dict("records")]
+    claim.answer = "; ".join(answers) + f" (p < {ALPHA})" if answers else \
+        "not checked: no regime with two single-task pruned settings"
+    return claim
+
+
+def stem(study: Study) -> Claim:
+    claim = Claim("Which heads survive in every task and seed (stem cells), and are they the pretrained encoder's "
+                  "best probe heads?", "")
+    pretrained = [r for r in study.reports if r.meta.get("model_kind") != "run"]
+    answers = []
+    for kind in ("dp", "budget", "sp"):
+        settings = _stl_settings(study, kind)
+        if len(settings) < 2:
+            continue
+        grids, moved, block = {}, {}, 1
+        for label, setting in settings.items():
+            grids[label], moved[label], size = _gates(study, setting)
+            block = max(block, size)
+        table = stem_cells(grids, moved)
+        names = [c.removeprefix("kept in ") for c in table.columns if c.startswith("kept in ")]
+        if len(names) < 2:
+            continue
+        kept = [int(kept_heads(grids[n]).sum()) for n in names]
+        cells = list(table.loc[table["stem cell"], "name"])
+        every = list(table.loc[table["stem cell"] & table["every run"], "name"])
+        chance = chance_stem_cells(kept, len(table))
+        answers.append(f"{REGIME_NAMES[kind]}: {len(cells)} (chance {chance:.1f})")
+        claim.lines.append(
+            f"{REGIME_NAMES[kind]}: {len(cells)} heads kept in all {len(names)} tasks ({', '.join(names)}; heads kept "
+            f"{', '.join(map(str, kept))} of {len(table)}), {chance:.1f} expected by chance; "
+            f"{len(every)} of them in every seed: {_heads_text(every)}"
+            + (f"; in most seeds only: {_heads_text([h for h in cells if h not in every])}"
+               if len(every) < len(cells) else ""))
+        if len(cells) == len(table):
+            claim.notes.append(f"{REGIME_NAMES[kind]}: every head survives in every task, so there is nothing to "
+                               "hold against the probe heads")
+        elif cells and pretrained:
+            ranks = stem_cells_vs_probes(table, pretrained[:1], block=block)
+            for r in ranks.to_dict("records"):
+                if r.get("note"):
+                    continue
+                claim.lines.append(
+                    f"{REGIME_NAMES[kind]}, stem cells among the pretrained encoder's {r['probe'].upper()} probe heads: "
+                    f"mean percentile {r['mean percentile']:.1f} (random sets of {len(cells)}: mean "
+                    f"{r['null mean']:.1f}, 95th pct {r['null 95%']:.1f}; p {_p(r['p'])}); best head {r['best head']}")
+    if not pretrained:
+        claim.notes.append("no probe report of the pretrained encoder: stem cells not held against probe heads")
+    claim.answer = "; ".join(answers) if answers else "not checked: no regime with two single-task pruned settings"
+    return claim
+
+
+def sp_vs_dp(study: Study) -> Claim:
+    claim = Claim("Does static pruning (SP) agree with dynamic pruning (DP) on which heads matter?", "")
+    agree = total = 0
+    for tasks in study.tasks + ([study.mtl] if study.mtl else []):
+        dp, sp = study.setting(tasks, "dp"), study.setting(tasks, "sp")
+        if dp is None or sp is None:
+            continue
+        name = _mtl_name(study) if tasks == study.mtl else _task_name(tasks)
+        table = _baseline(study, {f"{name} DP": dp, f"{name} SP": sp})
+        if table.empty:
+            claim.notes.append(f"{name}: the gates of DP or SP never moved")
+            continue
+        row = table.iloc[0].to_dict()
+        total += 1
+        agree += bool(row["p"] < ALPHA)
+        claim.lines.append(_pair_line(row, row["A"], row["B"]))
+    claim.answer = (f"more than chance for {agree} of {total} settings (gate correlation p < {ALPHA})" if total
+                    else "not checked: no setting with both DP and SP runs")
+    return claim
+
+
+# --- 4. probes before and after -------------------------------------------------------------------
+def probe_skill(summary: pd.DataFrame) -> float:
+    """A probe's specialisation in one report: the count-weighted mean over labels of the best head's
+    score (its ``<probe>_summary.csv``: one row per label), i.e. the share of the probe's units (words,
+    arcs, spans) that the per-label best head gets right; NaN for an empty table."""
+    table = summary[np.isfinite(pd.to_numeric(summary["score"], errors="coerce"))]
+    weights = pd.to_numeric(table["count"], errors="coerce").fillna(0).to_numpy(float)
+    if not len(table) or weights.sum() <= 0:
+        return math.nan
+    return float(np.average(table["score"].to_numpy(float), weights=weights))
+
+
+def _report_setting(study: Study, report) -> str | None:
+    model = report.meta.get("model")
+    if report.meta.get("model_kind") != "run" or not model:
+        return None
+    target = Path(str(model)).resolve()
+    match = study.runs.loc[[Path(r).resolve() == target for r in study.runs["run"]], "setting"]
+    return match.iloc[0] if len(match) else None
+
+
+def probes_claim(study: Study) -> Claim:
+    claim = Claim(f"Does STL sharpen its own task's probe heads while {_mtl_name(study)} spreads them?", "")
+    pretrained = [r for r in study.reports if r.meta.get("model_kind") != "run"]
+    by_setting: dict[str, list] = {}
+    for report in study.reports:
+        setting = _report_setting(study, report)
+        if setting is not None:
+            by_setting.setdefault(setting, []).append(report)
+    mtl = study.setting(study.mtl, "none")
+    sharpened, spread = [], []
+    for task in study.tasks:
+        stl = study.setting(task, "none")
+        if stl not in by_setting or not pretrained or task not in pretrained[0].summaries:
+            continue
+        before = probe_skill(pretrained[0].summaries[task])
+        after = [probe_skill(r.summaries[task]) for r in by_setting[stl] if task in r.summaries]
+        multi = [probe_skill(r.summaries[task]) for r in by_setting.get(mtl, []) if task in r.summaries]
+        line = (f"{task.upper()} probe: pretrained {before:.2f}; STL {_task_name(task)} {_mean_std(after)} "
+                f"({np.mean(after) - before:+.2f})")
+        if np.mean(after) > before:
+            sharpened.append(_task_name(task))
+        if multi:
+            t, _, p = welch(np.array(after), np.array(multi)) if len(after) > 1 and len(multi) > 1 else (0, 0, math.nan)
+            perm = permutation_test(np.array(after), np.array(multi)) if len(after) > 1 and len(multi) > 1 else {}
+            line += (f"; {_mtl_name(study)} {_mean_std(multi)} ({np.mean(multi) - before:+.2f}); STL - MTL "
+                     f"{np.mean(after) - np.mean(multi):+.2f}, Welch p {_p(p)}, exact permutation p {_p(perm.get('p'))}")
+            if np.mean(multi) < np.mean(after) and not (p >= ALPHA):
+                spread.append(_task_name(task))
+        claim.lines.append(line)
+    if not pretrained:
+        claim.notes.append("no probe report of the pretrained encoder")
+    names = lambda tasks: f" ({', '.join(tasks)})" if tasks else ""  # noqa: E731
+    claim.answer = (f"STL raises its own probe's score over the pretrained encoder for {len(sharpened)} of "
+                    f"{len(claim.lines)} tasks{names(sharpened)}; {_mtl_name(study)} stays below STL for {len(spread)}"
+                    f"{names(spread)} (below on the mean, and Welch p < {ALPHA} where testable)" if claim.lines else
+                    "not checked: no probe reports of both the pretrained encoder and single-task runs")
+    claim.notes.append("probe score: per label, the best head's score (words, arcs or spans it gets right, %), "
+                       "averaged over labels weighted by their counts")
+    return claim
+
+
+def check_claims(study: Study) -> list[Claim]:
+    """Every claim of the module docstring, in order."""
+    return [mtl_vs_stl(study), overlap(study), stem(study), probes_claim(study), sp_vs_dp(study)]
+
+
+# --- the score grid and the markdown ---------------------------------------------------------------
+def score_grid(study: Study) -> pd.DataFrame:
+    """One row per task, one column per (STL or MTL, regime) cell: the test score ``mean ± std (n=..)``,
+    with the heads kept for pruned cells."""
+    columns = {}
+    for kind in ("none", "dp", "sp", "budget"):
+        for who, tasks_of in (("STL", lambda t: t), (_mtl_name(study), lambda t: study.mtl)):
+            if any(study.setting(tasks_of(t), kind) for t in study.tasks):
+                columns[f"{who}, {REGIME_NAMES[kind]}"] = (tasks_of, kind)
+    rows = []
+    for task in study.tasks:
+        score = _score_column(study.runs, task)
+        row = {"task (test)": f"{_task_name(task)} ({score.split(' ', 2)[2]})" if score else _task_name(task)}
+        for name, (tasks_of, kind) in columns.items():
+            setting = study.setting(tasks_of(task), kind)
+            runs = study.runs[study.runs["setting"] == setting] if setting else study.runs.iloc[:0]
+            if not len(runs) or score is None or runs[score].isna().all():
+                row[name] = ""
+                continue
+            text = _mean_std(runs[score].dropna())
+            if kind != "none":
+                text += f"; heads {_mean_std(runs['heads kept'], 0).split(' (')[0]}"
+            row[name] = text
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _table(frame: pd.DataFrame) -> str:
+    head = "| " + " | ".join(frame.columns) + " |\n|" + "---|" * len(frame.columns) + "\n"
+    return head + "".join("| " + " | ".join(str(v) for v in row) + " |\n" for row in frame.itertuples(index=False))
+
+
+def claims_markdown(study: Study, claims: list[Claim], command: str = "") -> str:
+    """The scores grid and the claims as markdown (what ``--out`` writes and ``--doc`` splices in)."""
+    seeds = study.runs.groupby("setting")["seed"].nunique()
+    hours = pd.to_numeric(study.runs.get("seconds"), errors="coerce").sum() / 3600 if "seconds" in study.runs else 0.0
+    out = [f"Generated from {len(study.runs)} runs in {len(seeds)} settings and {len(study.reports)} probe reports"
+           + (f" by `{command}`" if command else "") + f"; do not edit by hand. The runs took {hours:.1f} hours "
+           "in all (the sum of their `metrics.json` seconds: wall time with loading and evaluation, of the last "
+           "process of a resumed run; probes not counted).", "",
+           "Test scores, mean ± sample standard deviation over seeds (n = seeds):", "", _table(score_grid(study)), TESTS, ""]
+    for number, claim in enumerate(claims, 1):
+        out.append(f"**{number}. {claim.question}** {claim.answer[:1].upper() + claim.answer[1:]}.")
+        out += [f"- {line}" for line in claim.lines] + [f"- note: {note}" for note in claim.notes] + [""]
+    if study.notes:
+        out += ["Not used:", ""] + [f"- {note}" for note in study.notes] + [""]
+    return "\n".join(out)
+
+
+def splice(doc: str, generated: str, path: str = "doc") -> str:
+    """``doc`` with the text between its :data:`BEGIN` and :data:`END` markers replaced by ``generated``."""
+    start, end = doc.find(BEGIN), doc.find(END)
+    if start < 0 or end < start:
+        raise ConfigError(f"{path}: no '{BEGIN}' ... '{END}' markers to put the claims between")
+    return doc[:start + len(BEGIN)] + "\n" + generated.rstrip("\n") + "\n" + doc[end:]
