@@ -37,7 +37,7 @@ from mtl_heads.config import ConfigError
 from mtl_heads.reports.comparison import compare_runs
 from mtl_heads.reports.gates import (chance_stem_cells, kept_heads, moved_flags, permutation_baseline, read_run,
                                      stem_cells, stem_cells_vs_probes)
-from mtl_heads.reports.runs import walk_runs
+from mtl_heads.reports.runs import read_yaml, walk_runs
 from mtl_heads.reports.significance import permutation_test, significance_table, welch
 
 __all__ = ["ALPHA", "Claim", "Study", "regime", "read_study", "check_claims", "probe_skill", "score_grid",
@@ -66,10 +66,11 @@ class Study:
     """The runs and probe reports of a study.
 
     runs: one row per run (:func:`mtl_heads.reports.comparison.compare_runs`, plus ``regime``);
-    cells: ``{(tasks, regime): setting}`` (``tasks`` as ``pos`` or ``pos+ner+...``); stl: the tasks
-    with an unpruned single-task setting, in the MTL setting's order; mtl: the task list of the MTL
-    setting (the one with the most tasks) or None; reports: probe reports (:class:`probes.report.Report`);
-    notes: what was found and not used, and why.
+    cells: ``{(tasks, regime): setting}`` (``tasks`` as ``pos`` or ``pos+ner+...``; where several
+    settings share a cell, the one with the most runs, and a note says so); mtl: the task list of the
+    MTL setting (the unpruned one with the most tasks) or None; reports: probe reports
+    (:class:`probes.report.Report`; the first whose model is no run stands for the pretrained
+    encoder); notes: what was found and not used, and why.
     """
 
     runs: pd.DataFrame
@@ -154,12 +155,15 @@ def _mtl_name(study: Study) -> str:
 @dataclass
 class Claim:
     """One claim: ``question``, ``answer`` (a short verdict with its key numbers), ``lines`` (the
-    numbers, one per task or pair), ``notes`` (why parts are left out)."""
+    numbers, one per task or pair), ``notes`` (why parts are left out), ``paper`` (what He & Choi
+    report) and ``replicated`` (whether this study agrees)."""
 
     question: str
     answer: str
     lines: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    paper: str = ""       # what He & Choi 2021 report
+    replicated: str = ""  # does this study agree: yes | partly | no | "" (not checked)
 
 
 # --- 1. MTL against STL -------------------------------------------------------------------------
@@ -170,10 +174,7 @@ def _score_column(runs: pd.DataFrame, task: str, role: str = "test") -> str | No
 
 def _trained_on(study: Study, setting: str, task: str) -> str:
     """'' or a note when ``task`` trained on another split than train in ``setting`` (EWT's NER)."""
-    rows = study.runs[study.runs["setting"] == setting]
-    run = Path(rows["run"].iloc[0])
-    from mtl_heads.reports.runs import read_yaml
-
+    run = Path(study.runs.loc[study.runs["setting"] == setting, "run"].iloc[0])
     data = read_yaml(run / "config.yaml").get("data") or {}
     split = ((data.get("task_splits") or {}).get(task) or {}).get("train") or (data.get("splits") or {}).get("train")
     return "" if split in (None, "train") else f" (trained on the {split} split)"
@@ -181,7 +182,9 @@ def _trained_on(study: Study, setting: str, task: str) -> str:
 
 def mtl_vs_stl(study: Study) -> Claim:
     mtl = study.setting(study.mtl, "none")
-    claim = Claim(f"Does {_mtl_name(study)} lose to STL on some tasks?", "")
+    claim = Claim(f"Does {_mtl_name(study)} lose to STL on some tasks?", "",
+                  paper="the five-task model falls behind single-task models on some tasks: the tasks compete for "
+                        "the same heads")
     if mtl is None:
         claim.answer = "not checked: no unpruned multi-task setting"
         return claim
@@ -204,6 +207,11 @@ def mtl_vs_stl(study: Study) -> Claim:
             f"{_task_name(task)} ({score.split(' ', 2)[2]}){_trained_on(study, stl, task)}: STL {_mean_std(values[stl])}, "
             f"{_mtl_name(study)} {_mean_std(values[mtl])}, difference {row['difference']:+.2f}; Welch p {_p(p)}, "
             f"exact permutation p {_p(row['permutation p'])} (smallest possible {_p(row['smallest p'])}): {verdict}")
+    if not tested:
+        claim.answer = ("not tested: fewer than 2 seeds per setting" if claim.lines else
+                        "not checked: no task with an unpruned single-task setting")
+        return claim
+    claim.replicated = "yes" if losses else "no"
     claim.answer = (f"{'yes' if losses else 'no'}: loses on {', '.join(losses) or 'none'}; gains on "
                     f"{', '.join(gains) or 'none'}; no significant difference or not tested on {', '.join(same) or 'none'}"
                     f" (Welch p < {ALPHA}, {tested} of {len(claim.lines)} tasks testable)")
@@ -218,13 +226,24 @@ def _gates(study: Study, setting: str) -> tuple[list[np.ndarray], list[bool], in
     return [r.values for r in runs], flags, max(r.group_size for r in runs)
 
 
-def _baseline(study: Study, settings: dict[str, str]) -> pd.DataFrame:
-    """permutation_baseline over ``{label: setting}``, rows labelled."""
+def _grids(study: Study, settings: dict[str, str]) -> tuple[dict, dict, int]:
+    """({label: gate grids}, {label: moved flags}, query heads per gate) of ``{label: setting}``."""
     grids, moved, block = {}, {}, 1
     for label, setting in settings.items():
         grids[label], moved[label], size = _gates(study, setting)
         block = max(block, size)
+    return grids, moved, block
+
+
+def _baseline(study: Study, settings: dict[str, str]) -> pd.DataFrame:
+    """permutation_baseline over ``{label: setting}``, rows labelled."""
+    grids, moved, block = _grids(study, settings)
     return permutation_baseline(grids, moved, block=block)
+
+
+def _verdict(hits: int, total: int) -> str:
+    """yes (every case), partly (some), no (none)."""
+    return "yes" if hits == total else "partly" if hits else "no"
 
 
 def _pair_line(row: dict, a: str, b: str) -> str:
@@ -239,8 +258,9 @@ def _stl_settings(study: Study, kind: str) -> dict[str, str]:
 
 
 def overlap(study: Study) -> Claim:
-    claim = Claim("Do the heads that survive pruning overlap across tasks more than chance?", "")
-    answers = []
+    claim = Claim("Do the heads that survive pruning overlap across tasks more than chance?", "",
+                  paper="the same heads survive pruning across tasks, and task-to-task gate correlations are high")
+    answers, shares = [], {}
     for kind in ("dp", "budget", "sp"):
         settings = _stl_settings(study, kind)
         if len(settings) < 2:
@@ -251,27 +271,28 @@ def overlap(study: Study) -> Claim:
             continue
         above = int((table["p"] < ALPHA).sum())
         above_j = int((table["jaccard p"] < ALPHA).sum())
+        shares[kind] = (above, len(table))
         answers.append(f"{REGIME_NAMES[kind]}: {above} of {len(table)} task pairs by gate correlation, "
                        f"{above_j} by Jaccard")
         claim.lines += [f"{REGIME_NAMES[kind]}, {_pair_line(r, r['A'], r['B'])}" for r in table.to_dict("records")]
     claim.answer = "; ".join(answers) + f" (p < {ALPHA})" if answers else \
         "not checked: no regime with two single-task pruned settings"
+    claim.replicated = _verdict(*next(iter(shares.values()))) if shares else ""  # DP first, the paper's regime
     return claim
 
 
 def stem(study: Study) -> Claim:
     claim = Claim("Which heads survive in every task and seed (stem cells), and are they the pretrained encoder's "
-                  "best probe heads?", "")
+                  "best probe heads?", "",
+                  paper="a set of heads survives in every task and seed (the stem cells), and they are heads that "
+                        "already probe well before fine-tuning")
     pretrained = [r for r in study.reports if r.meta.get("model_kind") != "run"]
-    answers = []
+    answers, verdicts = [], []
     for kind in ("dp", "budget", "sp"):
         settings = _stl_settings(study, kind)
         if len(settings) < 2:
             continue
-        grids, moved, block = {}, {}, 1
-        for label, setting in settings.items():
-            grids[label], moved[label], size = _gates(study, setting)
-            block = max(block, size)
+        grids, moved, block = _grids(study, settings)
         table = stem_cells(grids, moved)
         names = [c.removeprefix("kept in ") for c in table.columns if c.startswith("kept in ")]
         if len(names) < 2:
@@ -281,6 +302,7 @@ def stem(study: Study) -> Claim:
         every = list(table.loc[table["stem cell"] & table["every run"], "name"])
         chance = chance_stem_cells(kept, len(table))
         answers.append(f"{REGIME_NAMES[kind]}: {len(cells)} (chance {chance:.1f})")
+        above_chance, probe_hits = 0 < len(cells) < len(table) and len(cells) > chance, 0
         claim.lines.append(
             f"{REGIME_NAMES[kind]}: {len(cells)} heads kept in all {len(names)} tasks ({', '.join(names)}; heads kept "
             f"{', '.join(map(str, kept))} of {len(table)}), {chance:.1f} expected by chance; "
@@ -290,24 +312,31 @@ def stem(study: Study) -> Claim:
         if len(cells) == len(table):
             claim.notes.append(f"{REGIME_NAMES[kind]}: every head survives in every task, so there is nothing to "
                                "hold against the probe heads")
-        elif cells and pretrained:
+            verdicts.append("")
+            continue
+        if cells and pretrained:
             ranks = stem_cells_vs_probes(table, pretrained[:1], block=block)
             for r in ranks.to_dict("records"):
                 if r.get("note"):
                     continue
+                probe_hits += bool(r["p"] < ALPHA)
                 claim.lines.append(
                     f"{REGIME_NAMES[kind]}, stem cells among the pretrained encoder's {r['probe'].upper()} probe heads: "
                     f"mean percentile {r['mean percentile']:.1f} (random sets of {len(cells)}: mean "
                     f"{r['null mean']:.1f}, 95th pct {r['null 95%']:.1f}; p {_p(r['p'])}); best head {r['best head']}")
+        verdicts.append("yes" if above_chance and probe_hits else "partly" if above_chance else "no")
     if not pretrained:
         claim.notes.append("no probe report of the pretrained encoder: stem cells not held against probe heads")
+    claim.replicated = verdicts[0] if verdicts else ""  # DP first, the paper's regime
     claim.answer = "; ".join(answers) if answers else "not checked: no regime with two single-task pruned settings"
     return claim
 
 
 def sp_vs_dp(study: Study) -> Claim:
-    claim = Claim("Does static pruning (SP) agree with dynamic pruning (DP) on which heads matter?", "")
-    agree = total = 0
+    claim = Claim("Does static pruning (SP) agree with dynamic pruning (DP) on which heads matter, and does DP keep "
+                  "fewer heads at equal or better accuracy?", "",
+                  paper="DP keeps fewer heads than SP at equal or better accuracy")
+    agree = total = fewer = 0
     for tasks in study.tasks + ([study.mtl] if study.mtl else []):
         dp, sp = study.setting(tasks, "dp"), study.setting(tasks, "sp")
         if dp is None or sp is None:
@@ -321,8 +350,22 @@ def sp_vs_dp(study: Study) -> Claim:
         total += 1
         agree += bool(row["p"] < ALPHA)
         claim.lines.append(_pair_line(row, row["A"], row["B"]))
-    claim.answer = (f"more than chance for {agree} of {total} settings (gate correlation p < {ALPHA})" if total
-                    else "not checked: no setting with both DP and SP runs")
+        heads = {s: study.runs.loc[study.runs["setting"] == s, "heads kept"] for s in (dp, sp)}
+        score = "test score" if "+" in tasks else _score_column(study.runs, tasks)  # the mean over tasks for MTL
+        test = significance_table(study.runs, [(sp, dp)]).query("score == @score")
+        if test.empty:
+            continue
+        what = "mean test score" if "+" in tasks else f"test {score.split(' ', 2)[2]}"
+        t = test.iloc[0]
+        equal_or_better = t["difference"] >= 0 or not t["welch p"] < ALPHA  # NaN p (one seed): not worse by a test
+        fewer += bool(heads[dp].mean() < heads[sp].mean() and equal_or_better)
+        claim.lines.append(f"{name}: heads kept DP {_mean_std(heads[dp], 1)}, SP {_mean_std(heads[sp], 1)}; {what}"
+                           f" DP {t['mean B']:.2f}, SP {t['mean A']:.2f}, DP - SP {t['difference']:+.2f}, Welch p "
+                           f"{_p(t['welch p'])}")
+    claim.answer = (f"SP and DP keep the same heads more than chance for {agree} of {total} settings (gate correlation "
+                    f"p < {ALPHA}); DP keeps fewer heads at a test score not significantly lower for {fewer} of {total}"
+                    if total else "not checked: no setting with both DP and SP runs")
+    claim.replicated = _verdict(fewer, total) if total else ""
     return claim
 
 
@@ -348,7 +391,10 @@ def _report_setting(study: Study, report) -> str | None:
 
 
 def probes_claim(study: Study) -> Claim:
-    claim = Claim(f"Does STL sharpen its own task's probe heads while {_mtl_name(study)} spreads them?", "")
+    claim = Claim(f"Does STL sharpen its own task's probe heads while {_mtl_name(study)} spreads them?", "",
+                  paper="STL sharpens the heads that probe well for its task, MTL-5 blurs them (bert-base-cased on "
+                        "OntoNotes, best-head accuracy pretrained / STL / MTL-5: POS NN 44.1 / 91.4 / 54.8, "
+                        "CON NP 56.0 / 85.7 / 57.6)")
     pretrained = [r for r in study.reports if r.meta.get("model_kind") != "run"]
     by_setting: dict[str, list] = {}
     for report in study.reports:
@@ -356,7 +402,7 @@ def probes_claim(study: Study) -> Claim:
         if setting is not None:
             by_setting.setdefault(setting, []).append(report)
     mtl = study.setting(study.mtl, "none")
-    sharpened, spread = [], []
+    sharpened, spread, compared = [], [], 0
     for task in study.tasks:
         stl = study.setting(task, "none")
         if stl not in by_setting or not pretrained or task not in pretrained[0].summaries:
@@ -369,6 +415,7 @@ def probes_claim(study: Study) -> Claim:
         if np.mean(after) > before:
             sharpened.append(_task_name(task))
         if multi:
+            compared += 1
             t, _, p = welch(np.array(after), np.array(multi)) if len(after) > 1 and len(multi) > 1 else (0, 0, math.nan)
             perm = permutation_test(np.array(after), np.array(multi)) if len(after) > 1 and len(multi) > 1 else {}
             line += (f"; {_mtl_name(study)} {_mean_std(multi)} ({np.mean(multi) - before:+.2f}); STL - MTL "
@@ -383,6 +430,9 @@ def probes_claim(study: Study) -> Claim:
                     f"{len(claim.lines)} tasks{names(sharpened)}; {_mtl_name(study)} stays below STL for {len(spread)}"
                     f"{names(spread)} (below on the mean, and Welch p < {ALPHA} where testable)" if claim.lines else
                     "not checked: no probe reports of both the pretrained encoder and single-task runs")
+    if claim.lines:
+        hits = len(sharpened) + len(spread)
+        claim.replicated = "yes" if hits == len(claim.lines) + compared else "partly" if hits else "no"
     claim.notes.append("probe score: per label, the best head's score (words, arcs or spans it gets right, %), "
                        "averaged over labels weighted by their counts")
     return claim
@@ -435,7 +485,9 @@ def claims_markdown(study: Study, claims: list[Claim], command: str = "") -> str
            "process of a resumed run; probes not counted).", "",
            "Test scores, mean ± sample standard deviation over seeds (n = seeds):", "", _table(score_grid(study)), TESTS, ""]
     for number, claim in enumerate(claims, 1):
-        out.append(f"**{number}. {claim.question}** {claim.answer[:1].upper() + claim.answer[1:]}.")
+        replicated = {"yes": "replicated", "partly": "partly replicated", "no": "not replicated"}.get(claim.replicated)
+        out.append(f"**{number}. {claim.question}** He & Choi: {claim.paper}. Here: {claim.answer}."
+                   + (f" **{replicated[:1].upper() + replicated[1:]}.**" if replicated else ""))
         out += [f"- {line}" for line in claim.lines] + [f"- note: {note}" for note in claim.notes] + [""]
     if study.notes:
         out += ["Not used:", ""] + [f"- {note}" for note in study.notes] + [""]
