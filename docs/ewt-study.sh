@@ -48,8 +48,9 @@ declare -A SP_EPOCHS_OF=([ner]=5)
 BUDGET="prune.budget=36"                # equal sparsity: 36 of the 72 heads kept, every task
 
 # JOBS runs at once, each with cores/JOBS threads (OMP_NUM_THREADS): on 2 CPU cores two one-thread
-# runs made about 1.5x the training steps per second of one two-thread run (MiniLM's matrices are
-# small and scale poorly over threads). A stage waits for its runs before the next stage starts.
+# runs made about 1.5x the training steps per second of an earlier session's two-thread runs, whose
+# cores were not idle, so the true gain may be smaller (MiniLM's matrices are small and scale poorly
+# over threads). A stage waits for its runs before the next stage starts.
 JOBS=${JOBS:-1}
 if (( JOBS > 1 )); then
   threads=$(( $(nproc) / JOBS )); export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( threads > 0 ? threads : 1 ))}
@@ -79,9 +80,10 @@ dp() { for n in $SEEDS; do for s in "${ORDER[@]}"; do
   job run "$STUDY/$s-dp/seed$n" ${SETTING[$s]} $DP seed="$n" experiment="$s-dp"; done; done; }
 
 # static pruning: gates learnt on the trained baseline of the same seed, its decoders frozen, for
-# SP_EPOCHS epochs with the gate learning rate of DP (NER, trained on the 1968 dev sentences, keeps
-# its 5 epochs: 615 steps, fewer than one epoch of the train split). It needs that baseline's weights, which are
-# not committed: run it in the same session as the baseline (the stage order does).
+# SP_EPOCHS epochs, with DP's gate learning rate and the reference's encoder rate while pruning
+# (1e-5); NER, trained on the 1968 dev sentences, keeps its 5 epochs (615 steps, fewer than one
+# epoch of the train split). It needs that baseline's weights, which are not committed: run it in
+# the same session as the baseline (the stage order does).
 sp() { for n in $SEEDS; do for s in "${ORDER[@]}"; do
   local base=$STUDY/$s/seed$n
   if [[ -f $STUDY/$s-sp/seed$n/metrics.json ]]; then echo "done: $STUDY/$s-sp/seed$n"
@@ -89,7 +91,7 @@ sp() { for n in $SEEDS; do for s in "${ORDER[@]}"; do
     echo "not run: $STUDY/$s-sp/seed$n needs the weights of $base (not committed; train it again: rm -r $base)"
     failed "$STUDY/$s-sp/seed$n"
   else job run "$STUDY/$s-sp/seed$n" ${SETTING[$s]} prune=static init="$base" train.epochs="${SP_EPOCHS_OF[$s]:-$SP_EPOCHS}" \
-      train.lr_gate=0.05 seed="$n" experiment="$s-sp"
+      train.lr_gate=0.05 train.lr_encoder=1e-5 seed="$n" experiment="$s-sp"
   fi; done; done; }
 
 budget() { for n in $SEEDS; do for s in "${ORDER[@]}"; do

@@ -106,8 +106,12 @@ def test_claims_numbers(study_dir):
     # 2. DP gates of POS and NER: correlation of their mean gate grids, above chance
     pos = np.mean([gates_of(POS_KEPT, s) for s in (1, 2, 3)], axis=0).ravel()
     ner = np.mean([gates_of(NER_KEPT, s) for s in (1, 2, 3)], axis=0).ravel()
-    assert f"gate correlation {np.corrcoef(pos, ner)[0, 1]:.2f}" in overlap.lines[0]
-    assert "kept-head Jaccard 0.60" in overlap.lines[0]  # 6 shared of 10 kept by either
+    runs = [np.ravel(gates_of(POS_KEPT, s)) for s in (1, 2, 3)]
+    consistency = np.mean([np.corrcoef(runs[i], runs[j])[0, 1] for i, j in ((0, 1), (0, 2), (1, 2))])
+    assert overlap.lines[0].startswith("dynamic pruning (DP), run-to-run consistency")
+    assert f"POS {consistency:.2f}, NER" in overlap.lines[0]
+    assert f"gate correlation {np.corrcoef(pos, ner)[0, 1]:.2f}" in overlap.lines[1]
+    assert "kept-head Jaccard 0.60" in overlap.lines[1]  # 6 shared of 10 kept by either
     assert overlap.answer.startswith("dynamic pruning (DP): 1 of 1 task pairs by gate correlation")
 
     # 3. stem cells: the 6 heads both keep, against 24 * (8/24)^2 = 2.7 by chance, then ranked by the probe
@@ -146,7 +150,7 @@ def test_score_grid(study_dir):
                                   "STL, static pruning (SP)"]
     assert grid.loc["POS (accuracy)", "MTL-2, unpruned"] == "94.97 ± 0.15 (n=3)"
     assert grid.loc["POS (accuracy)", "STL, dynamic pruning (DP)"] == "92.00 ± 1.00 (n=3); heads 8 ± 0"
-    assert grid.loc["NER (f1)", "STL, static pruning (SP)"] == ""
+    assert grid.loc["NER (F1)", "STL, static pruning (SP)"] == ""
 
 
 def test_missing_cells_say_why(tmp_path):

@@ -36,7 +36,7 @@ import pandas as pd
 from mtl_heads.config import ConfigError
 from mtl_heads.reports.comparison import compare_runs
 from mtl_heads.reports.gates import (chance_stem_cells, kept_heads, moved_flags, permutation_baseline, read_run,
-                                     stem_cells, stem_cells_vs_probes)
+                                     run_consistency, stem_cells, stem_cells_vs_probes)
 from mtl_heads.reports.runs import read_yaml, walk_runs
 from mtl_heads.reports.significance import permutation_test, significance_table, welch
 
@@ -144,6 +144,12 @@ def _heads_text(names: list[str], limit: int = 16) -> str:
     return (", ".join(names[:limit]) or "none") + more
 
 
+def _metric(score: str) -> str:
+    """The metric of a score column, as papers write it: ``test dep las`` -> ``LAS``, ``accuracy`` as is."""
+    metric = score.split(" ", 2)[2]
+    return metric.upper() if len(metric) <= 3 else metric
+
+
 def _task_name(task: str) -> str:
     return task.upper()
 
@@ -204,7 +210,7 @@ def mtl_vs_stl(study: Study) -> Claim:
         tested += not pd.isna(p)
         values = {s: study.runs.loc[study.runs["setting"] == s, score].dropna() for s in (stl, mtl)}
         claim.lines.append(
-            f"{_task_name(task)} ({score.split(' ', 2)[2]}){_trained_on(study, stl, task)}: STL {_mean_std(values[stl])}, "
+            f"{_task_name(task)} ({_metric(score)}){_trained_on(study, stl, task)}: STL {_mean_std(values[stl])}, "
             f"{_mtl_name(study)} {_mean_std(values[mtl])}, difference {row['difference']:+.2f}; Welch p {_p(p)}, "
             f"exact permutation p {_p(row['permutation p'])} (smallest possible {_p(row['smallest p'])}): {verdict}")
     if not tested:
@@ -265,10 +271,16 @@ def overlap(study: Study) -> Claim:
         settings = _stl_settings(study, kind)
         if len(settings) < 2:
             continue
-        table = _baseline(study, settings)
+        grids, moved, block = _grids(study, settings)
+        table = permutation_baseline(grids, moved, block=block)
         if table.empty:
             claim.notes.append(f"{REGIME_NAMES[kind]}: fewer than two settings whose gates moved")
             continue
+        consistency = {n: run_consistency(grids[n], moved[n]) for n in grids}
+        if any(np.isfinite(list(consistency.values()))):
+            claim.lines.append(f"{REGIME_NAMES[kind]}, run-to-run consistency (mean Pearson correlation between the "
+                               "gates of a setting's seeds): " + ", ".join(f"{n} {v:.2f}" for n, v in consistency.items()
+                                                                           if np.isfinite(v)))
         above = int((table["p"] < ALPHA).sum())
         above_j = int((table["jaccard p"] < ALPHA).sum())
         shares[kind] = (above, len(table))
@@ -355,7 +367,7 @@ def sp_vs_dp(study: Study) -> Claim:
         test = significance_table(study.runs, [(sp, dp)]).query("score == @score")
         if test.empty:
             continue
-        what = "mean test score" if "+" in tasks else f"test {score.split(' ', 2)[2]}"
+        what = "mean test score" if "+" in tasks else f"test {_metric(score)}"
         t = test.iloc[0]
         equal_or_better = t["difference"] >= 0 or not t["welch p"] < ALPHA  # NaN p (one seed): not worse by a test
         fewer += bool(heads[dp].mean() < heads[sp].mean() and equal_or_better)
@@ -455,7 +467,7 @@ def score_grid(study: Study) -> pd.DataFrame:
     rows = []
     for task in study.tasks:
         score = _score_column(study.runs, task)
-        row = {"task (test)": f"{_task_name(task)} ({score.split(' ', 2)[2]})" if score else _task_name(task)}
+        row = {"task (test)": f"{_task_name(task)} ({_metric(score)})" if score else _task_name(task)}
         for name, (tasks_of, kind) in columns.items():
             setting = study.setting(tasks_of(task), kind)
             runs = study.runs[study.runs["setting"] == setting] if setting else study.runs.iloc[:0]
@@ -490,7 +502,7 @@ def claims_markdown(study: Study, claims: list[Claim], command: str = "") -> str
                    + (f" **{replicated[:1].upper() + replicated[1:]}.**" if replicated else ""))
         out += [f"- {line}" for line in claim.lines] + [f"- note: {note}" for note in claim.notes] + [""]
     if study.notes:
-        out += ["Not used:", ""] + [f"- {note}" for note in study.notes] + [""]
+        out += ["Notes:", ""] + [f"- {note}" for note in study.notes] + [""]
     return "\n".join(out)
 
 
