@@ -211,8 +211,9 @@ def mtl_vs_stl(study: Study) -> Claim:
         values = {s: study.runs.loc[study.runs["setting"] == s, score].dropna() for s in (stl, mtl)}
         claim.lines.append(
             f"{_task_name(task)} ({_metric(score)}){_trained_on(study, stl, task)}: STL {_mean_std(values[stl])}, "
-            f"{_mtl_name(study)} {_mean_std(values[mtl])}, difference {row['difference']:+.2f}; Welch p {_p(p)}, "
-            f"exact permutation p {_p(row['permutation p'])} (smallest possible {_p(row['smallest p'])}): {verdict}")
+            f"{_mtl_name(study)} {_mean_std(values[mtl])}, difference {row['difference']:+.2f}"
+            + ("" if pd.isna(p) else f"; Welch p {_p(p)}, exact permutation p {_p(row['permutation p'])} (smallest "
+                                     f"possible {_p(row['smallest p'])})") + f": {verdict}")
     if not tested:
         claim.answer = ("not tested: fewer than 2 seeds per setting" if claim.lines else
                         "not checked: no task with an unpruned single-task setting")
@@ -431,7 +432,8 @@ def probes_claim(study: Study) -> Claim:
             t, _, p = welch(np.array(after), np.array(multi)) if len(after) > 1 and len(multi) > 1 else (0, 0, math.nan)
             perm = permutation_test(np.array(after), np.array(multi)) if len(after) > 1 and len(multi) > 1 else {}
             line += (f"; {_mtl_name(study)} {_mean_std(multi)} ({np.mean(multi) - before:+.2f}); STL - MTL "
-                     f"{np.mean(after) - np.mean(multi):+.2f}, Welch p {_p(p)}, exact permutation p {_p(perm.get('p'))}")
+                     f"{np.mean(after) - np.mean(multi):+.2f}"
+                     + (f", Welch p {_p(p)}, exact permutation p {_p(perm.get('p'))}" if perm else ", not tested"))
             if np.mean(multi) < np.mean(after) and not (p >= ALPHA):
                 spread.append(_task_name(task))
         claim.lines.append(line)
