@@ -117,7 +117,9 @@ probes() {
 doc() {
   python -m mtl_heads.compare "$STUDY" --out "$STUDY/compare" --plot --test all || failed doc:compare
   shopt -s nullglob  # a stage not run yet adds no folder
-  local pruned=("$STUDY"/*-dp "$STUDY"/*-sp "$STUDY"/*-dp-budget) pages=("$STUDY")
+  local pruned=() pages=("$STUDY") finished  # the finished pruned runs (a run still training is no input)
+  for finished in "$STUDY"/*-dp/seed*/metrics.json "$STUDY"/*-sp/seed*/metrics.json \
+                  "$STUDY"/*-dp-budget/seed*/metrics.json; do pruned+=("${finished%/metrics.json}"); done
   local pretrained=()  # are the heads that survive everywhere the pretrained encoder's best probe heads?
   [[ -f $STUDY/probes/pretrained/report.json ]] && pretrained=(--probes "$STUDY/probes/pretrained")
   if [[ ${#pruned[@]} -gt 0 ]]; then
