@@ -12,14 +12,19 @@ the numbers of the cells it needs and left out with the reason when a cell is mi
 1. does MTL lose to STL on some tasks (test score, Welch's t-test over seeds);
 2. do the heads that survive pruning overlap across tasks more than chance (per regime: the gate
    correlation and the Jaccard overlap of kept heads of every pair of STL settings against a
-   permutation baseline, :func:`mtl_heads.reports.gates.permutation_baseline`);
+   permutation baseline, :func:`mtl_heads.reports.gates.permutation_baseline`; and each setting's
+   run-to-run consistency, the mean Pearson correlation between its seeds' gates);
 3. which heads survive in every task ("stem cells", :func:`mtl_heads.reports.gates.stem_cells`),
    against the count expected by chance, and are they the pretrained encoder's best probe heads
    (:func:`mtl_heads.reports.gates.stem_cells_vs_probes`);
 4. does STL sharpen its own task's probe heads while MTL spreads them (:func:`probe_skill`: per
    probe, the count-weighted mean over labels of the best head's score, pretrained vs STL vs MTL);
 5. does static pruning agree with dynamic pruning on which heads matter (the same permutation
-   baseline between a setting's SP and DP gates).
+   baseline between a setting's SP and DP gates), and does DP keep fewer heads at an equal or better
+   test score (Welch's t-test)?
+
+Each claim also says what He & Choi report and whether this study replicates it (yes, partly, no;
+for the gate claims, judged in the first pruning regime present: DP, else equal sparsity, else SP).
 
 Every test is named in its line; p < :data:`ALPHA` counts as significant, with no correction for
 the number of tests (said in the output).
