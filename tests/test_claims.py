@@ -115,7 +115,10 @@ def test_claims_numbers(study_dir):
     assert overlap.answer.startswith("dynamic pruning (DP): 1 of 1 task pairs by gate correlation")
 
     # 3. stem cells: the 6 heads both keep, against 24 * (8/24)^2 = 2.7 by chance, then ranked by the probe
-    assert "6 heads kept in all 2 tasks (POS, NER; heads kept 8, 8 of 24), 2.7 expected by chance" in stem.lines[0]
+    assert "6 heads kept in all 2 tasks (POS, NER; heads kept 8, 8 of 24), 2.7 expected by chance (p " in stem.lines[0]
+    tail = stats.hypergeom(24, 8, 8).sf(5)  # P(two random 8-sets of 24 share >= 6), about 0.003
+    p = float(stem.lines[0].split("(p ")[1].split(",")[0])
+    assert abs(p - tail) < 0.003 and p < 0.05
     assert all(h in stem.lines[0] for h in STEM)
     assert "POS probe heads: mean percentile" in stem.lines[1] and "best head L0H0" in stem.lines[1]
 
@@ -130,7 +133,8 @@ def test_claims_numbers(study_dir):
     # 5. SP keeps 6 of POS DP's 8 heads: Jaccard 6/10
     assert sp.lines[0].startswith("POS DP & POS SP") and "kept-head Jaccard 0.60" in sp.lines[0]
     assert sp.answer == ("SP and DP keep the same heads more than chance for 1 of 1 settings (gate correlation "
-                         "p < 0.05); DP keeps fewer heads at a test score not significantly lower for 0 of 1")
+                         "p < 0.05); DP keeps fewer heads at a test score not lower (by Welch's test; on the means where a "
+                         "side has one seed) for 0 of 1")
     p = stats.ttest_ind([91.0, 92.0, 93.0], [93.5, 94.0, 94.5], equal_var=False).pvalue  # DP (8 heads) below SP (8 heads)
     assert sp.lines[1] == ("POS: heads kept DP 8.0 ± 0.0 (n=3), SP 8.0 ± 0.0 (n=3); test accuracy DP 92.00, SP "
                            f"94.00, DP - SP -2.00, Welch p {p:.2g}")

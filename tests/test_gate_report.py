@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from scipy import stats
 
 from mtl_heads.config import ConfigError
 from mtl_heads.gate_pictures import main
@@ -689,3 +690,16 @@ def test_kv_group_gates_are_shuffled_as_whole_groups(tmp_path):
     runs = {r.path.name: r for r in read_runs([kv, heads])}
     assert runs["kv"].group_size == 2 and runs["heads"].group_size == 1
     assert gate_report.group_size({"a": [runs["kv"]], "b": [runs["heads"]]}) == 2
+
+
+def test_stem_count_p_matches_the_hypergeometric_tail():
+    """Two settings: the heads both keep by chance follow a hypergeometric law, so the simulated p of
+    finding at least k common heads is its tail; with KV groups whole groups are drawn."""
+    for observed in (2, 4, 6):
+        p = gate_report.stem_count_p([8, 8], 24, observed, draws=20_000)
+        assert p == pytest.approx(stats.hypergeom(24, 8, 8).sf(observed - 1), abs=0.006)
+    assert gate_report.stem_count_p([24, 8], 24, 8) == 1.0  # a setting keeping every head: always 8 in common
+    assert gate_report.stem_count_p([8, 8], 24, 0) == 1.0 and np.isnan(gate_report.stem_count_p([], 24, 1))
+    # groups of 4 (6 groups, 2 kept each): a common count is 0, 4 or 8, and >= 4 means a shared group
+    p = gate_report.stem_count_p([8, 8], 24, 4, draws=20_000, block=4)
+    assert p == pytest.approx(stats.hypergeom(6, 2, 2).sf(0), abs=0.01)

@@ -57,7 +57,7 @@ __all__ = ["KEEP_THRESHOLD", "MIN_GATE_SPREAD", "RunGates", "rgb_overlap", "grey
            "gates_vary", "initial_gate_range", "gates_moved", "moved_flags", "run_consistency", "correlation_matrix",
            "still_settings", "correlation_note", "SHUFFLES", "PERMUTATION_TEXT", "kept_heads", "jaccard",
            "permutation_baseline", "permutation_lines", "STEM_TEXT", "DRAWS", "NOT_RANKED", "ROLE_LABELS",
-           "stem_cells", "stem_settings", "chance_stem_cells", "stem_cell_lines", "read_probe_reports", "skill_labels",
+           "stem_cells", "stem_settings", "chance_stem_cells", "stem_count_p", "stem_cell_lines", "read_probe_reports", "skill_labels",
            "head_skill", "percentile_ranks", "head_ranks", "set_percentile_baseline", "check_probe_grid",
            "stem_cells_vs_probes", "probe_rank_lines", "write_stem_cells",
            "kept_per_layer", "is_gate_run", "read_run", "read_runs", "group_settings", "plot_gate_map", "plot_pixels",
@@ -467,6 +467,33 @@ def chance_stem_cells(kept: list[int] | np.ndarray, heads: int) -> float:
     if len(kept) == 0:
         return math.nan
     return float(heads * np.prod(np.asarray(kept, dtype=float) / heads))
+
+
+def stem_count_p(kept: list[int] | np.ndarray, heads: int, observed: int, draws: int = DRAWS, seed: int = 0,
+                 block: int = 1) -> float:
+    """One-sided p of finding at least ``observed`` stem cells by chance: each setting keeps its
+    number of heads at random positions, independently, ``draws`` times; p = (1 + draws with at least
+    ``observed`` heads in every setting) / (1 + draws). The count :func:`chance_stem_cells` expects
+    says how many; this says whether the observed count is more than such draws give. NaN for no
+    settings.
+
+    Args:
+        kept: heads kept by each setting. heads: heads in the grid. observed: stem cells found.
+        draws, seed: random draws (default 10,000) and their numpy seed (default 0).
+        block: query heads that share one gate (a KV group): positions are drawn a whole group at
+            a time (:func:`block_permutations`), as the gates are.
+    """
+    if len(kept) == 0:
+        return math.nan
+    rng = np.random.default_rng(seed)
+    common = np.ones((draws, heads), dtype=bool)  # [draws, heads]
+    for count in kept:
+        order = block_permutations(rng, draws, heads, block)  # [draws, heads]
+        chosen = np.zeros((draws, heads), dtype=bool)
+        np.put_along_axis(chosen, order[:, :int(count)], True, axis=1)
+        common &= chosen
+    hits = int((common.sum(1) >= observed).sum())
+    return (1 + hits) / (1 + draws)
 
 
 def _head_list(names: list[str], limit: int = 24) -> str:
