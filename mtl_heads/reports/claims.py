@@ -155,6 +155,11 @@ def _metric(score: str) -> str:
     return metric.upper() if len(metric) <= 3 else metric
 
 
+def _listed(names: list[str]) -> str:
+    """`` (A, B)``, or nothing for no names."""
+    return f" ({', '.join(names)})" if names else ""
+
+
 def _task_name(task: str) -> str:
     return task.upper()
 
@@ -431,6 +436,8 @@ def probes_claim(study: Study) -> Claim:
             continue
         before = probe_skill(pretrained[0].summaries[task])
         after = [probe_skill(r.summaries[task]) for r in by_setting[stl] if task in r.summaries]
+        if not after:
+            continue
         multi = [probe_skill(r.summaries[task]) for r in by_setting.get(mtl, []) if task in r.summaries]
         line = (f"{task.upper()} probe: pretrained {before:.2f}; STL {_task_name(task)} {_mean_std(after)} "
                 f"({np.mean(after) - before:+.2f})")
@@ -438,7 +445,7 @@ def probes_claim(study: Study) -> Claim:
             sharpened.append(_task_name(task))
         if multi:
             compared += 1
-            t, _, p = welch(np.array(after), np.array(multi)) if len(after) > 1 and len(multi) > 1 else (0, 0, math.nan)
+            p = welch(np.array(after), np.array(multi))[2] if len(after) > 1 and len(multi) > 1 else math.nan
             perm = permutation_test(np.array(after), np.array(multi)) if len(after) > 1 and len(multi) > 1 else {}
             line += (f"; {_mtl_name(study)} {_mean_std(multi)} ({np.mean(multi) - before:+.2f}); STL - MTL "
                      f"{np.mean(after) - np.mean(multi):+.2f}"
@@ -448,10 +455,9 @@ def probes_claim(study: Study) -> Claim:
         claim.lines.append(line)
     if not pretrained:
         claim.notes.append("no probe report of the pretrained encoder")
-    names = lambda tasks: f" ({', '.join(tasks)})" if tasks else ""  # noqa: E731
     claim.answer = (f"STL raises its own probe's score over the pretrained encoder for {len(sharpened)} of "
-                    f"{len(claim.lines)} tasks{names(sharpened)}; {_mtl_name(study)} stays below STL for {len(spread)}"
-                    f"{names(spread)} (below on the mean, and Welch p < {ALPHA} where testable)" if claim.lines else
+                    f"{len(claim.lines)} tasks{_listed(sharpened)}; {_mtl_name(study)} stays below STL for {len(spread)}"
+                    f"{_listed(spread)} (below on the mean, and Welch p < {ALPHA} where testable)" if claim.lines else
                     "not checked: no probe reports of both the pretrained encoder and single-task runs")
     if claim.lines:
         hits = len(sharpened) + len(spread)
