@@ -61,7 +61,8 @@ def study_dir(tmp_path):
         make_run(root / "mtl" / f"seed{seed}", ("pos", "ner"), seed, test={"pos": mtl_pos[i], "ner": mtl_ner[i]},
                  experiment="mtl", data={"task_splits": {"ner": {"train": "dev"}}})
         for task, kept in (("pos", POS_KEPT), ("ner", NER_KEPT)):
-            make_run(root / f"{task}-dp" / f"seed{seed}", (task,), seed, test={task: 90.0 + seed}, experiment=f"{task}-dp",
+            make_run(root / f"{task}-dp" / f"seed{seed}", (task,), seed, test={task: 90.0 + seed},
+                     experiment=f"{task}-dp",
                      gates=gates_of(kept, seed), heads_kept=len(kept), prune={"mode": "dynamic", "lambda": "auto"})
         make_run(root / "pos-sp" / f"seed{seed}", ("pos",), seed, test={"pos": 93.5 + 0.5 * i}, experiment="pos-sp",
                  gates=gates_of(POS_KEPT[:6] + [18, 19], seed), heads_kept=8,
@@ -126,16 +127,18 @@ def test_claims_numbers(study_dir):
     stl = [(3 * (80 + s) + 40) / 4 for s in (1, 2, 3)]
     multi = [(3 * (60 + s) + 40) / 4 for s in (1, 2, 3)]
     line = probes.lines[0]
-    assert line.startswith(f"POS probe: pretrained 45.00; STL POS {np.mean(stl):.2f} ± {np.std(stl, ddof=1):.2f} (n=3)")
+    assert line.startswith(f"POS probe: pretrained 45.00; STL POS {np.mean(stl):.2f} ± "
+                           f"{np.std(stl, ddof=1):.2f} (n=3)")
     assert f"STL - MTL {np.mean(stl) - np.mean(multi):+.2f}" in line
     assert "for 1 of 1 tasks (POS)" in probes.answer and "stays below STL for 1 (POS)" in probes.answer
 
     # 5. SP keeps 6 of POS DP's 8 heads: Jaccard 6/10
     assert sp.lines[0].startswith("POS DP & POS SP") and "kept-head Jaccard 0.60" in sp.lines[0]
     assert sp.answer == ("SP and DP keep the same heads more than chance for 1 of 1 settings (gate correlation "
-                         "p < 0.05); DP keeps fewer heads at a test score not lower (by Welch's test; on the means where a "
-                         "side has one seed) for 0 of 1")
-    p = stats.ttest_ind([91.0, 92.0, 93.0], [93.5, 94.0, 94.5], equal_var=False).pvalue  # DP (8 heads) below SP (8 heads)
+                         "p < 0.05); DP keeps fewer heads at a test score not lower (by Welch's test; on the means "
+                         "where a side has one seed) for 0 of 1")
+    # DP (8 heads) below SP (8 heads)
+    p = stats.ttest_ind([91.0, 92.0, 93.0], [93.5, 94.0, 94.5], equal_var=False).pvalue
     assert sp.lines[1] == ("POS: heads kept DP 8.0 ± 0.0 (n=3), SP 8.0 ± 0.0 (n=3); test accuracy DP 92.00, SP "
                            f"94.00, DP - SP -2.00, Welch p {p:.2g}")
 

@@ -39,9 +39,10 @@ import numpy as np
 import pandas as pd
 
 from mtl_heads.config import ConfigError
-from mtl_heads.reports.comparison import compare_runs
+from mtl_heads.reports.comparison import compare_runs, markdown
 from mtl_heads.reports.gates import (chance_stem_cells, kept_heads, moved_flags, permutation_baseline, read_run,
-                                     run_consistency, stem_cells, stem_cells_vs_probes, stem_count_p)
+                                     run_consistency, stem_cells, stem_cells_vs_probes, stem_count_p,
+                                     stem_settings)
 from mtl_heads.reports.runs import read_yaml, walk_runs
 from mtl_heads.reports.significance import permutation_test, significance_table, welch
 
@@ -83,6 +84,7 @@ class Study:
     mtl: str | None
     reports: list = field(default_factory=list)
     notes: list = field(default_factory=list)
+    gates: dict = field(default_factory=dict, repr=False)  # setting -> (grids, moved, block), read once
 
     def setting(self, tasks: str | None, kind: str) -> str | None:
         return self.cells.get((tasks, kind)) if tasks else None
@@ -121,7 +123,7 @@ def read_study(specs: list[str]) -> Study:
     mtl = max(multi, key=lambda t: t.count("+")) if multi else None
     reports = []
     for spec in map(Path, specs):
-        found, _, _ = walk_runs(spec, is_run=is_report_dir, is_unfinished=lambda p: False) if spec.is_dir() else ([], [], [])
+        found = walk_runs(spec, is_run=is_report_dir, is_unfinished=lambda p: False)[0] if spec.is_dir() else []
         for folder in ([spec] if is_report_dir(spec) else found):
             try:
                 reports.append(read_report(folder))
@@ -131,12 +133,14 @@ def read_study(specs: list[str]) -> Study:
 
 
 # --- numbers as text -----------------------------------------------------------------------------
-def _mean_std(values: np.ndarray | list[float], digits: int = 2) -> str:
+def _mean_std(values: np.ndarray | list[float], digits: int = 2, count: bool = True) -> str:
+    """``mean ± sample std (n=seeds)``; the std only with two or more values, ``(n=..)`` with ``count``."""
     values = np.asarray(values, dtype=float)
     if not len(values):
         return "n/a"
     text = f"{values.mean():.{digits}f}"
-    return text + (f" ± {values.std(ddof=1):.{digits}f}" if len(values) > 1 else "") + f" (n={len(values)})"
+    return text + (f" ± {values.std(ddof=1):.{digits}f}" if len(values) > 1 else "") \
+        + (f" (n={len(values)})" if count else "")
 
 
 def _p(value: float) -> str:
@@ -230,17 +234,21 @@ def mtl_vs_stl(study: Study) -> Claim:
         return claim
     claim.replicated = "yes" if losses else "no"
     claim.answer = (f"{'yes' if losses else 'no'}: loses on {', '.join(losses) or 'none'}; gains on "
-                    f"{', '.join(gains) or 'none'}; no significant difference or not tested on {', '.join(same) or 'none'}"
+                    f"{', '.join(gains) or 'none'}; no significant difference or not tested on "
+                    f"{', '.join(same) or 'none'}"
                     f" (Welch p < {ALPHA}, {tested} of {len(claim.lines)} tasks testable)")
     return claim
 
 
 # --- gates: overlap, stem cells, SP vs DP --------------------------------------------------------
 def _gates(study: Study, setting: str) -> tuple[list[np.ndarray], list[bool], int]:
-    """(gate grids, whether each moved, query heads per gate) of a setting's runs."""
-    runs = [read_run(Path(p)) for p in study.runs.loc[study.runs["setting"] == setting, "run"]]
-    flags = moved_flags({setting: runs})[setting]
-    return [r.values for r in runs], flags, max(r.group_size for r in runs)
+    """(gate grids, whether each moved, query heads per gate) of a setting's runs; read once per study
+    (the overlap, stem-cell and SP-vs-DP claims share them)."""
+    if setting not in study.gates:
+        runs = [read_run(Path(p)) for p in study.runs.loc[study.runs["setting"] == setting, "run"]]
+        flags = moved_flags({setting: runs})[setting]
+        study.gates[setting] = ([r.values for r in runs], flags, max(r.group_size for r in runs))
+    return study.gates[setting]
 
 
 def _grids(study: Study, settings: dict[str, str]) -> tuple[dict, dict, int]:
@@ -290,8 +298,8 @@ def overlap(study: Study) -> Claim:
         consistency = {n: run_consistency(grids[n], moved[n]) for n in grids}
         if any(np.isfinite(list(consistency.values()))):
             claim.lines.append(f"{REGIME_NAMES[kind]}, run-to-run consistency (mean Pearson correlation between the "
-                               "gates of a setting's seeds): " + ", ".join(f"{n} {v:.2f}" for n, v in consistency.items()
-                                                                           if np.isfinite(v)))
+                               "gates of a setting's seeds): "
+                               + ", ".join(f"{n} {v:.2f}" for n, v in consistency.items() if np.isfinite(v)))
         above = int((table["p"] < ALPHA).sum())
         above_j = int((table["jaccard p"] < ALPHA).sum())
         shares[kind] = (above, len(table))
@@ -317,7 +325,7 @@ def stem(study: Study) -> Claim:
             continue
         grids, moved, block = _grids(study, settings)
         table = stem_cells(grids, moved)
-        names = [c.removeprefix("kept in ") for c in table.columns if c.startswith("kept in ")]
+        names = stem_settings(table)
         if len(names) < 2:
             continue
         kept = [int(kept_heads(grids[n]).sum()) for n in names]
@@ -346,7 +354,8 @@ def stem(study: Study) -> Claim:
                     continue
                 probe_hits += bool(r["p"] < ALPHA)
                 claim.lines.append(
-                    f"{REGIME_NAMES[kind]}, stem cells among the pretrained encoder's {r['probe'].upper()} probe heads: "
+                    f"{REGIME_NAMES[kind]}, stem cells among the pretrained encoder's {r['probe'].upper()} "
+                    "probe heads: "
                     f"mean percentile {r['mean percentile']:.1f} (random sets of {len(cells)}: mean "
                     f"{r['null mean']:.1f}, 95th pct {r['null 95%']:.1f}; p {_p(r['p'])}); best head {r['best head']}")
         verdicts.append("yes" if above_chance and probe_hits else "partly" if above_chance else "no")
@@ -389,8 +398,8 @@ def sp_vs_dp(study: Study) -> Claim:
                            f" DP {t['mean B']:.2f}, SP {t['mean A']:.2f}, DP - SP {t['difference']:+.2f}, Welch p "
                            f"{_p(t['welch p'])}")
     claim.answer = (f"SP and DP keep the same heads more than chance for {agree} of {total} settings (gate correlation "
-                    f"p < {ALPHA}); DP keeps fewer heads at a test score not lower (by Welch's test; on the means where "
-                    f"a side has one seed) for {fewer} of {total}"
+                    f"p < {ALPHA}); DP keeps fewer heads at a test score not lower (by Welch's test; on the means "
+                    f"where a side has one seed) for {fewer} of {total}"
                     if total else "not checked: no setting with both DP and SP runs")
     claim.replicated = _verdict(fewer, total) if total else ""
     return claim
@@ -456,7 +465,8 @@ def probes_claim(study: Study) -> Claim:
     if not pretrained:
         claim.notes.append("no probe report of the pretrained encoder")
     claim.answer = (f"STL raises its own probe's score over the pretrained encoder for {len(sharpened)} of "
-                    f"{len(claim.lines)} tasks{_listed(sharpened)}; {_mtl_name(study)} stays below STL for {len(spread)}"
+                    f"{len(claim.lines)} tasks{_listed(sharpened)}; {_mtl_name(study)} stays below STL for "
+                    f"{len(spread)}"
                     f"{_listed(spread)} (below on the mean, and Welch p < {ALPHA} where testable)" if claim.lines else
                     "not checked: no probe reports of both the pretrained encoder and single-task runs")
     if claim.lines:
@@ -493,15 +503,10 @@ def score_grid(study: Study) -> pd.DataFrame:
                 continue
             text = _mean_std(runs[score].dropna())
             if kind != "none":
-                text += f"; heads {_mean_std(runs['heads kept'], 0).split(' (')[0]}"
+                text += f"; heads {_mean_std(runs['heads kept'], 0, count=False)}"
             row[name] = text
         rows.append(row)
     return pd.DataFrame(rows)
-
-
-def _table(frame: pd.DataFrame) -> str:
-    head = "| " + " | ".join(frame.columns) + " |\n|" + "---|" * len(frame.columns) + "\n"
-    return head + "".join("| " + " | ".join(str(v) for v in row) + " |\n" for row in frame.itertuples(index=False))
 
 
 def claims_markdown(study: Study, claims: list[Claim], command: str = "") -> str:
@@ -512,7 +517,8 @@ def claims_markdown(study: Study, claims: list[Claim], command: str = "") -> str
            + (f" by `{command}`" if command else "") + f"; do not edit by hand. The runs took {hours:.1f} hours "
            "in all (the sum of their `metrics.json` seconds: wall time with loading and evaluation, of the last "
            "process of a resumed run; probes not counted).", "",
-           "Test scores, mean ± sample standard deviation over seeds (n = seeds):", "", _table(score_grid(study)), TESTS, ""]
+           "Test scores, mean ± sample standard deviation over seeds (n = seeds):", "",
+           markdown(score_grid(study)), "", TESTS, ""]
     for number, claim in enumerate(claims, 1):
         replicated = {"yes": "replicated", "partly": "partly replicated", "no": "not replicated"}.get(claim.replicated)
         out.append(f"**{number}. {claim.question}** He & Choi: {claim.paper}. Here: {claim.answer}."
