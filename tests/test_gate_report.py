@@ -432,7 +432,8 @@ def test_cli_prints_the_permutation_baseline(runs_dir, tmp_path, capsys):
     assert saved["kept A"].item() == 3 and saved["kept B"].item() == 4
     assert saved["jaccard"].item() == pytest.approx(2 / 5)  # {L0H1, L1H0} of {L0H0, L0H1, L0H2, L1H0, L1H1}
     assert "Permutation baseline: do two settings keep the same heads more than chance" in printed
-    assert re.search(r"  dep vs pos\+ner: r = -?\d\.\d\d \(null mean .*; p = [\d.]+\); kept 3 and 4 heads, "
+    assert re.search(r"  dep vs pos\+ner: r = -?\d\.\d\d \(null mean .*; p = [\d.]+; layer-aware null mean .*, p = [\d.]+\); "
+                     r"kept 3 and 4 heads, "
                      r"Jaccard 0\.40 \(null mean", printed)
     assert f"wrote {out / 'correlation-permutation.csv'} (permutation baseline" in printed
     with pytest.raises(SystemExit) as exit_:
@@ -482,8 +483,11 @@ def test_stem_cells_by_hand(stem_runs):
     lines = gate_report.stem_cell_lines(table, ["ner"])
     assert "  settings taking part (3): dep (dynamic), pos (dynamic), pos+ner (dynamic); left out, gates never " \
            "moved: ner" in lines
-    assert "  1 of 6 heads kept in every setting (chance 0.5 if each setting kept its 3, 2, 3 heads at random): " \
-           "L0H0" in lines
+    # within layers: dep and pos+ner keep 2 of layer 0's 3 heads and 1 of layer 1's, pos 2 and 0:
+    # 3 * (2/3)^3 + 3 * (1/3 * 0 * 1/3) = 0.89 expected
+    assert gate_report.kept_by_layer(table).tolist() == [[2, 1], [2, 0], [2, 1]]
+    assert "  1 of 6 heads kept in every setting (chance 0.5 if each setting kept its 3, 2, 3 heads at random; " \
+           "0.89 if at random within each layer, as many per layer as it keeps): L0H0" in lines
     assert "  1 heads kept in every run (6 runs): L0H0" in lines
     assert lines[-2:] == ["    L0: 3 2 1", "    L1: 1 1 0"]
 
@@ -609,7 +613,8 @@ def test_stem_cells_against_a_probe_report(stem_runs, tmp_path):
     lines = gate_report.probe_rank_lines(ranks.reset_index())
     assert lines[0].startswith("Stem cells against probe heads: per probe, each head's count-weighted mean score")
     assert "  pretrained/dep (2 labels): stem cells' mean percentile 20.0 (random sets: mean " \
-           f"{dep['null mean']:.1f}, 95th pct 100.0; p = {dep['p']:.3g}); ranks among 6: L0H0 5; best head L1H0" \
+           f"{dep['null mean']:.1f}, 95th pct 100.0; p = {dep['p']:.3g}; layer-matched sets: mean " \
+           f"{dep['layer null mean']:.1f}, p = {dep['layer p']:.3g}); ranks among 6: L0H0 5; best head L1H0" \
            in lines
     assert dep["null mean"] == pytest.approx(50.0, abs=1.5)  # one random head of six: its mean percentile is 50
     assert "  pretrained/sink: left out (a share of attention on the first token, not a skill)" in lines
@@ -624,8 +629,8 @@ def test_cli_writes_the_stem_cells_and_their_probe_ranks(stem_runs, tmp_path, ca
     printed = capsys.readouterr().out
     stem = pd.read_csv(out / "stem-cells.csv")
     assert stem.loc[stem["stem cell"], "name"].tolist() == ["L0H0"]
-    assert "  1 of 6 heads kept in every setting (chance 0.5 if each setting kept its 3, 2, 3 heads at random): " \
-           "L0H0" in printed
+    assert "  1 of 6 heads kept in every setting (chance 0.5 if each setting kept its 3, 2, 3 heads at random; " \
+        "0.89 if at random within each layer, as many per layer as it keeps): L0H0" in printed
     ranks = pd.read_csv(out / "stem-cells-probes.csv")
     assert ranks["probe"].tolist() == ["dep", "clark", "sink"] and ranks["draws"].eq(10_000).all()
     assert re.search(r"^  pretrained/dep \(2 labels\): stem cells' mean percentile 20\.0 .*ranks among 6: L0H0 5",

@@ -454,9 +454,10 @@ def test_stem_cells_on_the_page_are_those_gates_prints(pruned_runs, tmp_path, ca
     page = build_page([str(pruned_runs)], [])
     text, grid, marked = _stem_section(page)
     count, printed_grid = _gates_printed(pruned_runs, tmp_path, capsys)
-    # by hand: each setting keeps 6 of 12 heads, 4 in both; chance 12 x (6/12)^2 = 3
-    assert count == ("4 of 12 heads kept in every setting (chance 3 if each setting kept its 6, 6 heads at random): "
-                     "L0H0, L1H0, L1H2, L2H3")
+    # by hand: each setting keeps 6 of 12 heads, 4 in both; chance 12 x (6/12)^2 = 3; within layers each keeps
+    # 2 of every layer's 4 heads: 3 layers x 4 x (2/4)^2 = 3 too
+    assert count == ("4 of 12 heads kept in every setting (chance 3 if each setting kept its 6, 6 heads at random; 3 if "
+                     "at random within each layer, as many per layer as it keeps): L0H0, L1H0, L1H2, L2H3")
     assert count in text and "3 heads kept in every run (6 runs): L0H0, L1H0, L1H2" in text
     assert grid == printed_grid and len(grid) == 12
     assert grid["L0H1"] == 1 and grid["L0H3"] == 0

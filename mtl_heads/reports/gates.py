@@ -47,6 +47,7 @@ import numpy as np
 import pandas as pd
 
 from mtl_heads.config import ConfigError
+from mtl_heads.headsets import block_permutations, layer_matched_sets, layer_permutations, random_sets
 from mtl_heads.reports.plots import chars_in, lines_height, new_figure, text_size, wrap_label
 from mtl_heads.reports.runs import KIND_WHY, Note, folder_kind, read_yaml, setting_names, walk_runs
 
@@ -57,7 +58,8 @@ __all__ = ["KEEP_THRESHOLD", "MIN_GATE_SPREAD", "RunGates", "rgb_overlap", "grey
            "gates_vary", "initial_gate_range", "gates_moved", "moved_flags", "run_consistency", "correlation_matrix",
            "still_settings", "correlation_note", "SHUFFLES", "PERMUTATION_TEXT", "kept_heads", "jaccard",
            "permutation_baseline", "permutation_lines", "STEM_TEXT", "DRAWS", "NOT_RANKED", "ROLE_LABELS",
-           "stem_cells", "stem_settings", "chance_stem_cells", "stem_count_p", "stem_cell_lines", "read_probe_reports",
+           "stem_cells", "stem_settings", "chance_stem_cells", "stem_count_p", "chance_stem_cells_by_layer",
+           "stem_count_layer_p", "kept_by_layer", "stem_cell_lines", "read_probe_reports",
            "skill_labels",
            "head_skill", "percentile_ranks", "head_ranks", "set_percentile_baseline", "check_probe_grid",
            "stem_cells_vs_probes", "probe_rank_lines", "write_stem_cells",
@@ -79,7 +81,9 @@ PERMUTATION_TEXT = ("Permutation baseline: do two settings keep the same heads m
                     "kept, their alignment with the layer x head grid destroyed) and the Pearson correlation of the "
                     "mean gates and the Jaccard overlap of the kept heads (gate >= threshold in more than half of a "
                     "setting's runs) recomputed; p = (1 + shuffles at least as high as observed) / (1 + shuffles), "
-                    "one-sided")
+                    "one-sided. Two nulls: heads shuffled over the whole grid (global), and within their layer only "
+                    "(layer-aware: pruning keeps low layers more than high ones, so layer position alone makes "
+                    "settings share heads)")
 
 
 @dataclass
@@ -301,14 +305,6 @@ def _null_summary(observed: float, null: np.ndarray) -> tuple[float, float, floa
     return float(null.mean()), float(np.percentile(null, 95)), (1 + hits) / (1 + null.size)
 
 
-def block_permutations(rng: np.random.Generator, count: int, size: int, block: int = 1) -> np.ndarray:
-    """``[count, size]`` random permutations of ``size`` positions that move runs of ``block`` adjacent
-    positions together (a KV group's query heads, adjacent in a flattened ``[layers, heads]`` grid);
-    ``block`` 1: plain permutations. ``size`` must be a multiple of ``block``."""
-    order = np.argsort(rng.random((count, size // block)), axis=1)  # [count, blocks]
-    return (order[:, :, None] * block + np.arange(block)).reshape(count, size)
-
-
 def permutation_baseline(settings: dict[str, list[np.ndarray]], moved: dict[str, list[bool]] | None = None,
                          threshold: float = KEEP_THRESHOLD, shuffles: int = SHUFFLES, seed: int = 0,
                          block: int = 1) -> pd.DataFrame:
@@ -320,49 +316,74 @@ def permutation_baseline(settings: dict[str, list[np.ndarray]], moved: dict[str,
     grid is destroyed. The null of the Pearson correlation of the mean gates, and of the Jaccard
     overlap of the kept heads (:func:`kept_heads`; B's kept set moves with its gates), comes from
     these shuffles. Shuffling A instead would give the same null (a correlation is unchanged when
-    both vectors are permuted alike). The shuffle moves heads across layers too.
+    both vectors are permuted alike). Two nulls, each from its own shuffles:
+
+    - *global*: heads shuffled over the whole grid, across layers;
+    - *layer-aware*: heads shuffled within their layer only
+      (:func:`mtl_heads.headsets.layer_permutations`). Pruning keeps low layers far more than high
+      ones, so two settings share low-layer heads by layer position alone; this null keeps each
+      layer's gates in their layer and asks whether the same heads *within* a layer survive.
 
     Args:
         settings: ``{setting: [gates [layers, heads] of each run]}``, one grid shape.
         moved: ``{setting: [whether each run's gates moved]}`` (:func:`moved_flags`); default
             :func:`gates_vary` of each run.
         threshold: a head is kept when its gate is >= this (default 1e-3).
-        shuffles: number of shuffles (default 1000); the smallest p is ``1 / (shuffles + 1)``.
+        shuffles: number of shuffles of each null (default 1000); the smallest p is ``1 / (shuffles + 1)``.
         seed: numpy seed of the shuffles (default 0).
         block: query heads that share one gate in some setting (``encoder.gate_groups=kv``: a KV
             group): whole groups are shuffled, since heads that always move together are one draw,
             not ``block`` independent ones (default 1: single heads).
 
     Columns: ``A``, ``B``, ``correlation``, ``null mean``, ``null 95%``, ``p`` (one-sided: share of
-    shuffles at least as high, ``(1 + hits) / (1 + shuffles)``), ``kept A``, ``kept B``, ``jaccard``,
-    ``jaccard null mean``, ``jaccard null 95%``, ``jaccard p``, ``shuffles``, ``seed``. No rows with
-    fewer than two such settings.
+    shuffles at least as high, ``(1 + hits) / (1 + shuffles)``), ``layer null mean``, ``layer null
+    95%``, ``layer p`` (the layer-aware null), ``kept A``, ``kept B``, ``jaccard``, ``jaccard null
+    mean``, ``jaccard null 95%``, ``jaccard p``, ``jaccard layer null mean``, ``jaccard layer null
+    95%``, ``jaccard layer p``, ``jaccard note`` (why the Jaccard overlap cannot be tested: a side
+    keeps every head or none, so every shuffle gives the same overlap; its p is then NaN, not 1),
+    ``shuffles``, ``seed``. No rows with fewer than two such settings.
     """
-    columns = ["A", "B", "correlation", "null mean", "null 95%", "p", "kept A", "kept B", "jaccard",
-               "jaccard null mean", "jaccard null 95%", "jaccard p", "shuffles", "seed"]
+    nulls = ("", "layer ")
+    columns = ["A", "B", "correlation"] + [f"{n}{c}" for n in nulls for c in ("null mean", "null 95%", "p")] \
+        + ["kept A", "kept B", "jaccard"] + [f"jaccard {n}{c}" for n in nulls for c in ("null mean", "null 95%", "p")] \
+        + ["jaccard note", "shuffles", "seed"]
     moved = _moved(settings, moved)
     names = [n for n in settings if any(moved[n])]
     if len(names) < 2:
         return pd.DataFrame(columns=columns)
+    layers, heads = _stack(settings[names[0]]).shape[1:]
     means = {n: _stack(settings[n]).mean(0).ravel() for n in names}  # each [layers * heads]
     kept = {n: kept_heads(settings[n], threshold) for n in names}
-    size = len(next(iter(means.values())))
-    order = block_permutations(np.random.default_rng(seed), shuffles, size, block)  # [shuffles, heads]
+    rng = np.random.default_rng(seed)
+    orders = {"": block_permutations(rng, shuffles, layers * heads, block),  # [shuffles, L * H]
+              "layer ": layer_permutations(rng, shuffles, layers, heads, block)}
     rows = []
     for a, b in itertools.combinations(names, 2):
         x, y = means[a] - means[a].mean(), means[b] - means[b].mean()
         norm = np.linalg.norm(x) * np.linalg.norm(y)
         observed = float(x @ y / norm) if norm > 0 else math.nan
-        null = (y[order] @ x) / norm if norm > 0 else np.full(shuffles, np.nan)  # [shuffles]
         overlap = float(jaccard(kept[a], kept[b]))
-        overlap_null = jaccard(kept[a], kept[b][order])  # [shuffles]
-        rows.append({"A": a, "B": b, "correlation": observed,
-                     **dict(zip(("null mean", "null 95%", "p"), _null_summary(observed, null))),
-                     "kept A": int(kept[a].sum()), "kept B": int(kept[b].sum()), "jaccard": overlap,
-                     **dict(zip(("jaccard null mean", "jaccard null 95%", "jaccard p"),
-                                _null_summary(overlap, overlap_null))),
-                     "shuffles": shuffles, "seed": seed})
+        row = {"A": a, "B": b, "correlation": observed, "kept A": int(kept[a].sum()), "kept B": int(kept[b].sum()),
+               "jaccard": overlap, "jaccard note": _untestable_overlap({a: kept[a], b: kept[b]}),
+               "shuffles": shuffles, "seed": seed}
+        for null, order in orders.items():
+            shuffled = (y[order] @ x) / norm if norm > 0 else np.full(shuffles, np.nan)  # [shuffles]
+            row.update(zip((f"{null}null mean", f"{null}null 95%", f"{null}p"), _null_summary(observed, shuffled)))
+            row.update(zip((f"jaccard {null}null mean", f"jaccard {null}null 95%", f"jaccard {null}p"),
+                           _null_summary(overlap, jaccard(kept[a], kept[b][order]))))
+        if row["jaccard note"]:
+            row.update({f"jaccard {null}p": math.nan for null in orders})
+        rows.append(row)
     return pd.DataFrame(rows, columns=columns)
+
+
+def _untestable_overlap(kept: dict[str, np.ndarray]) -> str:
+    """'' or why the overlap of kept-head sets cannot be tested: a set that holds every head or none
+    overlaps every shuffle of the other alike."""
+    for name, heads in kept.items():
+        if heads.all() or not heads.any():
+            return f"cannot be tested: {name} keeps {'every head' if heads.all() else 'no head'}"
+    return ""
 
 
 def _num(value: float, digits: str = ".2f") -> str:
@@ -379,10 +400,13 @@ def permutation_lines(table: pd.DataFrame) -> list[str]:
     lines = [textwrap.fill(f"{PERMUTATION_TEXT}; {shuffles} shuffles (seed {seed}), smallest p "
                            f"{1 / (shuffles + 1):.2g}:", 100)]
     for r in table.to_dict("records"):
+        jaccard_p = r["jaccard note"] if r.get("jaccard note") else \
+            f"p = {_num(r['jaccard p'], '.3g')}, layer-aware p = {_num(r['jaccard layer p'], '.3g')}"
         lines.append(f"  {r['A']} vs {r['B']}: r = {_num(r['correlation'])} (null mean {_num(r['null mean'])}, "
-                     f"95th pct {_num(r['null 95%'])}; p = {_num(r['p'], '.3g')}); kept {r['kept A']} and "
+                     f"95th pct {_num(r['null 95%'])}; p = {_num(r['p'], '.3g')}; layer-aware null mean "
+                     f"{_num(r['layer null mean'])}, p = {_num(r['layer p'], '.3g')}); kept {r['kept A']} and "
                      f"{r['kept B']} heads, Jaccard {_num(r['jaccard'])} (null mean {_num(r['jaccard null mean'])}, "
-                     f"95th pct {_num(r['jaccard null 95%'])}; p = {_num(r['jaccard p'], '.3g')})")
+                     f"95th pct {_num(r['jaccard null 95%'])}; {jaccard_p})")
     return lines
 
 
@@ -452,6 +476,11 @@ def stem_cells(settings: dict[str, list[np.ndarray]], moved: dict[str, list[bool
     return table
 
 
+def kept_by_layer(table: pd.DataFrame) -> np.ndarray:
+    """``[settings, layers]``: heads each setting of a :func:`stem_cells` table keeps in each layer."""
+    return np.array([table.groupby("layer")[f"kept in {n}"].sum().to_numpy(int) for n in stem_settings(table)])
+
+
 def stem_settings(table: pd.DataFrame) -> list[str]:
     """The settings that took part in a :func:`stem_cells` table (its ``kept in <setting>`` columns)."""
     return [c.removeprefix("kept in ") for c in table.columns if c.startswith("kept in ")]
@@ -497,6 +526,49 @@ def stem_count_p(kept: list[int] | np.ndarray, heads: int, observed: int, draws:
     return (1 + hits) / (1 + draws)
 
 
+def chance_stem_cells_by_layer(kept: np.ndarray, heads: int) -> float:
+    """Heads expected in every setting if each setting kept its number of heads *in each layer* at random
+    positions of that layer, independently: ``sum over layers of heads * prod_s (kept[s, l] / heads)``.
+    Higher than :func:`chance_stem_cells` when the settings all keep the same layers. NaN for no settings.
+
+    Args:
+        kept: ``[settings, layers]`` heads kept per layer by each setting (:func:`kept_per_layer`).
+        heads: heads per layer.
+    """
+    kept = np.asarray(kept, dtype=float)
+    if kept.size == 0:
+        return math.nan
+    return float((heads * np.prod(kept / heads, axis=0)).sum())
+
+
+def stem_count_layer_p(kept: np.ndarray, heads: int, observed: int, draws: int = DRAWS, seed: int = 0,
+                       block: int = 1) -> float:
+    """One-sided p of finding at least ``observed`` stem cells by chance when each setting keeps its
+    number of heads in each layer at random positions of that layer (the layer-aware null of
+    :func:`stem_count_p`): p = (1 + draws with at least ``observed`` heads in every setting) / (1 + draws).
+    NaN for no settings.
+
+    Args:
+        kept: ``[settings, layers]`` heads kept per layer by each setting. heads: heads per layer.
+        observed: stem cells found. draws, seed: random draws (default 10,000) and numpy seed (0).
+        block: query heads that share one gate (a KV group): drawn a whole group at a time.
+    """
+    kept = np.asarray(kept, dtype=int)
+    if kept.size == 0:
+        return math.nan
+    layers = kept.shape[1]
+    rng = np.random.default_rng(seed)
+    common = np.ones((draws, layers * heads), dtype=bool)  # [draws, L * H]
+    for per_layer in kept:
+        order = layer_permutations(rng, draws, layers, heads, block).reshape(draws, layers, heads)
+        chosen = np.zeros((draws, layers * heads), dtype=bool)
+        for layer, count in enumerate(per_layer):
+            np.put_along_axis(chosen, order[:, layer, :int(count)], True, axis=1)
+        common &= chosen
+    hits = int((common.sum(1) >= observed).sum())
+    return (1 + hits) / (1 + draws)
+
+
 def _head_list(names: list[str], limit: int = 24) -> str:
     shown = ", ".join(names[:limit])
     return shown + (f", ... ({len(names) - limit} more)" if len(names) > limit else "") if names else "none"
@@ -518,8 +590,10 @@ def stem_cell_lines(table: pd.DataFrame, left_out: list[str] | tuple = (),
     kept = [int(table[f"kept in {n}"].sum()) for n in names]
     stem = list(table.loc[table["stem cell"], "name"])
     chance = chance_stem_cells(kept, total)
+    by_layer = chance_stem_cells_by_layer(kept_by_layer(table), int(table["head"].max()) + 1)
     lines.append(f"  {len(stem)} of {total} heads kept in every setting (chance {chance:.2g} if each setting kept "
-                 f"its {', '.join(map(str, kept))} heads at random): {_head_list(stem)}")
+                 f"its {', '.join(map(str, kept))} heads at random; {by_layer:.2g} if at random within each layer, "
+                 f"as many per layer as it keeps): {_head_list(stem)}")
     every = list(table.loc[table["every run"], "name"])
     lines.append(f"  {len(every)} heads kept in every run ({int(table['runs'].iloc[0])} runs): {_head_list(every)}")
     if len(names) == 1:
@@ -618,7 +692,7 @@ def head_ranks(scores: np.ndarray) -> np.ndarray:
 
 
 def set_percentile_baseline(percentiles: np.ndarray, chosen: np.ndarray, draws: int = DRAWS,
-                            seed: int = 0, block: int = 1) -> tuple[float, float, float, float]:
+                            seed: int = 0, block: int = 1, layers: int | None = None) -> tuple[float, float, float, float]:
     """Is the mean percentile of the ``chosen`` heads higher than that of random head sets of its size?
 
     Args:
@@ -630,17 +704,20 @@ def set_percentile_baseline(percentiles: np.ndarray, chosen: np.ndarray, draws: 
         seed: numpy seed of the draws (default 0).
         block: query heads that share one gate (a KV group, adjacent): a random set is the heads of
             the same number of whole groups as ``chosen`` holds (default 1: single heads).
+        layers: None (default): random sets anywhere in the grid (the global null); the number of
+            layers of the ``[layers, n / layers]`` grid: random sets with as many heads in each layer as
+            ``chosen`` (the layer-aware null, :func:`mtl_heads.headsets.layer_matched_sets`).
 
     Returns (observed mean percentile, null mean, null 95th percentile, one-sided
     ``p = (1 + draws at least as high) / (1 + draws)``).
     """
     percentiles, chosen = np.asarray(percentiles, dtype=float).ravel(), np.asarray(chosen, dtype=bool).ravel()
-    k = int(chosen.sum())
-    if k == 0:
+    if not chosen.any():
         raise ValueError("set_percentile_baseline needs at least one chosen head")
     observed = float(percentiles[chosen].mean())
-    groups = -(-k // block)  # whole groups of the tested set
-    picks = block_permutations(np.random.default_rng(seed), draws, percentiles.size, block)[:, :groups * block]
+    rng = np.random.default_rng(seed)
+    picks = random_sets(rng, draws, chosen, block) if layers is None else \
+        layer_matched_sets(rng, draws, chosen.reshape(layers, -1), block)  # [draws, k]
     null = percentiles[picks].mean(1)  # [draws]
     hits = int((null >= observed - 1e-9).sum())  # ties count as "at least as high"
     return observed, float(null.mean()), float(np.percentile(null, 95)), (1 + hits) / (1 + draws)
@@ -677,7 +754,9 @@ def stem_cells_vs_probes(table: pd.DataFrame, reports: list, draws: int = DRAWS,
     Per report and probe: each head's score is :func:`head_skill` over :func:`skill_labels`, its
     rank (1 = best) and percentile (:func:`percentile_ranks`) among all heads. One row per report and
     probe. Columns: ``report``, ``model``, ``probe``, ``labels`` (labels averaged), ``heads``, ``stem
-    cells``, ``mean percentile`` (of the stem cells), ``null mean``, ``null 95%``, ``p``, ``draws``,
+    cells``, ``mean percentile`` (of the stem cells), ``null mean``, ``null 95%``, ``p`` (random sets
+    anywhere), ``layer null mean``, ``layer null 95%``, ``layer p`` (random sets with the stem cells'
+    number of heads in each layer: are they the best heads *of their layers*?), ``draws``,
     ``seed``, ``best head`` (the probe's top head), ``note`` (why a probe is left out, NaN numbers:
     :data:`NOT_RANKED`, or no label in %), then per stem cell ``<L?H?> rank`` and ``<L?H?> percentile``.
     Empty without stem cells.
@@ -700,13 +779,15 @@ def stem_cells_vs_probes(table: pd.DataFrame, reports: list, draws: int = DRAWS,
             skill = head_skill(full, labels, layers, heads).ravel()  # [L * H]
             percent, rank = percentile_ranks(skill), head_ranks(skill)  # each [L * H]
             observed, null_mean, null_95, p = set_percentile_baseline(percent, chosen, draws, seed, block)
+            _, layer_mean, layer_95, layer_p = set_percentile_baseline(percent, chosen, draws, seed, block, layers)
             best = int(np.argmax(np.where(np.isnan(skill), -np.inf, skill)))
             rows.append({**row, "labels": len(labels), "mean percentile": observed, "null mean": null_mean,
-                         "null 95%": null_95, "p": p, "best head": table["name"].iloc[best], "note": "",
+                         "null 95%": null_95, "p": p, "layer null mean": layer_mean, "layer null 95%": layer_95,
+                         "layer p": layer_p, "best head": table["name"].iloc[best], "note": "",
                          **{f"{h} rank": int(rank[i]) for h, i in zip(stem, np.flatnonzero(chosen))},
                          **{f"{h} percentile": float(percent[i]) for h, i in zip(stem, np.flatnonzero(chosen))}})
     columns = ["report", "model", "probe", "labels", "heads", "stem cells", "mean percentile", "null mean", "null 95%",
-               "p", "draws", "seed", "best head", "note"]
+               "p", "layer null mean", "layer null 95%", "layer p", "draws", "seed", "best head", "note"]
     return pd.DataFrame(rows, columns=columns + [f"{h} {c}" for h in stem for c in ("rank", "percentile")])
 
 
@@ -731,7 +812,8 @@ def probe_rank_lines(table: pd.DataFrame) -> list[str]:
         lines.append(f"{where} ({int(r['labels'])} labels): stem cells' mean percentile "
                      f"{_num(r['mean percentile'], '.1f')}"
                      f" (random sets: mean {_num(r['null mean'], '.1f')}, 95th pct {_num(r['null 95%'], '.1f')}; "
-                     f"p = {_num(r['p'], '.3g')}); ranks among {int(r['heads'])}: {ranks}; best head {r['best head']}")
+                     f"p = {_num(r['p'], '.3g')}; layer-matched sets: mean {_num(r['layer null mean'], '.1f')}, "
+                     f"p = {_num(r['layer p'], '.3g')}); ranks among {int(r['heads'])}: {ranks}; best head {r['best head']}")
     return lines
 
 

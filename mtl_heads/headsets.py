@@ -1,0 +1,83 @@
+"""Sets of attention heads: their names and the random sets a null hypothesis draws.
+
+A head is named ``L<layer>H<head>`` (both from 0), as in every table and picture of the project; a
+set of heads is a bool grid ``[layers, heads]`` or, flattened layer by layer, ``[layers * heads]``.
+
+Random sets come in two kinds, and every test that holds a set of heads against chance prints both:
+
+- *global*: any heads of the grid (:func:`random_sets`, :func:`block_permutations`);
+- *layer-matched*: the same number of heads in each layer as the tested set (:func:`layer_matched_sets`,
+  :func:`layer_permutations`). Pruning keeps low layers far more than high ones, so a set of
+  surviving heads is mostly low-layer heads; against a global null, *any* low-layer set looks
+  special. The layer-matched null asks whether these heads matter beyond their layer.
+
+Query heads that share one gate (a key/value group, ``encoder.gate_groups=kv``; adjacent in a row)
+are drawn a whole group at a time (``block``): heads that always move together are one draw.
+Written with numpy alone (no torch), so that reports and the ablation code share it.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+__all__ = ["head_name", "parse_head", "head_names", "block_permutations", "layer_permutations", "random_sets",
+           "layer_matched_sets"]
+
+_NAME = re.compile(r"^L(\d+)H(\d+)$")
+
+
+def head_name(layer: int, head: int) -> str:
+    """``L<layer>H<head>``."""
+    return f"L{int(layer)}H{int(head)}"
+
+
+def parse_head(name: str) -> tuple[int, int]:
+    """``(layer, head)`` of ``L<layer>H<head>`` (case and spaces ignored); ValueError otherwise."""
+    found = _NAME.match(str(name).strip().upper())
+    if not found:
+        raise ValueError(f"{name!r} is not a head name (L<layer>H<head>, from 0: L0H2)")
+    return int(found.group(1)), int(found.group(2))
+
+
+def head_names(chosen: np.ndarray) -> list[str]:
+    """The names of the heads of a bool grid ``[layers, heads]``, layer by layer."""
+    return [head_name(layer, head) for layer, head in zip(*np.nonzero(np.asarray(chosen, dtype=bool)))]
+
+
+def block_permutations(rng: np.random.Generator, count: int, size: int, block: int = 1) -> np.ndarray:
+    """``[count, size]`` random permutations of ``size`` positions that move runs of ``block`` adjacent
+    positions together (a KV group's query heads, adjacent in a flattened ``[layers, heads]`` grid);
+    ``block`` 1: plain permutations. ``size`` must be a multiple of ``block``."""
+    order = np.argsort(rng.random((count, size // block)), axis=1)  # [count, blocks]
+    return (order[:, :, None] * block + np.arange(block)).reshape(count, size)
+
+
+def layer_permutations(rng: np.random.Generator, count: int, layers: int, heads: int, block: int = 1) -> np.ndarray:
+    """``[count, layers * heads]`` random permutations of a flattened grid that move heads only within
+    their layer (whole runs of ``block`` heads, as :func:`block_permutations`); ``heads`` must be a
+    multiple of ``block``."""
+    order = np.argsort(rng.random((count, layers, heads // block)), axis=2)  # [count, layers, blocks]
+    within = (order[..., None] * block + np.arange(block)).reshape(count, layers, heads)  # [count, layers, heads]
+    return (within + (np.arange(layers) * heads)[None, :, None]).reshape(count, layers * heads)
+
+
+def random_sets(rng: np.random.Generator, count: int, chosen: np.ndarray, block: int = 1) -> np.ndarray:
+    """``[count, k]`` flat indices of ``count`` random head sets of the size of ``chosen`` (a bool grid
+    ``[layers, heads]`` or flat), anywhere in the grid: as many whole ``block`` groups as ``chosen``
+    covers (``k`` = groups x block)."""
+    chosen = np.asarray(chosen, dtype=bool).ravel()
+    groups = -(-int(chosen.sum()) // block)
+    return block_permutations(rng, count, chosen.size, block)[:, :groups * block]
+
+
+def layer_matched_sets(rng: np.random.Generator, count: int, chosen: np.ndarray, block: int = 1) -> np.ndarray:
+    """``[count, k]`` flat indices of ``count`` random head sets with as many heads in each layer as
+    ``chosen`` (a bool grid ``[layers, heads]``): in each layer, that many whole ``block`` groups drawn
+    at random from the layer's heads. A layer whose every head is chosen gives the same heads in every
+    set (the null cannot vary there)."""
+    chosen = np.asarray(chosen, dtype=bool)
+    layers, heads = chosen.shape
+    order = layer_permutations(rng, count, layers, heads, block).reshape(count, layers, heads)
+    parts = [order[:, layer, :-(-int(chosen[layer].sum()) // block) * block] for layer in range(layers)]
+    return np.concatenate(parts, axis=1) if parts else np.zeros((count, 0), dtype=int)

@@ -1,0 +1,108 @@
+"""Head sets and the layer-aware nulls, checked against brute-force enumeration on small grids."""
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from mtl_heads import headsets
+from mtl_heads.reports import gates as gate_report
+
+
+def test_names_round_trip():
+    assert headsets.head_name(2, 11) == "L2H11" and headsets.parse_head(" l2h11 ") == (2, 11)
+    grid = np.zeros((2, 3), bool)
+    grid[0, 2] = grid[1, 0] = True
+    assert headsets.head_names(grid) == ["L0H2", "L1H0"]
+    with pytest.raises(ValueError, match="not a head name"):
+        headsets.parse_head("layer 2")
+
+
+def test_layer_permutations_stay_in_their_layer():
+    order = headsets.layer_permutations(np.random.default_rng(0), 200, 3, 4)  # [200, 12]
+    assert (np.sort(order, axis=1) == np.arange(12)).all()  # permutations
+    assert ((order // 4) == np.repeat(np.arange(3), 4)).all()  # position p holds a head of p's layer
+    blocks = headsets.layer_permutations(np.random.default_rng(0), 50, 2, 4, block=2).reshape(50, 4, 2)
+    assert (blocks[..., 1] == blocks[..., 0] + 1).all() and (blocks[..., 0] % 2 == 0).all()  # whole KV groups
+
+
+def test_layer_matched_sets_keep_the_counts():
+    chosen = np.array([[1, 1, 0, 0], [0, 0, 0, 0], [1, 0, 0, 0]], bool)
+    sets = headsets.layer_matched_sets(np.random.default_rng(1), 500, chosen)  # [500, 3]
+    assert sets.shape == (500, 3)
+    layers = np.sort(sets // 4, axis=1)
+    assert (layers == [0, 0, 2]).all() and all(len(set(s)) == 3 for s in sets)
+    # every pair of layer 0 comes up, about equally often (6 pairs)
+    pairs = {tuple(sorted(s[:2])) for s in sets}
+    assert pairs == set(itertools.combinations(range(4), 2))
+    again = headsets.layer_matched_sets(np.random.default_rng(1), 500, chosen)
+    assert (again == sets).all()  # seeded
+    full = np.array([[1, 1], [0, 0]], bool)  # all of layer 0 chosen: the null cannot vary there
+    assert (np.sort(headsets.layer_matched_sets(np.random.default_rng(0), 5, full), axis=1) == [0, 1]).all()
+    kv = headsets.layer_matched_sets(np.random.default_rng(0), 100, np.array([[1, 1, 0, 0]], bool), block=2)
+    assert set(map(tuple, np.sort(kv, axis=1))) == {(0, 1), (2, 3)}
+
+
+def _exact_layer_overlap_p(kept: list[list[int]], heads: int, observed: int) -> float:
+    """P(at least ``observed`` heads kept by both of two settings) when each keeps its count per layer at
+    random: per layer the overlap is hypergeometric; layers are independent, so their sum convolves."""
+    from scipy.stats import hypergeom
+
+    total = np.array([1.0])
+    for a, b in zip(*kept):
+        pmf = hypergeom(heads, a, b).pmf(np.arange(min(a, b) + 1))
+        total = np.convolve(total, pmf)
+    return float(total[observed:].sum())
+
+
+def test_layer_aware_stem_count_matches_the_exact_distribution():
+    kept = [[3, 1, 0], [2, 2, 1]]  # two settings, heads kept in each of 3 layers of 4 heads
+    # expected: 4 * (3/4 * 2/4) + 4 * (1/4 * 2/4) + 4 * 0 = 1.5 + 0.5
+    assert gate_report.chance_stem_cells_by_layer(np.array(kept), 4) == pytest.approx(2.0)
+    for observed in (1, 2, 3):
+        exact = _exact_layer_overlap_p(kept, 4, observed)
+        p = gate_report.stem_count_layer_p(np.array(kept), 4, observed, draws=40_000)
+        assert p == pytest.approx(exact, abs=0.01)
+    # the layer-aware null gives more overlap than the global one when both keep the same layers
+    same = np.array([[4, 0, 0], [4, 0, 0]])
+    assert gate_report.chance_stem_cells_by_layer(same, 4) == 4.0 > gate_report.chance_stem_cells([4, 4], 12)
+    assert gate_report.stem_count_layer_p(same, 4, 4) == 1.0  # always the same 4
+    assert math.isnan(gate_report.stem_count_layer_p(np.zeros((0, 3)), 4, 1))
+
+
+def test_layer_aware_permutation_baseline_matches_enumeration():
+    """2 layers x 3 heads: every within-layer shuffle of B (3! * 3! = 36) enumerated by hand."""
+    rng = np.random.default_rng(3)
+    a, b = rng.random((2, 3)), rng.random((2, 3))
+    table = gate_report.permutation_baseline({"a": [a], "b": [b]}, {"a": [True], "b": [True]}, shuffles=20_000)
+    row = table.iloc[0]
+    x, y = a.ravel(), b.ravel()
+    observed = np.corrcoef(x, y)[0, 1]
+    nulls = [np.corrcoef(x, np.concatenate([y[:3][list(p)], y[3:][list(q)]]))[0, 1]
+             for p in itertools.permutations(range(3)) for q in itertools.permutations(range(3))]
+    assert row["correlation"] == pytest.approx(observed)
+    assert row["layer null mean"] == pytest.approx(np.mean(nulls), abs=0.01)
+    assert row["layer p"] == pytest.approx(np.mean(np.array(nulls) >= observed - 1e-12), abs=0.01)
+
+
+def test_jaccard_of_a_setting_that_keeps_every_head_cannot_be_tested():
+    every, some = np.ones((2, 3)), np.array([[1.0, 0, 0], [0, 1.0, 0]])
+    row = gate_report.permutation_baseline({"all": [every * 0.9], "some": [some]},
+                                           {"all": [True], "some": [True]}).iloc[0]
+    assert row["jaccard note"] == "cannot be tested: all keeps every head"
+    assert math.isnan(row["jaccard p"]) and math.isnan(row["jaccard layer p"])
+
+
+def test_layer_matched_percentile_baseline():
+    # the best head of each layer chosen: against any heads it is special, against its own layer's
+    # heads too; the worst heads of the best layer are not special once layers are matched
+    skill = np.array([[90, 80, 70], [10, 5, 1]], float)
+    percent = gate_report.percentile_ranks(skill).ravel()
+    chosen = np.array([[0, 1, 1], [0, 0, 0]], bool).ravel()  # layer 0's two weaker heads
+    _, _, _, p_global = gate_report.set_percentile_baseline(percent, chosen, draws=20_000)
+    observed, mean, _, p_layer = gate_report.set_percentile_baseline(percent, chosen, draws=20_000, layers=2)
+    # percentiles 100, 80, 60 | 40, 20, 0; the chosen mean 70. Global: C(6, 2) = 15 sets, 4 with a mean
+    # of at least 70 (100+80, 100+60, 100+40, 80+60): p = 4/15
+    assert observed == 70 and p_global == pytest.approx(4 / 15, abs=0.01)
+    # within layer 0: C(3, 2) = 3 sets, means 90, 80, 70, every one at least as high: p = 1
+    assert p_layer == pytest.approx(1.0, abs=0.001) and mean == pytest.approx(80, abs=0.5)
