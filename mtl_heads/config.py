@@ -232,6 +232,15 @@ def choice(*values: str) -> Rule:
     return lambda v: None if v in values else f"one of {', '.join(values)}"
 
 
+def subset(*values: str) -> Rule:
+    """A non-empty list of distinct values, each one of ``values``."""
+    def rule(v):
+        ok = isinstance(v, (list, tuple, ListConfig)) and len(v) > 0 and len(set(v)) == len(v) \
+            and all(x in values for x in v)
+        return None if ok else f"some of {', '.join(values)}, each once"
+    return rule
+
+
 def count(minimum: int = 1, optional: bool = False) -> Rule:
     def rule(v):
         if v is None and optional:
@@ -372,6 +381,12 @@ RULES: dict[str, Rule] = {
     "ablation.rank_by": choice("ablation", "importance"),
     "report.panels": count(),
     "report.compare_panels": count(),
+    # ablate.yaml
+    "methods": subset("zero", "mean", "resample"),  # mtl_heads.ablation.METHODS
+    "random_sets": count(),
+    "reference": choice("train", "dev", "test"),
+    "max_sentences": count(optional=True),
+    "top": count(optional=True),
 }
 
 _ABSENT = object()

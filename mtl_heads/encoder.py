@@ -5,6 +5,8 @@ pre-hook on each layer's attention output projection (``W_O``) sees the concaten
 contexts ``[batch, seq, heads * head_dim]`` and multiplies head ``h`` by the layer's gate
 ``g[layer, h]``. This works for every attention backend (eager, SDPA, flash) because all of
 them hand the same tensor to ``W_O``. transformers v5 removed ``head_mask``; this replaces it.
+The same hook captures the contexts (:meth:`GatedEncoder.capture_contexts`) and replaces chosen
+heads' contexts by other values (:meth:`GatedEncoder.replace_heads`: zero, mean or resample ablation).
 
 Where the modules live differs per architecture; ``ADAPTERS`` names them as dotted paths.
 """
@@ -15,9 +17,9 @@ import functools
 import inspect
 import logging
 import os
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import torch
 import transformers
@@ -28,7 +30,7 @@ from mtl_heads.files import is_load_error, unreadable
 from mtl_heads.gates import GroupedGate, MaskedGate, build_gate
 
 __all__ = ["Adapter", "ADAPTERS", "AttentionShape", "EncoderOutput", "EncoderNotFound", "GatedEncoder",
-           "GATE_GROUPS", "POOLING", "attention_shape", "is_causal", "pool_words"]
+           "GATE_GROUPS", "HeadPatch", "POOLING", "attention_shape", "encoder_config", "is_causal", "pool_words"]
 
 logger = logging.getLogger(__name__)
 
@@ -366,6 +368,76 @@ def _unknown_architecture(model_type: str) -> ValueError:
     )
 
 
+class HeadPatch:
+    """What :meth:`GatedEncoder.replace_heads` puts in place of chosen heads' contexts, read by the
+    ``W_O`` pre-hook at every forward pass; :meth:`set` changes it between passes (the hooks stay).
+
+    Args:
+        layers, heads, head_dim: the encoder's grid (query heads) and the width of one head.
+        device: where the chosen-heads grid lives (the encoder's).
+
+    ``heads``: ``[layers, heads]`` bool, the heads replaced. ``value``: what replaces them, after the
+    gate has scaled the others:
+
+    - None: zeros (the same as a closed gate);
+    - a tensor ``[layers, heads, head_dim]``: one vector per head at every position (e.g. its mean context);
+    - a sequence of one entry per layer, ``[batch, seq, heads, head_dim]`` (or None for a layer
+      without chosen heads): one vector per position, for a batch of exactly that shape (e.g. the
+      contexts of other sentences: resample ablation).
+    """
+
+    def __init__(self, layers: int, heads: int, head_dim: int, device: torch.device | str = "cpu"):
+        self.shape = (layers, heads, head_dim)
+        self.device = device
+        self.heads = torch.zeros(layers, heads, dtype=torch.bool, device=device)  # [layers, heads]
+        self.value: torch.Tensor | Sequence[torch.Tensor | None] | None = None
+        self.layers: frozenset[int] = frozenset()  # layers with a chosen head, known on the CPU
+
+    _KEEP = object()
+
+    def set(self, heads: torch.Tensor | None = None, value=_KEEP) -> "HeadPatch":
+        """Change the chosen heads (``[layers, heads]`` bool, or None to keep them) and/or the value
+        (see the class; leave it out to keep it); checked here. Returns the patch."""
+        layers, n_heads, head_dim = self.shape
+        if heads is not None:
+            heads = torch.as_tensor(heads, dtype=torch.bool)
+            if tuple(heads.shape) != (layers, n_heads):
+                raise ValueError(f"replace_heads: heads has shape {tuple(heads.shape)}, the encoder has "
+                                 f"({layers}, {n_heads})")
+            self.layers = frozenset(int(i) for i in heads.cpu().any(1).nonzero().flatten())
+            self.heads = heads.to(self.device)
+        if value is not self._KEEP:
+            if isinstance(value, torch.Tensor) and tuple(value.shape) != self.shape:
+                raise ValueError(f"replace_heads: a value per head must be [layers, heads, head_dim] = "
+                                 f"{list(self.shape)}, got {list(value.shape)}")
+            if value is not None and not isinstance(value, torch.Tensor) and len(value) != layers:
+                raise ValueError(f"replace_heads: a value per position needs one entry per layer ({layers}), "
+                                 f"got {len(value)}")
+            self.value = value
+        return self
+
+    def apply(self, layer: int, x: torch.Tensor) -> torch.Tensor:
+        """``x`` ``[batch, seq, heads * head_dim]`` (layer ``layer``'s ``W_O`` input) with the chosen
+        heads' contexts replaced; the others untouched (the same tensor when the layer has none)."""
+        if layer not in self.layers:
+            return x
+        _, n_heads, head_dim = self.shape
+        contexts = x.unflatten(-1, (n_heads, head_dim))  # (B, T, H, d)
+        chosen = self.heads[layer][:, None]  # (H, 1), broadcast over (B, T, H, d)
+        if self.value is None:
+            return contexts.masked_fill(chosen, 0.0).flatten(-2)  # (B, T, H*d)
+        if isinstance(self.value, torch.Tensor):
+            new = self.value[layer].to(contexts.dtype)  # (H, d), the same at every position
+        else:
+            new = self.value[layer]  # (B, T, H, d)
+            if new is None or new.shape != contexts.shape:
+                got = None if new is None else list(new.shape)
+                raise ValueError(f"replace_heads: layer {layer} has chosen heads, and its value per position is "
+                                 f"{got}; this batch needs {list(contexts.shape)}")
+            new = new.to(contexts.dtype)
+        return torch.where(chosen, new, contexts).flatten(-2)  # (B, T, H*d)
+
+
 class GatedEncoder(nn.Module):
     """A Hugging Face encoder whose heads are multiplied by a gate before ``W_O``.
 
@@ -449,7 +521,8 @@ class GatedEncoder(nn.Module):
         # so that gradient checkpointing recomputes the layers with the same sample.
         self._gate_rows: torch.Tensor | None = None  # [layers, heads], sampled once per forward
         self._captured: list | None = None  # per layer [B, T, H, d] when capturing
-        self._hooks = []
+        self._patch: HeadPatch | None = None  # heads replaced inside replace_heads
+        self._hooks = []  # the W_O pre-hooks installed now (a gate-less encoder: only inside _hooked)
         if gate is not None:
             self._hooks = self._register_hooks()
 
@@ -487,7 +560,7 @@ class GatedEncoder(nn.Module):
         if gate_groups not in GATE_GROUPS:
             raise ValueError(f"gate_groups must be one of {', '.join(GATE_GROUPS)}, got {gate_groups!r}")
         path, local_only = _resolve(name_or_path)
-        config = _load(transformers.AutoConfig.from_pretrained, name_or_path, path, local_only)
+        config = encoder_config(name_or_path)
         model_cls = transformers.AutoModel._model_mapping.get(type(config), None)
         # fp32 weights whatever the checkpoint's dtype (decoder LMs ship bf16): the optimiser and its
         # moments stay fp32, and precision=bf16 autocasts the matmuls (mtl_heads/precision.py).
@@ -526,6 +599,21 @@ class GatedEncoder(nn.Module):
             for i, proj in enumerate(self.out_projs)
         ]
 
+    @contextmanager
+    def _hooked(self) -> Iterator[None]:
+        """The ``W_O`` pre-hooks for the block: a gate-less encoder has none, so they are installed for
+        it, once however deeply such blocks nest, and removed on leaving the outermost."""
+        if self._hooks:
+            yield
+            return
+        self._hooks = self._register_hooks()
+        try:
+            yield
+        finally:
+            for handle in self._hooks:
+                handle.remove()
+            self._hooks = []
+
     def _out_proj_pre_hook(self, layer: int, module: nn.Module, args: tuple):
         x = args[0]  # (B, T, H*d), every head's context
         if self.gate is not None:
@@ -534,6 +622,8 @@ class GatedEncoder(nn.Module):
                 rows = self._gate_rows = self.gate()
             g = rows[layer].to(x.dtype)  # (H,)
             x = (x.unflatten(-1, (self.num_heads, self.head_dim)) * g[:, None]).flatten(-2)  # (B, T, H*d)
+        if self._patch is not None:
+            x = self._patch.apply(layer, x)  # (B, T, H*d), chosen heads replaced after the gate
         if self._captured is not None:
             self._captured[layer] = x.unflatten(-1, (self.num_heads, self.head_dim))  # (B, T, H, d)
         return (x, *args[1:])
@@ -556,25 +646,16 @@ class GatedEncoder(nn.Module):
             capture: also return attention maps and gated head contexts. Attention
                 probabilities need eager attention, so SDPA models switch to eager for this call.
         """
-        temp_hooks = []
         previous_impl = self.model.config._attn_implementation
-        try:
+        with ExitStack() as stack:
             if self.gate is not None:
                 self._gate_rows = self.gate()  # one sample per head for the whole pass
-            if capture:
-                self._captured = [None] * self.num_layers
-                if not self._hooks:  # no gate: hooks only for this call
-                    temp_hooks = self._register_hooks()
-                if previous_impl != "eager":
-                    self.model.set_attn_implementation("eager")
+            captured = stack.enter_context(self.capture_contexts()) if capture else None
+            if capture and previous_impl != "eager":
+                self.model.set_attn_implementation("eager")
+                stack.callback(self.model.set_attn_implementation, previous_impl)
             out = self.model(input_ids=input_ids, attention_mask=attention_mask, output_attentions=capture)
-            head_contexts = tuple(self._captured) if capture else None
-        finally:
-            self._captured = None
-            for handle in temp_hooks:
-                handle.remove()
-            if self.model.config._attn_implementation != previous_impl:
-                self.model.set_attn_implementation(previous_impl)
+            head_contexts = tuple(captured) if capture else None
 
         hidden = out.last_hidden_state
         words = pool_words(hidden, word_index, word_mask, mode=self.pool) if word_index is not None else None
@@ -603,15 +684,59 @@ class GatedEncoder(nn.Module):
         if tuple(mask.shape) != expected:
             raise ValueError(f"head mask has shape {tuple(mask.shape)}, the encoder has {expected}")
         original = self.gate
-        extra_hooks = self._register_hooks() if original is None else []  # a gate-less encoder has none
-        self.gate = MaskedGate(original, mask)
-        try:
-            yield self.gate
-        finally:
-            self.gate = original
-            self._gate_rows = None  # drop the masked rows kept for gradient checkpointing
-            for handle in extra_hooks:
-                handle.remove()
+        with self._hooked():  # a gate-less encoder has no hooks of its own
+            self.gate = MaskedGate(original, mask)
+            try:
+                yield self.gate
+            finally:
+                self.gate = original
+                self._gate_rows = None  # drop the masked rows kept for gradient checkpointing
+
+    @contextmanager
+    def capture_contexts(self) -> Iterator[list]:
+        """Within the block, every forward pass fills the yielded list: per layer the input of ``W_O``,
+        ``[batch, seq, heads, head_dim]`` (gated, and after :meth:`replace_heads`), of the latest pass.
+
+        Any attention backend, no attention maps (``forward(capture=True)`` adds those, in eager mode).
+        A gate-less encoder gets hooks for the block only; an outer capture resumes on exit.
+        """
+        previous = self._captured
+        with self._hooked():
+            self._captured = captured = [None] * self.num_layers
+            try:
+                yield captured
+            finally:
+                self._captured = previous
+
+    @contextmanager
+    def replace_heads(self, heads: torch.Tensor,
+                      value: torch.Tensor | Sequence[torch.Tensor | None] | None = None) -> Iterator[HeadPatch]:
+        """Within the block, the contexts of the chosen heads are replaced at the input of ``W_O``.
+
+        Args:
+            heads: ``[layers, heads]`` bool, the QUERY heads replaced (grouped-query attention:
+                ``group_size`` adjacent query heads share one KV head; choose them all to remove the
+                group's whole output). The other heads are untouched, bit for bit.
+            value: what replaces them, after the gate (see :class:`HeadPatch`). Default None: zeros,
+                the same as closing their gates (``mask_heads`` with 0); a ``[layers, heads, head_dim]``
+                tensor: one vector per head (mean ablation); one ``[batch, seq, heads, head_dim]``
+                tensor per layer (None for layers without chosen heads): a vector per position
+                (resample ablation: another sentence's contexts).
+
+        Yields the :class:`HeadPatch`; ``patch.set(heads, value)`` changes either between passes
+        without reinstalling hooks. A gate-less encoder gets hooks for the block only (as
+        :meth:`mask_heads`). Blocks do not nest.
+        """
+        if self._patch is not None:
+            raise RuntimeError("replace_heads: already inside a replace_heads block of this encoder")
+        patch = HeadPatch(self.num_layers, self.num_heads, self.head_dim, self.out_projs[0].weight.device)
+        patch.set(heads, value)
+        with self._hooked():
+            self._patch = patch
+            try:
+                yield patch
+            finally:
+                self._patch = None
 
     def gate_values(self) -> torch.Tensor:
         """Deterministic gate values ``[layers, heads]`` (ones without a gate)."""
@@ -653,6 +778,13 @@ def _resolve(name_or_path: str) -> tuple[str, bool]:
     if os.path.isdir(name_or_path):
         return name_or_path, True
     return name_or_path, False
+
+
+def encoder_config(name_or_path: str) -> transformers.PretrainedConfig:
+    """The transformers config of an encoder (as :meth:`GatedEncoder.from_pretrained` finds it, without
+    loading weights): e.g. for :func:`attention_shape`. Raises ``EncoderNotFound``."""
+    path, local_only = _resolve(name_or_path)
+    return _load(transformers.AutoConfig.from_pretrained, name_or_path, path, local_only)
 
 
 # What loaders raise for a missing file or repository (and for a name that is not a valid repo id).

@@ -402,6 +402,12 @@ class PrunedEncoder(GatedEncoder):
             self._captured[layer] = x.unflatten(-1, (self.heads_per_layer[layer], self.head_dim))  # [B, T, kept, d]
         return args
 
+    def replace_heads(self, heads: torch.Tensor, value=None):
+        """Not for a pruned encoder: its layers keep different heads, and its hook only captures.
+        Ablate heads of the gated run the pruned folder came from."""
+        raise NotImplementedError("replace_heads: a pruned encoder has no full head grid; ablate the heads of "
+                                  "the run it was pruned from")
+
     def gate_values(self) -> torch.Tensor:
         """``[layers, heads]``: 1 for a kept head (its gate is folded into ``W_O``), 0 for a removed or zeroed one."""
         values = torch.zeros(self.num_layers, self.num_heads, device=self.out_projs[0].weight.device)

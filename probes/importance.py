@@ -20,9 +20,7 @@ Results are pandas frames with columns (layer, head, label, score, count): label
 """
 from __future__ import annotations
 
-import logging
-from contextlib import contextmanager
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -30,76 +28,17 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from mtl_heads.data.batching import Example, collate, length_batches
-from mtl_heads.data.corpus import load_corpus
+# the data helpers live in the core, shared with causal head ablation; imported from here too
+from mtl_heads.ablation import CLOSED_BELOW, eval_mode, open_heads, split_examples, task_batches, task_score
+from mtl_heads.data.batching import Example
 from mtl_heads.trainer import move_to
-from mtl_heads.data.batching import prepare_examples
 
 __all__ = ["eval_mode", "open_heads", "split_examples", "task_batches",
            "gradient_importance", "normalise_per_layer", "task_score", "masked_scores", "single_head_ablation",
            "check_ks", "pruning_curve", "head_frame", "Importance", "Ablation", "PRUNING_KS", "CLOSED_BELOW"]
 
-logger = logging.getLogger(__name__)
-
 PRUNING_KS = (3, 10, 20, 30)  # numbers of masked heads in Song's study
-CLOSED_BELOW = 1e-3           # a gate below this counts as pruned (background.md, section 1)
 RANKINGS = ("ablation", "importance")
-
-
-@contextmanager
-def eval_mode(model: nn.Module) -> Iterator[None]:
-    """Deterministic gates and no dropout inside the block; the previous mode is restored."""
-    was_training = model.training
-    model.eval()
-    try:
-        yield
-    finally:
-        model.train(was_training)
-
-
-def open_heads(encoder: nn.Module) -> torch.Tensor:
-    """``[layers, heads]`` bool: heads whose deterministic gate is at least ``CLOSED_BELOW``."""
-    return encoder.gate_values() >= CLOSED_BELOW
-
-
-# --- data ---------------------------------------------------------------------------------------
-def split_examples(loaded_run, role: str = "dev", max_sentences: int | None = None) -> dict[str, list[Example]]:
-    """``{task: [Example]}`` of one role (train/dev/test) of the run's own data config, read and
-    tokenised as training did (``load_corpus`` + ``prepare_examples``).
-
-    Args:
-        loaded_run: a ``mtl_heads.build.LoadedRun``.
-        role: which role's sentences (default ``"dev"``).
-        max_sentences: keep the first N examples per task (default: all).
-    """
-    tasks, encoder, cfg = loaded_run.tasks, loaded_run.model.encoder, loaded_run.cfg
-    corpus = load_corpus(cfg.data, {layer for task in tasks.values() for layer in task.needs})
-    if role not in corpus:
-        raise ValueError(f"role {role!r}: expected one of {', '.join(corpus)}")
-    examples = prepare_examples({role: corpus[role]}, tasks, encoder, cfg.data.long_policy, logger.info)[role]
-    return {name: ex[:max_sentences] for name, ex in examples.items()}
-
-
-def task_batches(model: nn.Module, examples: list[Example], batch_size: int = 32,
-                 max_sentences: int | None = None) -> list[tuple[dict, list]]:
-    """One task's data collated once, on the model's device: ``[(batch, sentences), ...]``.
-
-    Args:
-        model: the ``MultiTaskModel`` (gives the pad id and device).
-        examples: tokenised examples of the task.
-        batch_size: sentences per batch (default 32); batches group similar lengths.
-        max_sentences: use the first N examples only (default: all).
-    """
-    examples = examples[:max_sentences]
-    if not examples:
-        raise ValueError("no examples to probe: the task has no sentences in this split")
-    device = next(model.parameters()).device
-    pad_id = model.encoder.tokenizer.pad_token_id
-    out = []
-    for ids in length_batches([len(e.input_ids) for e in examples], batch_size):
-        chunk = [examples[i] for i in ids]
-        out.append((move_to(collate(chunk, pad_id), device), [e.sentence for e in chunk]))
-    return out
 
 
 def _check_tasks(loaded_run, examples_by_task: dict) -> None:
@@ -146,15 +85,6 @@ def normalise_per_layer(scores: torch.Tensor, eps: float = 1e-20) -> torch.Tenso
 
 
 # --- ablation -----------------------------------------------------------------------------------
-def task_score(model: nn.Module, task: str, batches: list[tuple[dict, list]]) -> float:
-    """The task's main dev metric with the model as it is (full decode, as ``Trainer.evaluate``)."""
-    spec = model.tasks[task]
-    metric = spec.metric()
-    for batch, sentences in batches:
-        metric.update(model.decode(batch, task), [spec.gold(s) for s in sentences])
-    return float(metric.compute()[spec.main_metric])
-
-
 def masked_scores(model: nn.Module, batches_by_task: dict, mask: torch.Tensor) -> dict[str, float]:
     """``{task: main metric}`` with heads multiplied by ``mask`` ``[layers, heads]``, in eval mode."""
     with eval_mode(model), model.encoder.mask_heads(mask.detach().clone()):

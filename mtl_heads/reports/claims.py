@@ -637,9 +637,11 @@ def stem(study: Study) -> Claim:
             f"{REGIME_NAMES[kind]}: {len(cells)} heads kept in all {len(names)} tasks that pruned ({', '.join(names)}; "
             f"heads kept {', '.join(map(str, kept))} of {len(table)})" + (f"; left out: {left_out}" if left_out else "")
             + f"; chance {chance_stem_cells(kept, len(table)):.1f} (p {_p(p_global)}), within layers "
-            f"{chance_stem_cells_by_layer(by_layer, heads):.1f} (p {_p(p_layer)}); the stricter: {marker}; {len(every)} of them in "
+            f"{chance_stem_cells_by_layer(by_layer, heads):.1f} (p {_p(p_layer)}); the stricter: {marker}; "
+            f"{len(every)} of them in "
             f"every seed: {_heads_text(every)}"
-            + (f"; in most seeds only: {_heads_text([h for h in cells if h not in every])}" if len(every) < len(cells) else ""))
+            + (f"; in most seeds only: {_heads_text([h for h in cells if h not in every])}"
+               if len(every) < len(cells) else ""))
         probe_keys = []
         if len(cells) == len(table):
             claim.notes.append(f"{REGIME_NAMES[kind]}: every head survives in every task, so there is nothing to "
@@ -863,8 +865,9 @@ def pooled_ablation(drops: list[float], random_drops: list[list[float]]) -> dict
         drops: per seed, the score drop when the set is ablated (base - ablated).
         random_drops: per seed, the drops of the layer-matched random sets.
 
-    Returns ``{"drop", "null_mean", "null_95", "p", "sets"}``; ``p`` NaN without random sets, or when
-    every random draw is the set itself (no heads to choose from in its layers: the null cannot vary).
+    Returns ``{"drop", "null_mean", "null_95", "p", "sets"}``; ``p`` NaN without random sets. (When
+    every random set is the set itself, because it holds whole layers, every draw ties and p is 1:
+    :func:`needed` says "cannot be tested" for such a set, from its ablation.json's ``possible_sets``.)
     """
     sets = min((len(r) for r in random_drops), default=0)
     observed = float(np.mean(drops)) if len(drops) else math.nan
@@ -885,8 +888,10 @@ def _head_sets(study: Study) -> dict[tuple, dict]:
         row = study.run_row(record.get("run_resolved") or record["run"])
         heads = tuple(sorted(map(str, record.get("heads") or [])))
         group = groups.setdefault(heads, {"label": record.get("label") or "", "by": {}, "degenerate": False,
+                                          "fixed": False,
                                           "regime": next((k for k, s in stems.items() if s and s == heads), None)})
-        group["degenerate"] |= bool(record.get("degenerate"))
+        group["degenerate"] |= bool(record.get("degenerate"))  # some layer ablated whole: it cannot vary there
+        group["fixed"] |= record.get("possible_sets") == 1  # no layer can vary: every random set is the set
         for method, tasks in record["methods"].items():
             for task, result in tasks.items():
                 group["by"].setdefault((row["setting"], task, method), []).append((int(row["seed"]), result))
@@ -916,10 +921,13 @@ def needed(study: Study) -> Claim:
             parts = []
             for method, results in sorted(methods.items(), key=lambda m: _method_order(m[0])):
                 pooled = pooled_ablation([r["drop"] for _, r in results], [r.get("random_drops") or [] for _, r in results])
-                marker = claim.test(f"{name} {where} {method}", pooled["p"], "" if pooled["sets"] else "no random sets")
+                why = "the set holds whole layers, so every layer-matched random set is the set itself" \
+                    if group["fixed"] else "" if pooled["sets"] else "no random sets"
+                marker = claim.test(f"{name} {where} {method}", pooled["p"], why)
                 seeds = ", ".join(f"{seed} {result['drop']:.2f}" for seed, result in results)
                 parts.append(f"{method}: drop {pooled['drop']:.2f} (by seed: {seeds}) against random sets' "
-                             f"{pooled['null_mean']:.2f} (95th pct {pooled['null_95']:.2f}, {pooled['sets']} sets; {marker})")
+                             f"{pooled['null_mean']:.2f} (95th pct {pooled['null_95']:.2f}, {pooled['sets']} sets; "
+                             f"{marker})")
             metric = next(iter(methods.values()))[0][1].get("metric", "")
             claim.lines.append(f"{name}, {where}" + (f" ({metric})" if metric else "") + ": " + "; ".join(parts))
     claim.adjust()

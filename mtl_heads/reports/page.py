@@ -438,8 +438,9 @@ def _permutation_html(table: pd.DataFrame) -> str:
         return "" if pd.isna(value) else format(value, digits)
 
     columns = {"correlation": "r", "null mean": "r null mean", "null 95%": "r null 95%", "p": "r p",
-               "kept A": "kept A", "kept B": "kept B", "jaccard": "Jaccard", "jaccard null mean": "Jaccard null mean",
-               "jaccard null 95%": "Jaccard null 95%", "jaccard p": "Jaccard p"}
+               "layer p": "r layer-aware p", "kept A": "kept A", "kept B": "kept B", "jaccard": "Jaccard",
+               "jaccard null mean": "Jaccard null mean", "jaccard null 95%": "Jaccard null 95%", "jaccard p": "Jaccard p",
+               "jaccard layer p": "Jaccard layer-aware p"}  # an untestable Jaccard p (a side keeps every head) is blank
     shown = pd.DataFrame({"A vs B": [f"{a} vs {b}" for a, b in zip(table["A"], table["B"])]})
     for column, name in columns.items():
         digits = "d" if column.startswith("kept") else ".3g" if column.endswith("p") else ".2f"

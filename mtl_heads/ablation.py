@@ -1,0 +1,476 @@
+"""Causal head ablation: what each task of a trained run loses when a set of heads is ablated,
+against random head sets with the same number of heads in each layer (TransformerLens-style).
+
+A head's context (its slice of the input of ``W_O``, after the gate) is replaced by
+(:meth:`mtl_heads.encoder.GatedEncoder.replace_heads`, no attention code copied):
+
+- ``zero``: 0, the same as closing its gate;
+- ``mean``: its mean gated context over every real (non-padding) token of a reference split
+  (default the run's dev split; special tokens included, as the model sees them), computed once;
+- ``resample``: its context in another sentence of the same batch, at the same token position, from a
+  clean (unablated) pass. The donor of sentence ``i`` is sentence ``i - 1`` (the batch rolled by one;
+  batches group sentences of similar length, so most positions exist in the donor); a position where
+  the donor has no token, and every position of a batch of one sentence, takes the head's mean
+  context instead. Clean contexts are computed once; for the ablated layers they are kept for the whole
+  split (tokens x heads x head_dim values per layer: on the model's device up to
+  :data:`DONORS_ON_DEVICE` bytes, in host memory beyond).
+
+Each task is scored with its main metric after a full decode (as training's evaluation). The null
+is ``random_sets`` head sets drawn by :func:`mtl_heads.headsets.layer_matched_sets`: in each layer as
+many heads as the ablated set holds there, uniformly without replacement (whole KV groups when the
+run's gates are per group). The drop is ``base - ablated`` (metric points); the one-sided
+``p = (1 + random drops >= the observed drop) / (1 + random sets)``.
+
+Cost: batches are collated once and tasks read from the same sentences share one encoder pass per
+batch; one pass over the split per method and head set (``methods x (1 + random_sets)``), plus one
+unablated pass, one pass over the reference split for the means and one for the resample donors.
+
+The data helpers of probes (``split_examples``, ``task_batches``, ``task_score``, ``eval_mode``,
+``open_heads``) live here, so that probes and this module share them.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from mtl_heads.config import ConfigError
+from mtl_heads.data.batching import Example, collate, length_batches, prepare_examples
+from mtl_heads.data.corpus import ROLES, load_corpus
+from mtl_heads.data.errors import DataError
+from mtl_heads.headsets import head_name, head_names, layer_matched_sets, parse_head
+from mtl_heads.precision import autocast
+from mtl_heads.trainer import move_to
+
+__all__ = ["METHODS", "CLOSED_BELOW", "DONORS_ON_DEVICE", "eval_mode", "open_heads", "split_examples", "task_batches",
+           "task_score", "batch_scores", "chosen_tasks", "TaskGroup", "task_groups", "mean_contexts", "resample_donors",
+           "collect_donors", "head_grid", "kv_block", "matched_sets", "possible_sets", "one_sided_p", "drop_summary",
+           "ablation_study", "run_ablation", "table_lines"]
+
+logger = logging.getLogger(__name__)
+
+METHODS = ("zero", "mean", "resample")
+CLOSED_BELOW = 1e-3           # a gate below this counts as pruned (background.md, section 1)
+DONORS_ON_DEVICE = 1 << 30    # resample donors larger than this (bytes) wait in host memory
+TIE = 1e-9                    # random drops within this of the observed drop count as "at least as large"
+
+
+@contextmanager
+def eval_mode(model: nn.Module) -> Iterator[None]:
+    """Deterministic gates and no dropout inside the block; the previous mode is restored."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
+def open_heads(encoder: nn.Module) -> torch.Tensor:
+    """``[layers, heads]`` bool: heads whose deterministic gate is at least ``CLOSED_BELOW``."""
+    return encoder.gate_values() >= CLOSED_BELOW
+
+
+# --- data ---------------------------------------------------------------------------------------
+def split_examples(loaded_run, role: str = "dev", max_sentences: int | None = None) -> dict[str, list[Example]]:
+    """``{task: [Example]}`` of one role (train/dev/test) of the run's own data config, read and
+    tokenised as training did (``load_corpus`` + ``prepare_examples``); only that role is read.
+
+    Args:
+        loaded_run: a ``mtl_heads.build.LoadedRun``.
+        role: which role's sentences (default ``"dev"``).
+        max_sentences: keep the first N examples per task (default: all).
+    """
+    if role not in ROLES:
+        raise ValueError(f"role {role!r}: expected one of {', '.join(ROLES)}")
+    tasks, encoder, cfg = loaded_run.tasks, loaded_run.model.encoder, loaded_run.cfg
+    corpus = load_corpus(cfg.data, {layer for task in tasks.values() for layer in task.needs}, roles=(role,))
+    examples = prepare_examples(corpus, tasks, encoder, cfg.data.long_policy, logger.info, require_train=False)[role]
+    return {name: ex[:max_sentences] for name, ex in examples.items()}
+
+
+def task_batches(model: nn.Module, examples: list[Example], batch_size: int = 32,
+                 max_sentences: int | None = None) -> list[tuple[dict, list]]:
+    """One task's data collated once, on the model's device: ``[(batch, sentences), ...]``.
+
+    Args:
+        model: the ``MultiTaskModel`` (gives the pad id and device).
+        examples: tokenised examples of the task.
+        batch_size: sentences per batch (default 32); batches group similar lengths.
+        max_sentences: use the first N examples only (default: all).
+    """
+    examples = examples[:max_sentences]
+    if not examples:
+        raise ValueError("no examples to probe: the task has no sentences in this split")
+    device = next(model.parameters()).device
+    pad_id = model.encoder.tokenizer.pad_token_id
+    out = []
+    for ids in length_batches([len(e.input_ids) for e in examples], batch_size):
+        chunk = [examples[i] for i in ids]
+        out.append((move_to(collate(chunk, pad_id), device), [e.sentence for e in chunk]))
+    return out
+
+
+def batch_scores(model: nn.Module, tasks: Sequence[str], batches: list[tuple[dict, list]],
+                 golds: dict[str, list[list]] | None = None,
+                 before_batch: Callable[[int], object] | None = None) -> dict[str, float]:
+    """``{task: main metric}`` of ``tasks`` decoded on the same ``batches`` (full decode, the model as
+    it is), one encoder pass per batch for all of them.
+
+    Args:
+        model: the ``MultiTaskModel``.
+        tasks: task names read from these sentences.
+        batches: from :func:`task_batches`.
+        golds: ``{task: [gold structures of batch i]}`` computed once (default: from the sentences).
+        before_batch: called with the batch index before each pass (e.g. to set resample donors).
+    """
+    specs = {t: model.tasks[t] for t in tasks}
+    metrics = {t: spec.metric() for t, spec in specs.items()}
+    for i, (batch, sentences) in enumerate(batches):
+        if before_batch is not None:
+            before_batch(i)
+        predicted = model.decode_all(batch, tasks)
+        for t, spec in specs.items():
+            metrics[t].update(predicted[t], golds[t][i] if golds is not None else [spec.gold(s) for s in sentences])
+    return {t: float(metrics[t].compute()[spec.main_metric]) for t, spec in specs.items()}
+
+
+def task_score(model: nn.Module, task: str, batches: list[tuple[dict, list]]) -> float:
+    """The task's main dev metric with the model as it is (full decode, as ``Trainer.evaluate``)."""
+    return batch_scores(model, [task], batches)[task]
+
+
+@dataclass
+class TaskGroup:
+    """Tasks that read the same sentences, collated once: one encoder pass per batch serves them all.
+
+    tasks: their names; batches: :func:`task_batches`; golds: ``{task: [gold structures per batch]}``;
+    donors: per batch, the resample values (:func:`collect_donors`), empty until collected.
+    """
+
+    tasks: list[str]
+    batches: list[tuple[dict, list]]
+    golds: dict[str, list[list]]
+    donors: list = field(default_factory=list)
+
+    @property
+    def sentences(self) -> int:
+        return sum(len(s) for _, s in self.batches)
+
+
+def task_groups(model: nn.Module, examples_by_task: dict[str, list[Example]], batch_size: int = 32) -> list[TaskGroup]:
+    """The tasks grouped by their examples: tasks whose examples are the same sentences in the same
+    order (``split_examples`` gives each task the sentences that carry its layers, so fully annotated
+    data gives one group) share batches, collated once on the model's device."""
+    by_sentences: dict[tuple, tuple[list[Example], list[str]]] = {}
+    for task, examples in examples_by_task.items():
+        by_sentences.setdefault(tuple(map(id, examples)), (examples, []))[1].append(task)
+    groups = []
+    for examples, tasks in by_sentences.values():
+        batches = task_batches(model, examples, batch_size)
+        golds = {t: [[model.tasks[t].gold(s) for s in sentences] for _, sentences in batches] for t in tasks}
+        groups.append(TaskGroup(tasks, batches, golds))
+    return groups
+
+
+# --- what replaces a head -----------------------------------------------------------------------
+def _clean_contexts(model: nn.Module, batch: dict) -> list[torch.Tensor]:
+    """The unablated gated contexts of one batch: per layer ``[batch, seq, heads, head_dim]``."""
+    with torch.no_grad(), model.encoder.capture_contexts() as contexts:
+        model.encoder(batch["input_ids"], batch["attention_mask"])
+    return list(contexts)
+
+
+def mean_contexts(model: nn.Module, batches: list[tuple[dict, list]]) -> torch.Tensor:
+    """``[layers, heads, head_dim]`` float32: each head's mean gated context over every real token
+    (``attention_mask`` 1, special tokens included) of ``batches``, in the model's current mode.
+
+    Args:
+        model: the ``MultiTaskModel``.
+        batches: the reference sentences (:func:`task_batches`).
+    """
+    sums, tokens = None, 0
+    for batch, _ in batches:
+        real = batch["attention_mask"].bool()  # (B, T)
+        layer_sums = torch.stack([c[real].double().sum(0) for c in _clean_contexts(model, batch)])  # (L, H, d)
+        sums = layer_sums if sums is None else sums + layer_sums
+        tokens += int(real.sum())
+    if not tokens:
+        raise ValueError("mean_contexts: the reference batches hold no token")
+    return (sums / tokens).float()
+
+
+def resample_donors(contexts: Sequence[torch.Tensor], attention_mask: torch.Tensor, means: torch.Tensor,
+                    layers: Sequence[int]) -> list[torch.Tensor | None]:
+    """Resample values of one batch: per layer ``[batch, seq, heads, head_dim]`` for ``layers``, None
+    for the others (:meth:`~mtl_heads.encoder.GatedEncoder.replace_heads`' per-position value).
+
+    Sentence ``i`` takes the clean contexts of sentence ``i - 1`` (the batch rolled by one) at the same
+    position; where that sentence has no token (its padding), and everywhere in a batch of one
+    sentence, the head's mean context.
+
+    Args:
+        contexts: per layer ``[batch, seq, heads, head_dim]``, the batch's clean contexts.
+        attention_mask: ``[batch, seq]`` of the batch.
+        means: ``[layers, heads, head_dim]`` (:func:`mean_contexts`).
+        layers: the layers whose values are needed (those with ablated heads).
+    """
+    batch = attention_mask.shape[0]
+    has_token = attention_mask.roll(1, 0).bool() if batch > 1 else torch.zeros_like(attention_mask, dtype=torch.bool)
+    keep = has_token[:, :, None, None]  # (B, T, 1, 1): the donor has a token here
+    wanted = set(layers)
+    return [torch.where(keep, c.roll(1, 0), means[i].to(c.dtype)) if i in wanted else None  # (B, T, H, d)
+            for i, c in enumerate(contexts)]
+
+
+def collect_donors(model: nn.Module, group: TaskGroup, means: torch.Tensor, layers: Sequence[int]) -> None:
+    """Fill ``group.donors`` with :func:`resample_donors` of each batch, from one clean pass. They stay on
+    the model's device up to :data:`DONORS_ON_DEVICE` bytes, else in host memory (moved per batch)."""
+    size = sum(b["attention_mask"].numel() for b, _ in group.batches) * means[0].numel() * 4 * len(layers)
+    on_host = size > DONORS_ON_DEVICE
+    group.donors = []
+    for batch, _ in group.batches:
+        donors = resample_donors(_clean_contexts(model, batch), batch["attention_mask"], means, layers)
+        group.donors.append([d.cpu() if on_host and d is not None else d for d in donors])
+
+
+def chosen_tasks(names: Sequence[str] | None, available: Sequence[str], run: str | Path) -> list[str]:
+    """``names`` (default: every one of ``available``, the tasks of ``run``), checked: a ConfigError
+    naming the key ``tasks`` for a task the run does not have."""
+    unknown = [t for t in names or () if t not in available]
+    if unknown:
+        raise ConfigError(f"config key 'tasks': {', '.join(unknown)} not among the tasks of {run} "
+                          f"({', '.join(available)})")
+    return list(names or available)
+
+
+# --- head sets and the null ---------------------------------------------------------------------
+def head_grid(names: Sequence[str], layers: int, heads: int) -> np.ndarray:
+    """``[layers, heads]`` bool grid of head names ``L<layer>H<head>`` (0-based); ValueError naming the
+    first bad one (not a head name, outside the grid, listed twice) or for an empty list."""
+    grid = np.zeros((layers, heads), dtype=bool)
+    if not names:
+        raise ValueError("no heads given: name at least one, e.g. L0H2,L1H0")
+    for name in names:
+        layer, head = parse_head(name)
+        if layer >= layers or head >= heads:
+            raise ValueError(f"{name}: outside the {layers} x {heads} grid of this encoder "
+                             f"(L0H0 to {head_name(layers - 1, heads - 1)})")
+        if grid[layer, head]:
+            raise ValueError(f"{name}: listed twice")
+        grid[layer, head] = True
+    return grid
+
+
+def kv_block(chosen: np.ndarray, group_size: int, gate_groups: str) -> int:
+    """Heads drawn together in the random sets: a KV group (``group_size``) when the run's gates are per
+    group (``gate_groups == "kv"``) and ``chosen`` ``[layers, heads]`` holds whole groups; else 1."""
+    if gate_groups != "kv" or group_size <= 1:
+        return 1
+    groups = np.asarray(chosen, dtype=bool).reshape(chosen.shape[0], -1, group_size)  # [L, groups, group_size]
+    return group_size if (groups.all(-1) | ~groups.any(-1)).all() else 1
+
+
+def matched_sets(chosen: np.ndarray, count: int, seed: int = 0, block: int = 1) -> np.ndarray:
+    """``[count, layers, heads]`` bool: ``count`` random head sets with as many heads in each layer as
+    ``chosen`` ``[layers, heads]``, each drawn uniformly without replacement within its layer, in whole
+    runs of ``block`` adjacent heads (KV groups); reproducible from ``seed`` (numpy ``default_rng``)."""
+    chosen = np.asarray(chosen, dtype=bool)
+    picks = layer_matched_sets(np.random.default_rng(seed), count, chosen, block)  # [count, k] flat indices
+    grids = np.zeros((count, chosen.size), dtype=bool)
+    grids[np.arange(count)[:, None], picks] = True
+    return grids.reshape(count, *chosen.shape)
+
+
+def possible_sets(chosen: np.ndarray, block: int = 1) -> int:
+    """How many distinct layer-matched sets exist: the product over layers of C(units, chosen units)
+    (1: the null is degenerate, every random set is ``chosen`` itself)."""
+    chosen = np.asarray(chosen, dtype=bool)
+    units = chosen.shape[1] // block
+    return math.prod(math.comb(units, -(-int(k) // block)) for k in chosen.sum(1))
+
+
+def one_sided_p(observed: float, null: Sequence[float]) -> float:
+    """``(1 + #null values >= observed) / (1 + len(null))`` (ties within 1e-9 count as hits)."""
+    null = np.asarray(null, dtype=float)
+    return (1 + int((null >= observed - TIE).sum())) / (1 + null.size)
+
+
+def drop_summary(metric: str, base: float, ablated: float, random_scores: Sequence[float]) -> dict:
+    """One method and task: ``metric``, ``base``, ``ablated``, ``drop`` (base - ablated), the random sets'
+    ``random_drops``, their mean ``null_mean`` and 95th percentile ``null_95``, and :func:`one_sided_p`."""
+    drops = [base - s for s in random_scores]
+    drop = base - ablated
+    return {"metric": metric, "base": base, "ablated": ablated, "drop": drop, "random_drops": drops,
+            "null_mean": float(np.mean(drops)), "null_95": float(np.percentile(drops, 95)),
+            "p": one_sided_p(drop, drops)}
+
+
+# --- the study ----------------------------------------------------------------------------------
+def ablation_study(model: nn.Module, groups: list[TaskGroup], chosen: np.ndarray, methods: Sequence[str] = METHODS,
+                   random_sets: int = 20, seed: int = 0, block: int = 1, means: torch.Tensor | None = None,
+                   precision: str = "auto", progress: bool = False) -> dict:
+    """Ablate ``chosen`` and ``random_sets`` layer-matched random sets with each method; score every task.
+
+    Args:
+        model: the ``MultiTaskModel`` (put in eval mode for the study, then restored).
+        groups: :func:`task_groups` of the scored split.
+        chosen: ``[layers, heads]`` bool, the heads ablated (at least one).
+        methods: some of :data:`METHODS` (default all three).
+        random_sets: layer-matched random sets (default 20; at least 1).
+        seed: seed of the random sets (default 0).
+        block: heads drawn together (:func:`kv_block`; default 1).
+        means: ``[layers, heads, head_dim]`` mean contexts (:func:`mean_contexts`), needed by ``mean``
+            and ``resample``.
+        precision: ``auto | fp32 | bf16`` autocast of the passes (default auto: bf16 on CUDA).
+        progress: a progress bar over the passes.
+
+    Returns: ``{"methods": {method: {task: drop_summary}}, "random_heads": [[names] per random set]}``.
+    """
+    chosen = np.asarray(chosen, dtype=bool)
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown or not methods:
+        raise ValueError(f"methods: expected some of {', '.join(METHODS)}, got {list(methods)}")
+    if not chosen.any() or random_sets < 1:
+        raise ValueError("ablation_study needs at least one chosen head and one random set")
+    if means is None and {"mean", "resample"} & set(methods):
+        raise ValueError("the mean and resample methods need the mean contexts (mean_contexts)")
+    sets = matched_sets(chosen, random_sets, seed, block)  # [N, L, H]
+    grids = [torch.from_numpy(g) for g in (chosen, *sets)]
+    layers = [int(i) for i in np.nonzero(chosen.any(1))[0]]
+    device = next(model.parameters()).device
+    scores = {m: [{} for _ in grids] for m in methods}  # method -> per grid {task: score}
+    base = {}
+    bar = tqdm(total=len(methods) * len(grids) + 1, desc="ablation", disable=not progress, dynamic_ncols=True)
+    with eval_mode(model), autocast(device, precision):
+        for group in groups:
+            base.update(batch_scores(model, group.tasks, group.batches, group.golds))
+            if "resample" in methods:
+                collect_donors(model, group, means, layers)
+        bar.update()
+        with model.encoder.replace_heads(grids[0]) as patch:
+            for method in methods:
+                patch.set(value=means if method == "mean" else None)
+                for i, grid in enumerate(grids):
+                    patch.set(heads=grid)
+                    for group in groups:
+                        donors = _donor_setter(patch, group, device) if method == "resample" else None
+                        scores[method][i].update(batch_scores(model, group.tasks, group.batches, group.golds, donors))
+                    bar.update()
+    bar.close()
+    results = {m: {t: drop_summary(model.tasks[t].main_metric, base[t], per_set[0][t], [s[t] for s in per_set[1:]])
+                   for t in base} for m, per_set in scores.items()}
+    return {"methods": results, "random_heads": [head_names(s) for s in sets]}
+
+
+def _donor_setter(patch, group: TaskGroup, device: torch.device) -> Callable[[int], object]:
+    """``before_batch`` of :func:`batch_scores` that puts batch ``b``'s resample donors into ``patch``."""
+    def set_donors(b: int):
+        return patch.set(value=[d if d is None else d.to(device, non_blocking=True) for d in group.donors[b]])
+    return set_donors
+
+
+def run_ablation(loaded_run, chosen: np.ndarray, methods: Sequence[str] = METHODS, random_sets: int = 20,
+                 seed: int = 0, split: str = "test", reference: str = "dev", tasks: Sequence[str] | None = None,
+                 max_sentences: int | None = None, batch_size: int = 32, precision: str = "auto",
+                 source: str = "list", label: str = "", run: str | None = None, progress: bool = False,
+                 log: Callable[[str], object] = logger.info) -> dict:
+    """The whole study on a loaded run, as the record ``ablation.json`` holds (see ``python -m
+    mtl_heads.ablate -h``).
+
+    Args:
+        loaded_run: a ``mtl_heads.build.LoadedRun`` (a run folder, gates as trained).
+        chosen: ``[layers, heads]`` bool, the heads ablated.
+        methods, random_sets, seed, precision, progress: as :func:`ablation_study`.
+        split: the role scored (default ``test``); reference: the role whose tokens give the mean
+            contexts (default ``dev``; only read for ``mean`` and ``resample``): every sentence of it
+            that one of the run's tasks reads.
+        tasks: a subset of the run's tasks (default: all).
+        max_sentences: the first N sentences per task of the scored and reference splits (default all).
+        batch_size: sentences per pass (default 32).
+        source: how the set was chosen (for the record; default ``list``); label: a free label.
+        run: the run folder as the user gave it (default ``loaded_run.path``).
+        log: where data reports go (default the module logger).
+    """
+    model, encoder = loaded_run.model, loaded_run.model.encoder
+    chosen = np.asarray(chosen, dtype=bool)
+    if chosen.shape != (encoder.num_layers, encoder.num_heads) or not chosen.any():
+        raise ValueError(f"chosen: expected a non-empty [{encoder.num_layers}, {encoder.num_heads}] grid")
+    tasks = chosen_tasks(tasks, list(loaded_run.tasks), loaded_run.path)
+    examples = {t: ex for t, ex in split_examples(loaded_run, split, max_sentences).items() if t in tasks}
+    empty = [t for t in tasks if not examples[t]]
+    if empty:
+        raise DataError(f"the {split} split of {loaded_run.path}'s data has no sentence for {', '.join(empty)} "
+                        "(see split= and tasks=)")
+    groups = task_groups(model, examples, batch_size)
+    means, reference_sentences = None, 0
+    if {"mean", "resample"} & set(methods):
+        pool = {id(e): e for ex in split_examples(loaded_run, reference, max_sentences).values() for e in ex}
+        if not pool:
+            raise DataError(f"the {reference} split of {loaded_run.path}'s data has no sentence for the mean "
+                            "contexts (see reference=)")
+        reference_batches = task_batches(model, list(pool.values()), batch_size)
+        with eval_mode(model), autocast(next(model.parameters()).device, precision):
+            means = mean_contexts(model, reference_batches)
+        reference_sentences = len(pool)
+    block = kv_block(chosen, encoder.group_size, encoder.gate_groups)
+    log(f"ablating {int(chosen.sum())} heads with {', '.join(methods)} against {random_sets} layer-matched random "
+        f"sets on {split} ({', '.join(f'{t} {len(ex)}' for t, ex in examples.items())} sentences)")
+    study = ablation_study(model, groups, chosen, methods, random_sets, seed, block, means, precision, progress)
+    record = {"kind": "head ablation", "run": str(run if run is not None else loaded_run.path),
+              "run_resolved": str(Path(loaded_run.path).resolve()), "tasks": tasks, "heads": head_names(chosen),
+              "source": source, "label": label, "split": split, "sentences": {t: len(ex) for t, ex in examples.items()},
+              "random_sets": random_sets, "seed": seed, "matched": "layer", "gate_groups": encoder.gate_groups,
+              "heads_per_layer": [int(k) for k in chosen.sum(1)], **study}
+    record.update(_null_facts(chosen, block, random_sets, encoder), reference=reference if means is not None else None,
+                  reference_sentences=reference_sentences, max_sentences=max_sentences, precision=precision)
+    return record
+
+
+def _null_facts(chosen: np.ndarray, block: int, random_sets: int, encoder) -> dict:
+    """What the record says about its null: ``block`` (heads drawn together), ``full_layers`` (layers whose
+    every head is ablated: the random sets cannot vary there), ``degenerate`` (some such layer),
+    ``possible_sets`` (distinct random sets; 1: the null is the set itself), ``closed_heads`` (ablated
+    heads already closed in the run) and ``notes`` saying so."""
+    full = [int(i) for i in np.nonzero(chosen.all(1))[0]]
+    possible = possible_sets(chosen, block)
+    closed = ~open_heads(encoder).cpu().numpy()
+    notes = []
+    if possible == 1:
+        notes.append("degenerate null: the set holds every head of each layer it touches, so every random set is "
+                     "the set itself (p = 1 by construction)")
+    elif full:
+        notes.append(f"degenerate null in layer {', '.join(map(str, full))}: the set holds every head there, so every "
+                     "random set ablates it whole too; only the other layers vary")
+    if 1 < possible < random_sets:
+        notes.append(f"only {possible} distinct layer-matched sets exist: the random sets repeat")
+    if block == 1 and encoder.gate_groups == "kv" and encoder.group_size > 1:
+        notes.append("the set splits KV groups: random sets are drawn head by head, not by group")
+    if (closed & chosen).any():
+        notes.append(f"{int((closed & chosen).sum())} ablated heads are already closed in the run (gate < "
+                     f"{CLOSED_BELOW:g}): ablating them changes little")
+    return {"block": block, "full_layers": full, "degenerate": bool(full), "possible_sets": possible,
+            "closed_heads": head_names(closed & chosen), "notes": notes}
+
+
+def table_lines(record: dict) -> list[str]:
+    """A readable table of a record: one line per method and task (base, ablated, drop, random mean /
+    95th percentile, p), then the record's notes."""
+    lines = [f"{len(record['heads'])} heads ({record['source']}): {', '.join(record['heads'])}",
+             f"{record['random_sets']} layer-matched random sets (seed {record['seed']}, per layer "
+             f"{record['heads_per_layer']}), {record['split']} split",
+             f"{'method':<9} {'task':<6} {'metric':<9} {'base':>7} {'ablated':>8} {'drop':>7} "
+             f"{'rand mean':>9} {'rand 95%':>8} {'p':>6}"]
+    for method, by_task in record["methods"].items():
+        for task, r in by_task.items():
+            lines.append(f"{method:<9} {task:<6} {r['metric']:<9} {r['base']:>7.2f} {r['ablated']:>8.2f} "
+                         f"{r['drop']:>7.2f} {r['null_mean']:>9.2f} {r['null_95']:>8.2f} {r['p']:>6.3f}")
+    return lines + [f"note: {n}" for n in record.get("notes", [])]

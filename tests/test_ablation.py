@@ -1,0 +1,432 @@
+"""Causal head ablation: the encoder hook (zero = closed gate, mean and resample values, other heads
+untouched), layer-matched random sets, the p-value, and ``python -m mtl_heads.ablate`` end to end on
+a tiny encoder run and a tiny GQA decoder LM run with gates per KV group."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from mtl_heads.ablation import (METHODS, drop_summary, head_grid, kv_block, matched_sets, mean_contexts,
+                                one_sided_p, possible_sets, resample_donors, task_batches, task_score)
+from mtl_heads.encoder import GatedEncoder
+from mtl_heads.gates import FixedGate
+from mtl_heads.headsets import head_name, parse_head
+from test_decoder_lms import _batch, folders  # noqa: F401,F811 - a fixture, redefined as arguments
+from test_encoder import HEADS, LAYERS, padded_batch, tiny_model
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny matrices: see conftest.one_thread
+
+CHOSEN = [(0, 1), (1, 2), (1, 3)]
+
+
+def grid(heads=CHOSEN, layers=LAYERS, width=HEADS) -> torch.Tensor:
+    out = torch.zeros(layers, width, dtype=torch.bool)
+    for layer, head in heads:
+        out[layer, head] = True
+    return out
+
+
+@pytest.fixture(params=["bert-gated", "bert-no-gate", "llama-kv2"])
+def encoder_and_batch(request, folders):  # noqa: F811 - the fixture imported above
+    """(encoder in eval mode, input ids, attention mask): a BERT with random fixed gates, the same
+    without gates, and a Llama with 4 query heads sharing 2 KV heads."""
+    if request.param == "llama-kv2":
+        encoder = GatedEncoder.from_pretrained(str(folders("llama", 2)), gate="hard_concrete").eval()
+        ids, attention, _, _ = _batch(encoder)
+        return encoder, ids, attention
+    model = tiny_model("bert")
+    gate = FixedGate(torch.rand(LAYERS, HEADS, generator=torch.Generator().manual_seed(1)) + 0.1) \
+        if request.param == "bert-gated" else None
+    ids, attention = padded_batch(model)
+    return GatedEncoder(model, gate).eval(), ids, attention
+
+
+def raw_and_patched(encoder, ids, attention, heads, value=None):
+    """Per layer, W_O's input before the gate hook (a hook put first) and the captured one after
+    the gate and the replacement, from one pass with ``heads`` replaced by ``value``."""
+    raw = {}
+    with encoder.replace_heads(heads, value), encoder.capture_contexts() as captured, torch.no_grad():
+        handles = [proj.register_forward_pre_hook(lambda m, a, i=i: raw.__setitem__(i, a[0]), prepend=True)
+                   for i, proj in enumerate(encoder.out_projs)]
+        try:
+            encoder(ids, attention)
+        finally:
+            for handle in handles:
+                handle.remove()
+    d = encoder.head_dim
+    gates = encoder.gate_values()  # [layers, heads]
+    gated = [(raw[i].unflatten(-1, (encoder.num_heads, d)) * gates[i].to(raw[i].dtype)[:, None]) if encoder.gate
+             is not None else raw[i].unflatten(-1, (encoder.num_heads, d)) for i in range(encoder.num_layers)]
+    return gated, list(captured)  # each per layer [batch, seq, heads, head_dim]
+
+
+def clean_contexts(encoder, ids, attention):
+    with torch.no_grad(), encoder.capture_contexts() as captured:
+        encoder(ids, attention)
+    return list(captured)
+
+
+def hook_counts(encoder):
+    return [len(p._forward_pre_hooks) for p in encoder.out_projs]
+
+
+# --- the hook ---------------------------------------------------------------------------------
+def test_zero_ablation_is_a_closed_gate(encoder_and_batch):
+    encoder, ids, attention = encoder_and_batch
+    hooks = hook_counts(encoder)
+    with torch.no_grad():
+        with encoder.replace_heads(grid()):
+            zeroed = encoder(ids, attention).hidden
+        with encoder.mask_heads((~grid()).float()):
+            closed = encoder(ids, attention).hidden
+        plain = encoder(ids, attention).hidden
+    assert torch.equal(zeroed, closed) and not torch.equal(zeroed, plain)
+    assert hook_counts(encoder) == hooks  # nothing left behind (gate-less: no hook at all)
+
+
+@pytest.mark.parametrize("method", ["zero", "mean"])
+def test_chosen_heads_replaced_others_untouched(encoder_and_batch, method):
+    encoder, ids, attention = encoder_and_batch
+    shape = (encoder.num_layers, encoder.num_heads, encoder.head_dim)
+    value = torch.randn(shape, generator=torch.Generator().manual_seed(2)) if method == "mean" else None
+    before, after = raw_and_patched(encoder, ids, attention, grid(), value)
+    for layer in range(encoder.num_layers):
+        for head in range(encoder.num_heads):
+            got = after[layer][:, :, head]  # [batch, seq, head_dim]
+            if (layer, head) in CHOSEN:
+                want = torch.zeros_like(got) if value is None else value[layer, head].expand_as(got)
+            else:
+                want = before[layer][:, :, head]
+            assert torch.equal(got, want), (layer, head)
+
+
+def test_resample_takes_the_donor_sentence(encoder_and_batch):
+    encoder, ids, attention = encoder_and_batch
+    clean = clean_contexts(encoder, ids, attention)
+    means = torch.randn(encoder.num_layers, encoder.num_heads, encoder.head_dim)
+    donors = resample_donors(clean, attention, means, layers=[0, 1])
+    before, after = raw_and_patched(encoder, ids, attention, grid(), donors)
+    batch, seq = attention.shape
+    for layer, head in CHOSEN:
+        for i in range(batch):
+            donor = (i - 1) % batch  # the batch rolled by one
+            for t in range(seq):
+                want = clean[layer][donor, t, head] if attention[donor, t] else means[layer, head]
+                assert torch.equal(after[layer][i, t, head], want), (layer, head, i, t)
+    assert torch.equal(after[0][:, :, 0], before[0][:, :, 0])  # a head outside the set
+    assert resample_donors(clean, attention, means, layers=[1])[0] is None  # only the layers asked for
+
+
+def test_resample_of_one_sentence_is_the_mean():
+    contexts = [torch.randn(1, 5, HEADS, 8)]
+    means = torch.randn(1, HEADS, 8)
+    donors = resample_donors(contexts, torch.ones(1, 5, dtype=torch.long), means, [0])
+    assert torch.equal(donors[0], means[0].expand(1, 5, HEADS, 8))
+
+
+def test_bad_values_and_nesting():
+    encoder = GatedEncoder(tiny_model("bert")).eval()
+    ids, attention = padded_batch(encoder.model)
+    with pytest.raises(ValueError, match="heads has shape"):
+        with encoder.replace_heads(torch.ones(3, HEADS, dtype=torch.bool)):
+            pass
+    with pytest.raises(ValueError, match=r"\[layers, heads, head_dim\]"):
+        with encoder.replace_heads(grid(), torch.zeros(LAYERS, HEADS)):
+            pass
+    wrong = [torch.zeros(1, 9, HEADS, 8)] * LAYERS  # a value per position for another batch size
+    with pytest.raises(ValueError, match="this batch needs"), encoder.replace_heads(grid(), wrong):
+        encoder(ids, attention)
+    with pytest.raises(RuntimeError, match="already inside"), encoder.replace_heads(grid()):
+        with encoder.replace_heads(grid()):
+            pass
+    assert hook_counts(encoder) == [0] * LAYERS
+
+
+def test_capture_inside_mask_heads_gates_once():
+    """A gate-less encoder inside mask_heads: a capturing pass gets the hooks once (not twice)."""
+    encoder = GatedEncoder(tiny_model("bert")).eval()
+    ids, attention = padded_batch(encoder.model)
+    plain = clean_contexts(encoder, ids, attention)
+    with torch.no_grad(), encoder.mask_heads(torch.full((LAYERS, HEADS), 0.5)):
+        out = encoder(ids, attention, capture=True)
+        assert hook_counts(encoder) == [1] * LAYERS
+    layer0 = out.head_contexts[0]
+    torch.testing.assert_close(layer0, 0.5 * plain[0])
+    assert hook_counts(encoder) == [0] * LAYERS
+
+
+# --- head sets and the null ---------------------------------------------------------------------
+def test_layer_matched_sets():
+    chosen = np.zeros((3, 6), dtype=bool)
+    chosen[0, [1, 4]] = chosen[1, 2] = True
+    sets = matched_sets(chosen, 50, seed=3)
+    assert sets.shape == (50, 3, 6) and (sets.sum(2) == [2, 1, 0]).all()
+    assert np.array_equal(sets, matched_sets(chosen, 50, seed=3))
+    assert not np.array_equal(sets, matched_sets(chosen, 50, seed=4))
+    assert len({s.tobytes() for s in sets}) > 10  # they vary
+    assert sets[:, 0].any(0).all()  # every head of layer 0 is drawn by some set
+    assert possible_sets(chosen) == 15 * 6
+
+
+def test_whole_kv_groups():
+    chosen = np.zeros((2, 8), dtype=bool)
+    chosen[0, 2:4] = chosen[1, 4:8] = True  # groups of 2: one group in layer 0, two in layer 1
+    assert kv_block(chosen, 2, "kv") == 2 and kv_block(chosen, 2, "heads") == 1
+    split = chosen.copy()
+    split[0, 3] = False
+    assert kv_block(split, 2, "kv") == 1  # a split group: drawn head by head
+    sets = matched_sets(chosen, 40, seed=0, block=2).reshape(40, 2, 4, 2)  # [sets, layers, groups, 2]
+    assert (sets.all(-1) == sets.any(-1)).all() and (sets.sum((2, 3)) == [2, 4]).all()
+    assert possible_sets(chosen, block=2) == 4 * 6
+
+
+def test_full_layers_make_a_degenerate_null():
+    chosen = np.zeros((2, 4), dtype=bool)
+    chosen[1] = True
+    assert possible_sets(chosen) == 1
+    assert (matched_sets(chosen, 5) == chosen).all()
+
+
+def test_p_value_and_summary_by_hand():
+    assert one_sided_p(2.0, [1.0, 2.0, 3.0, 0.5]) == pytest.approx(3 / 5)
+    assert one_sided_p(10.0, [0.0] * 19) == pytest.approx(1 / 20)
+    summary = drop_summary("las", 90.0, 80.0, [89.0, 85.0, 70.0, 90.0])
+    assert summary["drop"] == 10.0 and summary["random_drops"] == [1.0, 5.0, 20.0, 0.0]
+    assert summary["p"] == pytest.approx(2 / 5) and summary["null_mean"] == pytest.approx(6.5)
+    assert summary["null_95"] == pytest.approx(np.percentile([1, 5, 20, 0], 95))
+
+
+def test_head_names():
+    assert head_grid(["L0H1", "l1h3"], 2, 4).tolist() == [[False, True, False, False], [False, False, False, True]]
+    for names, message in ((["L2H0"], "outside the 2 x 4 grid"), (["L0H1", "L0H1"], "twice"),
+                           (["X1"], "not a head name"), ([], "no heads")):
+        with pytest.raises(ValueError, match=message):
+            head_grid(names, 2, 4)
+
+
+# --- the command ----------------------------------------------------------------------------------
+TRAIN = ["data.demo_sizes={train: 16, dev: 8, test: 8}", "train.epochs=1", "train.batch_size=8",
+         "wandb.mode=disabled", "train.progress=false", "seed=1", "device=cpu"]
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_encoder_dir, folders, tmp_path_factory):  # noqa: F811
+    """``{"bert": a POS + DEP run of the tiny BERT, "llama": a POS + DEP run of a Llama with 2 KV heads
+    and gates per KV group}``."""
+    from mtl_heads.experiment import run
+
+    folder = tmp_path_factory.mktemp("ablation-runs")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MTL_HEADS_CACHE", str(folder / "cache"))
+        run(TRAIN + [f"encoder.name={tiny_encoder_dir}", "tasks=pos,dep", f"run_dir={folder / 'bert'}"])
+        run(TRAIN + [f"encoder.name={folders('llama', 2)}", "tasks=pos,dep", "encoder.gate_groups=kv",
+                     f"run_dir={folder / 'llama'}"])
+        yield {"bert": folder / "bert", "llama": folder / "llama"}
+
+
+def ablate(*argv) -> tuple[int, dict | None]:
+    from mtl_heads.ablate import main
+
+    code = main([str(a) for a in argv])
+    out = next((Path(a.split("=", 1)[1]) for a in argv if str(a).startswith("out=")), None)
+    return code, json.loads((out / "ablation.json").read_text()) if code == 0 and out else None
+
+
+KEYS = ["kind", "run", "run_resolved", "tasks", "heads", "source", "label", "split", "sentences", "random_sets", "seed",
+        "matched", "gate_groups", "heads_per_layer", "methods", "random_heads"]
+RESULT_KEYS = ["metric", "base", "ablated", "drop", "random_drops", "null_mean", "null_95", "p"]
+
+
+def closed_scores(run_dir, heads: list[tuple[int, int]]) -> dict[str, float]:
+    """Each task's test score with ``heads`` closed through mask_heads, as the command batches them."""
+    from mtl_heads.ablation import eval_mode, split_examples
+    from mtl_heads.build import load_run
+
+    loaded = load_run(run_dir)
+    mask = torch.ones(LAYERS, HEADS)
+    for layer, head in heads:
+        mask[layer, head] = 0.0
+    examples = split_examples(loaded, "test")
+    with eval_mode(loaded.model), loaded.model.encoder.mask_heads(mask):
+        return {t: task_score(loaded.model, t, task_batches(loaded.model, ex)) for t, ex in examples.items()}
+
+
+@pytest.mark.parametrize("kind", ["bert", "llama"])
+def test_command_end_to_end(runs, tmp_path, capsys, kind, monkeypatch):
+    monkeypatch.setenv("MTL_HEADS_CACHE", str(runs[kind].parent / "cache"))
+    heads = "L0H2,L0H3,L1H0,L1H1" if kind == "llama" else "L0H1,L1H2,L1H3"  # whole KV groups for the Llama
+    code, record = ablate(runs[kind], f"heads={heads}", "random_sets=5", "progress=false", "label=test",
+                          f"out={tmp_path / 'some'}")
+    assert code == 0
+    assert list(record)[:len(KEYS)] == KEYS and record["kind"] == "head ablation" and record["label"] == "test"
+    assert record["tasks"] == ["pos", "dep"] and record["sentences"]["pos"] == record["sentences"]["dep"] > 0  # the
+    # Llama's 64 positions skip some of the 8 test sentences
+    assert record["heads"] == heads.split(",") and record["source"] == "list" and record["split"] == "test"
+    assert record["gate_groups"] == ("kv" if kind == "llama" else "heads")
+    assert record["block"] == (2 if kind == "llama" else 1)
+    assert record["heads_per_layer"] == ([2, 2] if kind == "llama" else [1, 2]) and not record["degenerate"]
+    assert list(record["methods"]) == list(METHODS) and len(record["random_heads"]) == 5
+    for names in record["random_heads"]:
+        assert head_grid(names, LAYERS, HEADS).sum(1).tolist() == record["heads_per_layer"]
+        if kind == "llama":  # whole KV groups: heads (0, 1) and (2, 3)
+            assert all(head_name(layer, head ^ 1) in names for layer, head in map(parse_head, names))
+    for by_task in record["methods"].values():
+        for r in by_task.values():
+            assert list(r)[:len(RESULT_KEYS)] == RESULT_KEYS and len(r["random_drops"]) == 5
+            assert r["drop"] == pytest.approx(r["base"] - r["ablated"]) and 1 / 6 <= r["p"] <= 1
+    printed = capsys.readouterr().out
+    assert "resample  dep" in printed and "wrote" in printed
+
+    every = ",".join(f"L{layer}H{head}" for layer in range(LAYERS) for head in range(HEADS))
+    code, record = ablate(runs[kind], f"heads={every}", "random_sets=3", "methods=zero", "progress=false",
+                          f"out={tmp_path / 'every'}")
+    assert code == 0 and record["degenerate"] and record["possible_sets"] == 1
+    assert "degenerate" in record["notes"][0] and all(r["p"] == 1 for r in record["methods"]["zero"].values())
+    closed = closed_scores(runs[kind], [(layer, head) for layer in range(LAYERS) for head in range(HEADS)])
+    if kind == "bert":  # one full layer: the null varies in the other layer only
+        code, partial = ablate(runs[kind], "heads=L0H0,L0H1,L0H2,L0H3,L1H0", "random_sets=2", "methods=zero",
+                               "progress=false", f"out={tmp_path / 'layer0'}")
+        assert code == 0 and partial["degenerate"] and partial["full_layers"] == [0] and partial["possible_sets"] == 4
+        assert "degenerate null in layer 0" in partial["notes"][0]
+    for task, r in record["methods"]["zero"].items():
+        assert r["ablated"] == closed[task] and r["random_drops"] == [r["drop"]] * 3
+
+
+def test_stem_cells_and_default_folder(runs, tmp_path, monkeypatch):
+    monkeypatch.setenv("MTL_HEADS_CACHE", str(runs["bert"].parent / "cache"))
+    report = tmp_path / "gates"
+    report.mkdir()
+    (report / "stem-cells.csv").write_text("layer,head,name,stem cell\n0,0,L0H0,False\n0,1,L0H1,True\n"
+                                           "1,0,L1H0,False\n1,3,L1H3,True\n")
+    code, _ = ablate(runs["bert"], f"heads={report}", "random_sets=2", "methods=mean", "tasks=pos", "label=stem cells",
+                     "progress=false")
+    (tmp_path / "wide.csv").write_text("layer,head,name,stem cell\n0,0,L0H0,True\n1,5,L1H5,False\n")
+    assert ablate(runs["bert"], f"heads={tmp_path / 'wide.csv'}")[0] == 2  # a 2 x 6 grid, the run has 2 x 4
+    record = json.loads((runs["bert"] / "ablation-stem_cells" / "ablation.json").read_text())
+    assert code == 0 and record["heads"] == ["L0H1", "L1H3"]
+    assert record["source"] == f"stem cells of {report / 'stem-cells.csv'}"
+    assert list(record["methods"]) == ["mean"] and list(record["methods"]["mean"]) == ["pos"]
+    assert record["reference"] == "dev" and record["reference_sentences"] == 8
+
+
+def test_top_heads_of_a_probe_report(tmp_path):
+    from omegaconf import OmegaConf
+
+    from mtl_heads.ablate import head_source
+
+    folder = tmp_path / "report"
+    folder.mkdir()
+    (folder / "report.json").write_text(json.dumps({"probes": {"dep": {}}, "layers": 2, "heads": 4, "families": {
+        "dep": {"arcs": {"labels": ["nsubj", "obj"], "unit": "%"}}}}))
+    rows = ["layer,head,label,score,count"] + [f"{l},{h},nsubj,{10 * l + h},30" for l in range(2) for h in range(4)] \
+        + [f"{l},{h},obj,{50 - 10 * l - h},10" for l in range(2) for h in range(4)]
+    (folder / "dep.csv").write_text("\n".join(rows) + "\n")
+    (folder / "dep_summary.csv").write_text("label,layer,head,score,count\n")
+    cfg = OmegaConf.create({"heads": str(folder), "probe": "dep", "top": 2})
+    heads = head_source(cfg)
+    assert heads.names == ["L1H3", "L1H2"] and heads.source == f"top 2 dep heads of {folder}"  # 0.75 nsubj + 0.25 obj
+    assert heads.shape == (2, 4) and heads.path == folder
+
+
+@pytest.mark.parametrize("args,message", [
+    (["heads=L0H1,L7H0"], "config key 'heads': L7H0: outside the 2 x 4 grid"),
+    (["heads=L0H1,Q"], "config key 'heads': 'Q' is not a head name"),
+    (["heads="], "config key 'heads': give the heads"),
+    (["heads=L0H1", "methods=zero,drop"], "config key 'methods'"),
+    (["heads=L0H1", "probe=dep"], "config keys 'probe' and 'top'"),
+    (["heads=missing/stem-cells.csv"], "config key 'heads': missing/stem-cells.csv does not exist"),
+    (["heads=L0H1", "tasks=ner"], "config key 'tasks': ner not among the tasks"),
+])
+def test_bad_input_is_one_line(runs, capsys, args, message):
+    from mtl_heads.ablate import main
+
+    assert main([str(runs["bert"]), *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_missing_or_pruned_run(tmp_path, capsys):
+    from mtl_heads.ablate import main
+
+    assert main([str(tmp_path / "nowhere"), "heads=L0H1"]) == 2
+    assert f"config key 'run': {tmp_path / 'nowhere'} is not a finished run folder" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "config.yaml").write_text("tasks: [pos]\n")
+    assert main([str(tmp_path / "empty"), "heads=L0H1"]) == 2
+    assert "missing: labels.json, model.safetensors" in capsys.readouterr().err
+
+
+def test_help_lists_every_key(capsys):
+    from mtl_heads.ablate import main
+    from mtl_heads.config import CONFIG_DIR, RULES
+
+    assert main(["-h"]) == 0
+    text = capsys.readouterr().out
+    for key in yaml.safe_load((CONFIG_DIR / "ablate.yaml").read_text()):
+        assert f"\n  {key} " in text, key
+    assert RULES["methods"](list(METHODS)) is None and RULES["methods"](["zero", "zero"])
+
+
+def test_probes_import_the_same_helpers():
+    import mtl_heads.ablation as core
+    import probes.importance as importance
+
+    for name in ("split_examples", "task_batches", "task_score", "eval_mode", "open_heads", "CLOSED_BELOW"):
+        assert getattr(importance, name) is getattr(core, name)
+
+
+def test_mean_contexts_average_real_tokens():
+    encoder = GatedEncoder(tiny_model("bert")).eval()
+    ids, attention = padded_batch(encoder.model)
+    model = torch.nn.Module()
+    model.encoder = encoder
+    means = mean_contexts(model, [({"input_ids": ids, "attention_mask": attention}, [])])
+    clean = clean_contexts(encoder, ids, attention)
+    for layer in range(LAYERS):
+        torch.testing.assert_close(means[layer], clean[layer][attention.bool()].mean(0))
+
+
+def test_tasks_on_the_same_sentences_share_passes(runs, monkeypatch):
+    from mtl_heads.ablation import split_examples, task_groups
+    from mtl_heads.build import load_run
+
+    monkeypatch.setenv("MTL_HEADS_CACHE", str(runs["bert"].parent / "cache"))
+    loaded = load_run(runs["bert"])
+    groups = task_groups(loaded.model, split_examples(loaded, "test"), batch_size=3)
+    assert [g.tasks for g in groups] == [["pos", "dep"]] and groups[0].sentences == 8 and len(groups[0].batches) == 3
+
+
+def test_bf16_autocast(runs, tmp_path, monkeypatch):
+    """precision=bf16 (autocast on the CPU, the CUDA code path): contexts, means and donors in bf16."""
+    monkeypatch.setenv("MTL_HEADS_CACHE", str(runs["bert"].parent / "cache"))
+    code, record = ablate(runs["bert"], "heads=L0H0,L1H1", "random_sets=2", "precision=bf16", "batch_size=3",
+                          "progress=false", f"out={tmp_path}")
+    assert code == 0 and record["precision"] == "bf16" and list(record["methods"]) == list(METHODS)
+
+
+def test_claims_read_what_the_command_writes(runs, tmp_path, monkeypatch):
+    """Claim 6 of ``python -m mtl_heads.claims`` from a real ablation.json: with one seed, its pooled p is
+    the command's p, per method and task."""
+    import shutil
+
+    from mtl_heads.reports.claims import check_claims, read_study
+
+    monkeypatch.setenv("MTL_HEADS_CACHE", str(runs["bert"].parent / "cache"))
+    run = tmp_path / "study" / "mtl" / "seed1"
+    shutil.copytree(runs["bert"], run)
+    code, record = ablate(run, "heads=L0H1,L1H2", "random_sets=5", "methods=zero,mean", "progress=false",
+                          "label=chosen", f"out={tmp_path / 'study' / 'ablation' / 'mtl-seed1'}")
+    assert code == 0
+    study = read_study([str(tmp_path / "study")])
+    claim = check_claims(study)[5]
+    assert len(study.ablations) == 1 and claim.lines[0] == "'chosen': 2 heads, L0H1, L1H2"
+    for method in ("zero", "mean"):
+        for task in ("pos", "dep"):
+            assert claim.tests[f"'chosen' MTL-2 {task.upper()} {method}"].p == pytest.approx(
+                record["methods"][method][task]["p"])
+    assert claim.verdict in ("yes", "partly", "no") and "are needed by" in claim.answer
