@@ -123,7 +123,7 @@ def test_claims_numbers(study_dir):
     lines = mtl.text_lines()
     assert f"Welch p {p:.2g}, Holm {min(1, 2 * p):.2g}" in lines[0] and lines[0].endswith("MTL loses")
     assert "STL 96.03 ± 0.15 (n=3)" in lines[0] and "difference -1.07" in lines[0]
-    assert f"Welch p {ner_p:.2g}, Holm {ner_p:.2g}" in lines[1]
+    assert f"Welch p {ner_p:.2g}, Holm {ner_p:.2g}, stable" in lines[1]  # not significant with any seed left out
     assert lines[1].endswith("**confound**: trains on the dev split, not train: shown, not counted")
     assert mtl.answer == ("of the 1 tasks trained under equal conditions (POS), MTL-2 loses on 1 (POS) and gains on 0 "
                           "(none); not counted, confounded: NER")

@@ -71,7 +71,7 @@ TESTS = ("Tests: Welch's t-test over seeds (two-sided, unequal variances) for sc
          f"adjusted together (Holm-Bonferroni): `p raw, Holm adjusted`; significant: adjusted p < {ALPHA}. A setting "
          f"that keeps at least {NEAR_ALL:.0%} of its heads (in most of its seeds) *did not prune* and is left out "
          "of overlaps and intersections. Stability: every verdict and every significant test is recomputed with "
-         "each seed left out in turn; one that changes is marked *fragile*, with the seed.")
+         "each seed left out in turn; one that changes is marked *fragile*, with the seed, one that holds *stable*.")
 BEGIN, END = "<!-- claims:begin -->", "<!-- claims:end -->"
 
 RULES = {
@@ -140,6 +140,7 @@ class Test:
     why: str = ""
     adjusted: float = math.nan
     fragile: list[str] = field(default_factory=list)
+    checked: bool = False  # recomputed with each seed left out (check_claims)
 
     @property
     def significant(self) -> bool:
@@ -205,8 +206,8 @@ class Claim:
 def _test_text(test: Test) -> str:
     if test.why:
         return f"cannot be tested: {test.why}"
-    fragile = f" (fragile: {'; '.join(test.fragile)})" if test.fragile else ""
-    return f"p {_p(test.p)}, Holm {_p(test.adjusted)}{fragile}"
+    stability = f" (fragile: {'; '.join(test.fragile)})" if test.fragile else ", stable" if test.checked else ""
+    return f"p {_p(test.p)}, Holm {_p(test.adjusted)}{stability}"
 
 
 @dataclass
@@ -977,6 +978,8 @@ def check_claims(study: Study, stability: bool = True) -> list[Claim]:
         if len(seeds) < 2 or not claim.verdict:
             claim.stability = "not checked (one seed)" if len(seeds) < 2 and claim.verdict else ""
             continue
+        for test in claim.tests.values():
+            test.checked = True
         for seed in seeds:
             other = check(study.without_seed(seed))
             if other.verdict != claim.verdict:
