@@ -830,7 +830,7 @@ def probes_claim(study: Study) -> Claim:
         if task in PAPER_LABELS:
             label, paper = PAPER_LABELS[task]
             ours = [_label_score(pretrained[0].summaries[task], label)], \
-                [_label_score(r.summaries[task], label) for r in by_setting[stl]], \
+                [_label_score(r.summaries[task], label) for r in by_setting[stl] if task in r.summaries], \
                 [_label_score(r.summaries[task], label) for r in by_setting.get(mtl, []) if task in r.summaries]
             labels.append(f"{name} probe, label {label} alone (the best head's score on it, the figure He & Choi quote): "
                           f"pretrained / STL / {_mtl_name(study)} here {ours[0][0]:.1f} / {_mean_std(ours[1], 1, False)}"
