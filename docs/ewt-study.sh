@@ -15,6 +15,9 @@
 # curves are in each metrics.json "history"); SP_EPOCHS: epochs of static pruning (1);
 # EXTRA / PROBE_EXTRA: more key=value for every training / probe run; SETTINGS: a subset of the settings
 # below; PRETRAINED: the encoder probed before fine-tuning (the packaged one).
+# data=ewt reads data/ewt, else ../shared/data/ewt (the first holding the corpus; from the repository
+# root, where this script runs); build it with `python -m mtl_heads.data.ewt out=data/ewt` (README, Data).
+# Keep one folder for a whole study: its config.yaml records data.path, and compare pools runs by config.
 # Every run is `python -m mtl_heads.train` on `data=ewt` with the packaged encoder; NER trains on
 # the dev split (EWT's train split has no NER layer), alone for 5 epochs or, in MTL-5, through
 # data.task_splits; its dev score is then on its own training data (see the doc).

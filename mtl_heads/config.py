@@ -23,6 +23,13 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 PRESET_GROUPS = ("data", "encoder", "prune")
 PRECISIONS = ("auto", "fp32", "bf16")  # `precision`: see mtl_heads.precision  # `data=ewt` loads configs/data/ewt.yaml into `data`
+# Where `data.format=ewt` finds its corpus when `data.path` is not given (configs/data/ewt.yaml leaves
+# it null): the first of these folders holding en_ewt.*.gold_conll, each relative to the working
+# folder, else to the project folder (as every data path): the builder's default output, then the copy
+# beside the repository. The folder is stored as written, so the config.yaml of every run of a setting
+# on one machine says the same (`compare` pools runs whose configs are equal).
+EWT_FOLDERS = ("data/ewt", "../shared/data/ewt")
+EWT_BUILD = "python -m mtl_heads.data.ewt out=data/ewt"  # builds data/ewt from the three public repositories
 
 
 class ConfigError(ValueError):
@@ -39,6 +46,8 @@ def load_config(overrides: list[str] | None = None, base: str | Path = CONFIG_DI
             _apply_preset(cfg, key, value)
         else:
             set_key(cfg, key, value)
+    if isinstance(cfg.get("data"), DictConfig):
+        locate_ewt(cfg.data)
     validate(cfg)
     return cfg
 
@@ -72,6 +81,28 @@ def load_saved_config(path: str | Path) -> DictConfig:
 SAVED_BEFORE = [
     ("srl", "task.srl.span_ratio", "off"),  # before candidate-span pruning existed: every span scored
 ]
+
+
+def find_path(value: str) -> Path | None:
+    """A path from the config: as given (relative to the working folder), else relative to the
+    project folder; None when neither exists."""
+    for candidate in (Path(value).expanduser(), CONFIG_DIR.parent / value):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def locate_ewt(data: DictConfig) -> None:
+    """Set ``data.path`` of ``data.format=ewt`` when it is not given: the first of
+    :data:`EWT_FOLDERS` that holds the corpus. None holding it leaves it null, and reading the
+    corpus then says how to build it (``mtl_heads.data.corpus``)."""
+    if data.get("format") != "ewt" or data.get("path"):
+        return
+    for folder in EWT_FOLDERS:
+        found = find_path(folder)
+        if found is not None and any(found.glob("en_ewt.*.gold_conll")):
+            data.path = folder
+            return
 
 
 def _split(item: str) -> tuple[str, str]:

@@ -3,7 +3,7 @@
 Examples::
 
     python -m mtl_heads.train tasks=pos,ner                      # MTL on the embedded demo corpus
-    python -m mtl_heads.train tasks=pos data=ewt train.epochs=2  # STL on ../shared/data/ewt
+    python -m mtl_heads.train tasks=pos data=ewt train.epochs=2  # STL on EWT (data/ewt or ../shared/data/ewt)
     python -m mtl_heads.train tasks=dep prune=dynamic seeds=1,2,3  # dynamic pruning, three seeds
     python -m mtl_heads.train prune=static init=runs/<run>       # static pruning of a trained run
     python -m mtl_heads.train run_dir=runs/x resume=true         # continue an interrupted run

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from mtl_heads.config import CONFIG_DIR, ConfigError
+from mtl_heads.config import EWT_BUILD, EWT_FOLDERS, ConfigError, find_path
 from mtl_heads.data.conll2012 import read_conll2012
 from mtl_heads.data.conllu import attach_conllu, read_conllu
 from mtl_heads.data.sentence import Sentence
@@ -38,10 +38,10 @@ def cache_dir() -> Path:
 def resolve_path(value: str, key: str) -> Path:
     """A path from the config: as given (relative to the working folder), else relative to the
     project folder; a missing path is an error naming the key."""
-    for candidate in (Path(value).expanduser(), CONFIG_DIR.parent / value):
-        if candidate.exists():
-            return candidate
-    raise ConfigError(f"config key '{key}': path {value!r} does not exist")
+    found = find_path(value)
+    if found is None:
+        raise ConfigError(f"config key '{key}': path {value!r} does not exist")
+    return found
 
 
 def load_corpus(data, layers: set[str] | None = None, roles: tuple[str, ...] = ROLES) -> dict[str, list[Sentence]]:
@@ -137,8 +137,9 @@ def _conll2012(data, role: str, split: str) -> list[Sentence]:
 
 
 def _ewt(data, role: str, split: str) -> list[Sentence]:
-    if not data.path:
-        raise ConfigError("config key 'data.path': needed for data.format=ewt (folder of en_ewt.*)")
+    if not data.path:  # none of EWT_FOLDERS holds it (mtl_heads.config.locate_ewt)
+        raise ConfigError(f"config key 'data.path': no EWT corpus in {' or '.join(EWT_FOLDERS)}; build it from its "
+                          f"public sources with `{EWT_BUILD}`, or give data.path=<folder of en_ewt.*>")
     folder = resolve_path(data.path, "data.path")
     conll = folder / f"en_ewt.{split}.gold_conll"
     if not conll.exists():
