@@ -19,7 +19,7 @@ import time
 import torch
 
 from mtl_heads.encoder import GatedEncoder
-from mtl_heads.gates import HardConcreteGate
+from mtl_heads.gating import HardConcreteGate
 
 
 def parse_args(argv=None):

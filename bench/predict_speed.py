@@ -71,7 +71,7 @@ def parse_args(argv=None):
 
 def train_tiny_run(args, folder: Path) -> Path:
     """A five-task run trained one epoch on the demo corpus (reused when ``folder`` holds one)."""
-    from mtl_heads.build import is_run_dir
+    from mtl_heads.runs import is_run_dir
 
     run_dir = folder / "run"
     if is_run_dir(run_dir):

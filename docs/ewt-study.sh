@@ -16,9 +16,9 @@
 # EXTRA / PROBE_EXTRA: more key=value for every training / probe run; SETTINGS: a subset of the settings
 # below; PRETRAINED: the encoder probed before fine-tuning (the packaged one).
 # data=ewt reads data/ewt, else ../shared/data/ewt (the first holding the corpus; from the repository
-# root, where this script runs); build it with `python -m mtl_heads.data.ewt out=data/ewt` (README, Data).
+# root, where this script runs); build it with `python -m mtl_heads ewt out=data/ewt` (README, Data).
 # Keep one folder for a whole study: its config.yaml records data.path, and compare pools runs by config.
-# Every run is `python -m mtl_heads.train` on `data=ewt` with the packaged encoder; NER trains on
+# Every run is `python -m mtl_heads train` on `data=ewt` with the packaged encoder; NER trains on
 # the dev split (EWT's train split has no NER layer), alone for 5 epochs or, in MTL-5, through
 # data.task_splits; its dev score is then on its own training data (see the doc).
 set -euo pipefail
@@ -73,7 +73,7 @@ run() {
   if [[ -f $dir/metrics.json ]]; then echo "done: $dir"; return; fi
   local args=(data=ewt "$@" "${EXTRA[@]}" run_dir="$dir")
   [[ -f $dir/config.yaml ]] && args=(resume=true run_dir="$dir")
-  python -m mtl_heads.train "${args[@]}" train.progress=false 2>&1 | sed -u "s|^|[$dir] |" || failed "$dir"
+  python -m mtl_heads train "${args[@]}" train.progress=false 2>&1 | sed -u "s|^|[$dir] |" || failed "$dir"
 }
 
 baselines() { for n in $SEEDS; do for s in "${ORDER[@]}"; do
@@ -103,7 +103,7 @@ budget() { for n in $SEEDS; do for s in "${ORDER[@]}"; do
 # probes before (the pretrained encoder) and after fine-tuning (each STL run and MTL-5), EWT test
 probe() {  # one probe report into $1 (skipped when written), model $2
   [[ -f $1/report.json ]] && return
-  python -m mtl_heads.probe model="$2" data=ewt split=test probes=pos,ner,dep,con,srl progress=false \
+  python -m mtl_heads probe model="$2" data=ewt split=test probes=pos,ner,dep,con,srl progress=false \
     "${PROBE_EXTRA[@]}" out="$1" 2>&1 | sed -u "s|^|[$1] |" || failed "$1"
 }
 probes() {
@@ -118,15 +118,15 @@ probes() {
 
 # the doc's tables and pictures, from the run folders only
 doc() {
-  python -m mtl_heads.compare "$STUDY" --out "$STUDY/compare" --plot --test all || failed doc:compare
+  python -m mtl_heads compare "$STUDY" out="$STUDY/compare" plot=true test=all || failed doc:compare
   shopt -s nullglob  # a stage not run yet adds no folder
   local pruned=() pages=("$STUDY") finished  # the finished pruned runs (a run still training is no input)
   for finished in "$STUDY"/*-dp/seed*/metrics.json "$STUDY"/*-sp/seed*/metrics.json \
                   "$STUDY"/*-dp-budget/seed*/metrics.json; do pruned+=("${finished%/metrics.json}"); done
   local pretrained=()  # are the heads that survive everywhere the pretrained encoder's best probe heads?
-  [[ -f $STUDY/probes/pretrained/report.json ]] && pretrained=(--probes "$STUDY/probes/pretrained")
+  [[ -f $STUDY/probes/pretrained/report.json ]] && pretrained=(probes="$STUDY/probes/pretrained")
   if [[ ${#pruned[@]} -gt 0 ]]; then
-    python -m mtl_heads.gates "${pruned[@]}" --out "$STUDY/gates" "${pretrained[@]}" || failed doc:gates
+    python -m mtl_heads gates "${pruned[@]}" out="$STUDY/gates" "${pretrained[@]}" || failed doc:gates
   fi
   # before and after: the pretrained encoder first (deltas are against it), then each setting's seeds pooled
   local reports=() report
@@ -135,13 +135,13 @@ doc() {
     [[ $report == */pretrained/report.json ]] || reports+=("${report%/report.json}")
   done
   if [[ ${#reports[@]} -ge 2 ]]; then
-    if python -m mtl_heads.probe compare="$(IFS=,; echo "${reports[*]}")" out="$STUDY/probes-compare" progress=false
+    if python -m mtl_heads probe compare="$(IFS=,; echo "${reports[*]}")" out="$STUDY/probes-compare" progress=false
     then pages+=("$STUDY/probes-compare"); else failed doc:probe-compare; fi
   fi
-  python -m mtl_heads.report "${pages[@]}" --html "$STUDY/report.html" --title "EWT stem-cell study" --test all \
+  python -m mtl_heads report "${pages[@]}" html="$STUDY/report.html" title="EWT stem-cell study" test=all \
     || failed doc:report
   # the claims, one line each with its numbers, into $STUDY/claims.md and the marked block of DOC
-  python -m mtl_heads.claims "$STUDY" --out "$STUDY/claims.md" --doc "$DOC" || failed doc:claims
+  python -m mtl_heads claims "$STUDY" out="$STUDY/claims.md" doc="$DOC" || failed doc:claims
 }
 
 stages=("$@")

@@ -15,12 +15,13 @@ from omegaconf import DictConfig, OmegaConf
 from mtl_heads.config import ConfigError, load_saved_config, pick
 from mtl_heads.encoder import EncoderNotFound, GatedEncoder
 from mtl_heads.files import load_numpy, load_tensors, read_json
-from mtl_heads.gates import GateMaskError
+from mtl_heads.gating import GateMaskError
+from mtl_heads.model import MultiTaskModel
+from mtl_heads.runs import check_run_dir
 from mtl_heads.sparsity import prune_mode
 
 __all__ = ["build_tasks", "build_encoder", "gate_init_mean", "load_gate_mask", "pick_device", "LoadedRun",
-           "is_run_dir", "is_pruned_dir", "check_run_dir", "read_labels", "tasks_with_labels", "load_run_weights",
-           "load_run", "load_trained"]
+           "read_labels", "tasks_with_labels", "load_run_weights", "load_run"]
 
 
 # --- from a config ----------------------------------------------------------------------------
@@ -107,9 +108,6 @@ def pick_device(name: str) -> torch.device:
 
 
 # --- from a run folder ------------------------------------------------------------------------
-REQUIRED = ("config.yaml", "labels.json", "model.safetensors")
-
-
 @dataclass
 class LoadedRun:
     """A run folder read back.
@@ -124,23 +122,6 @@ class LoadedRun:
     tasks: dict
     metrics: dict | None
     gates: dict | None
-
-
-def is_run_dir(path: str | Path) -> bool:
-    """True when ``path`` is a folder holding a trained model (config, labels and weights)."""
-    path = Path(path)
-    return path.is_dir() and all((path / name).exists() for name in REQUIRED)
-
-
-def check_run_dir(path: str | Path, key: str | None = None) -> Path:
-    """``path`` as a Path when it holds a finished run; else a ConfigError (naming ``key`` if given)."""
-    path = Path(path)
-    missing = [name for name in REQUIRED if not (path / name).exists()]
-    if not path.is_dir() or missing:
-        where = f"config key '{key}': " if key else ""
-        raise ConfigError(f"{where}{path} is not a finished run folder (missing: {', '.join(missing) or 'the folder'}); "
-                          "train one with `python -m mtl_heads.train`")
-    return path
 
 
 def load_run_weights(model: torch.nn.Module, path: str | Path, gate: bool = True) -> None:
@@ -198,8 +179,6 @@ def load_run(path: str | Path, device: str | torch.device = "cpu", gate: str | N
         gate: override the gate kind the model is built with (default: the run's own
             ``encoder.gate``); the saved gate parameters are loaded when the kinds match.
     """
-    from mtl_heads.model import MultiTaskModel
-
     path = check_run_dir(path)
     cfg = load_saved_config(path / "config.yaml")
     same_gate = gate is None or gate == cfg.encoder.gate
@@ -211,29 +190,3 @@ def load_run(path: str | Path, device: str | torch.device = "cpu", gate: str | N
     load_run_weights(model, path, gate=same_gate)
     model.to(device).eval()
     return LoadedRun(path, cfg, model, tasks, read_json(path / "metrics.json"), read_json(path / "gates.json"))
-
-
-def is_pruned_dir(path: str | Path) -> bool:
-    """True when ``path`` holds a pruned multi-task model (``python -m mtl_heads.prune``'s output)."""
-    path = Path(path)
-    return path.is_dir() and all((path / name).exists() for name in ("heads.json", "config.yaml", "labels.json"))
-
-
-def load_trained(path: str | Path, device: str | torch.device = "cpu") -> LoadedRun:
-    """A trained model from a run folder (:func:`load_run`) or from its pruned folder
-    (``runs/<run>/pruned/``, :func:`mtl_heads.removal.load_pruned`), in eval mode on ``device``.
-    For a pruned folder, ``metrics`` and ``gates`` are those of the run it came from when it sits
-    inside it, and ``cfg`` is the pruned folder's config (``encoder.gate=none``)."""
-    path = Path(path)
-    if is_run_dir(path):
-        return load_run(path, device=device)
-    if is_pruned_dir(path):
-        from mtl_heads.removal import load_pruned
-
-        model = load_pruned(path, device=device)
-        parent = path.parent if is_run_dir(path.parent) else None
-        return LoadedRun(path, load_saved_config(path / "config.yaml"), model, model.tasks,
-                         read_json(parent / "metrics.json") if parent else None,
-                         read_json(parent / "gates.json") if parent else None)
-    raise ConfigError(f"{path} is neither a finished run folder (config.yaml, labels.json, model.safetensors) "
-                      "nor a pruned model folder (heads.json, config.yaml, labels.json)")

@@ -32,17 +32,22 @@ EWT_FOLDERS = ("data/ewt", "../shared/data/ewt")
 EWT_BUILD = "python -m mtl_heads.data.ewt out=data/ewt"  # builds data/ewt from the three public repositories
 
 
+POS = ("auto", "upos", "xpos")  # data.pos: auto = upos for conllu, xpos (PTB tags) for the other formats
+UD_FORMATS = ("conllu", "ewt")  # formats whose files hold UPOS and UD relations
+
+
 class ConfigError(ValueError):
     """A bad configuration key or value; the message names the key."""
 
 
-def load_config(overrides: list[str] | None = None, base: str | Path = CONFIG_DIR / "train.yaml") -> DictConfig:
-    """Load ``base`` and apply command-line ``overrides`` (``["tasks=pos,ner", "train.epochs=2"]``);
-    the result is checked with :func:`validate`."""
+def load_config(overrides: list | None = None, base: str | Path = CONFIG_DIR / "train.yaml") -> DictConfig:
+    """Load ``base`` and apply command-line ``overrides`` (``["tasks=pos,ner", "train.epochs=2"]``, or
+    ``(key, value)`` pairs whose value is taken as is); the result is checked with :func:`validate`."""
     cfg = OmegaConf.load(base)
     for item in overrides or []:
-        key, value = _split(item)
-        if key in PRESET_GROUPS and isinstance(cfg.get(key), DictConfig) and _is_preset_name(value):
+        key, value = item if isinstance(item, tuple) else _split(item)  # a (key, value) pair: value as is
+        if (key in PRESET_GROUPS and isinstance(cfg.get(key), DictConfig) and isinstance(value, str)
+                and _is_preset_name(value)):
             _apply_preset(cfg, key, value)
         else:
             set_key(cfg, key, value)
@@ -81,6 +86,20 @@ def load_saved_config(path: str | Path) -> DictConfig:
 SAVED_BEFORE = [
     ("srl", "task.srl.span_ratio", "off"),  # before candidate-span pruning existed: every span scored
 ]
+
+
+def pos_column(data) -> str:
+    """The POS column ``data.pos`` asks for, ``auto`` resolved: ``upos`` or ``xpos`` (CoNLL-U's
+    XPOS; for the CoNLL-2012-based formats, their PTB tags in column 5)."""
+    value = data.get("pos", "auto")  # absent from run folders saved before the key existed
+    if value not in POS:
+        raise ConfigError(f"config key 'data.pos': expected one of {', '.join(POS)}, got {value!r}")
+    if value == "auto":
+        return "upos" if data.format == "conllu" else "xpos"
+    if value == "upos" and data.format not in UD_FORMATS:
+        raise ConfigError(f"config key 'data.pos': upos needs CoNLL-U files (data.format=conllu, or ewt whose aligned "
+                          f".conllu has them), not data.format={data.format}; use xpos (its PTB tags) or auto")
+    return value
 
 
 def find_path(value: str) -> Path | None:
@@ -393,7 +412,7 @@ RULES: dict[str, Rule] = {
     "wandb.mode": choice("auto", "online", "offline", "disabled"),
     # probe.yaml, evaluate.yaml, predict.yaml
     "split": choice("train", "dev", "test"),
-    "compare_pool": choice("seeds", "none"),  # probes.compare.POOLS
+    "compare_pool": choice("seeds", "none"),  # mtl_heads.reports.probe_compare.POOLS
     "pred_format": choice("auto", "conll2012", "conllu", "jsonl"),
     "gold_format": choice("auto", "conll2012", "conllu", "jsonl"),
     "conllu_pos": choice("upos", "xpos"),
@@ -412,6 +431,11 @@ RULES: dict[str, Rule] = {
     "ablation.rank_by": choice("ablation", "importance"),
     "report.panels": count(),
     "report.compare_panels": count(),
+    # prune.yaml, compare.yaml, report.yaml, gates.yaml
+    "check_sentences": count(),
+    "threshold": number(0.0, low_open=False, high=1.0, high_open=False),
+    "panels": count(),
+    "shuffles": count(),
     # ablate.yaml
     "methods": subset("zero", "mean", "resample"),  # mtl_heads.ablation.METHODS
     "random_sets": count(),

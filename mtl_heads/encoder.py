@@ -27,7 +27,7 @@ from huggingface_hub.errors import HFValidationError
 from torch import nn
 
 from mtl_heads.files import is_load_error, unreadable
-from mtl_heads.gates import GroupedGate, MaskedGate, build_gate
+from mtl_heads.gating import GroupedGate, MaskedGate, build_gate
 
 __all__ = ["Adapter", "ADAPTERS", "AttentionShape", "EncoderOutput", "EncoderNotFound", "GatedEncoder",
            "GATE_GROUPS", "HeadPatch", "POOLING", "attention_shape", "encoder_config", "is_causal", "pool_words"]
@@ -444,8 +444,8 @@ class GatedEncoder(nn.Module):
     Args:
         model: a bare encoder (``AutoModel``), of a ``model_type`` listed in ``ADAPTERS``; decoder-only
             language models too (Llama, Mistral, Qwen2/3, Gemma 1/2/3, OLMo 1/2/3, Phi-3, GPT-2).
-        gate: an ``nn.Module`` returning ``[layers, heads]`` values (see ``mtl_heads.gates``), one per
-            QUERY head, or None for no gate (no hook installed). A :class:`~mtl_heads.gates.GroupedGate`
+        gate: an ``nn.Module`` returning ``[layers, heads]`` values (see ``mtl_heads.gating``), one per
+            QUERY head, or None for no gate (no hook installed). A :class:`~mtl_heads.gating.GroupedGate`
             (one gate per KV group) must group ``heads // kv_heads`` query heads.
         tokenizer: optional fast tokenizer, kept as ``self.tokenizer``. For a causal model it decides
             the DEP root: the BOS token's vector when the tokenizer puts one first, else a learnt vector.

@@ -18,8 +18,11 @@ from omegaconf import DictConfig
 
 from mtl_heads.config import ConfigError
 from mtl_heads.data.conll2012 import read_conll2012
+from mtl_heads.data.conllu import read_conllu
 from mtl_heads.data.errors import DataError
+from mtl_heads.data.formats import format_by_name
 from mtl_heads.data.sentence import Sentence
+from mtl_heads.data.text import read_jsonl
 
 __all__ = ["evaluate_trained", "score_sentences", "score_files", "read_annotated"]
 
@@ -38,7 +41,9 @@ def evaluate_trained(path: str | Path, data: DictConfig | None = None, split: st
 
     Returns: ``{"scores": {task: {metric: value}}, "sentences": {task: n}}``.
     """
-    from mtl_heads.build import load_trained, pick_device
+    # deferred: torch and transformers, which scoring two files (score_files) does not need
+    from mtl_heads.build import pick_device
+    from mtl_heads.removal import load_trained
     from mtl_heads.data.batching import prepare_examples
     from mtl_heads.data.corpus import load_corpus
     from mtl_heads.trainer import evaluate_examples
@@ -136,10 +141,6 @@ def _wrong_heads(heads: list[int]) -> list[int]:
 def read_annotated(path: str | Path, format: str = "auto", pos: str = "xpos", key: str = "pred_format") -> list[Sentence]:
     """Every layer a file holds: CoNLL-2012, CoNLL-U (``pos``: the column read as POS, ``upos`` or
     ``xpos``) or JSON lines (``format``: ``auto`` = by the file's name)."""
-    from mtl_heads.data.conllu import read_conllu
-    from mtl_heads.data.formats import format_by_name
-    from mtl_heads.data.text import read_jsonl
-
     readers = {"conll2012": read_conll2012, "conllu": lambda p: read_conllu(p, pos=pos), "jsonl": read_jsonl}
     name = format_by_name(path) if format == "auto" else format
     if name not in readers:

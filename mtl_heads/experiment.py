@@ -2,6 +2,7 @@
 one run per seed. ``python -m mtl_heads.train`` is the command over :func:`run_seeds`."""
 from __future__ import annotations
 
+import copy
 import os
 import time
 from datetime import datetime
@@ -11,7 +12,7 @@ from typing import Callable
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from mtl_heads.build import build_encoder, build_tasks, check_run_dir, load_run_weights, pick_device, read_labels
+from mtl_heads.build import build_encoder, build_tasks, load_run_weights, pick_device, read_labels
 from mtl_heads.config import ConfigError, load_config, load_saved_config
 from mtl_heads.data.batching import prepare_examples
 from mtl_heads.data.corpus import load_corpus
@@ -20,6 +21,7 @@ from mtl_heads.files import atomic_write_text, read_json, write_json
 from mtl_heads.model import MultiTaskModel
 from mtl_heads.parallel import check_strategy, make_parallel
 from mtl_heads.precision import uses_bf16
+from mtl_heads.runs import check_run_dir, seed_dir
 from mtl_heads.sparsity import PRUNE_MODES, prune_mode
 from mtl_heads.tracking import Tracker
 from mtl_heads.trainer import Trainer, format_scores, mean_score, seed_everything, selection_tasks
@@ -28,6 +30,12 @@ RUNS = Path("runs")
 # keys that may differ when resuming (everything else must match the saved config); checkpoints
 # are the same files under ddp and fsdp, so a run may continue under the other strategy
 RESUME_FREE = ("resume", "run_dir", "wandb", "train.progress", "train.strategy", "device", "precision")
+
+
+def given_keys(overrides: list[str]) -> list[str]:
+    """The keys set on the command line (``["tasks", "train.epochs"]`` for ``tasks=pos train.epochs=2``):
+    what :func:`apply_init` and a resumed run must not take from elsewhere."""
+    return [item.split("=", 1)[0].strip() for item in overrides]
 
 
 # --- distributed ------------------------------------------------------------------------------
@@ -49,20 +57,21 @@ def setup_distributed(cfg: DictConfig) -> tuple[int, int, torch.device]:
 
 
 # --- run folder -------------------------------------------------------------------------------
-def prepare_run_dir(cfg: DictConfig, overrides: list[str]) -> tuple[DictConfig, Path, bool]:
+def prepare_run_dir(cfg: DictConfig, given: list[str]) -> tuple[DictConfig, Path, bool]:
     """The run folder and the config to run with. A new run gets a fresh folder (an existing
-    finished or started run is never overwritten); ``resume=true`` reloads the saved config."""
+    finished or started run is never overwritten); ``resume=true`` reloads the saved config.
+    ``given``: the keys set on the command line (or the ``key=value`` strings themselves)."""
     if cfg.resume:
         run_dir = Path(cfg.run_dir) if cfg.run_dir else newest_unfinished_run()
         saved = run_dir / "config.yaml"
         if not saved.exists():
             raise ConfigError(f"config key 'resume': {run_dir} holds no run (no config.yaml)")
         saved_cfg = load_saved_config(saved)
-        _check_resume_overrides(cfg, saved_cfg, overrides)
+        _check_resume_overrides(cfg, saved_cfg, given)
         for key in ("wandb", "device", "precision"):
             saved_cfg[key] = cfg[key]
         saved_cfg.train.progress = cfg.train.progress
-        if any(item.split("=", 1)[0].strip() == "train.strategy" for item in overrides):
+        if "train.strategy" in given_keys(given):
             saved_cfg.train.strategy = strategy(cfg)  # else the run goes on as it was launched
         return saved_cfg, run_dir, True
     run_dir = Path(cfg.run_dir) if cfg.run_dir else RUNS / f"{setting_name(cfg)}-{datetime.now():%Y%m%d-%H%M%S}"
@@ -72,9 +81,8 @@ def prepare_run_dir(cfg: DictConfig, overrides: list[str]) -> tuple[DictConfig, 
     return cfg, run_dir, False
 
 
-def _check_resume_overrides(cfg: DictConfig, saved: DictConfig, overrides: list[str]) -> None:
-    for item in overrides:
-        key = item.split("=", 1)[0]
+def _check_resume_overrides(cfg: DictConfig, saved: DictConfig, given: list[str]) -> None:
+    for key in given_keys(given):
         if key.startswith(RESUME_FREE):
             continue
         if OmegaConf.select(cfg, key) != OmegaConf.select(saved, key):
@@ -119,7 +127,7 @@ def apply_init(cfg: DictConfig, overrides: list[str]) -> DictConfig:
                               "pass init=runs/<trained run>")
         return cfg
     saved = load_saved_config(check_run_dir(cfg.init, key="init") / "config.yaml")
-    given = [item.split("=", 1)[0].strip() for item in overrides]
+    given = given_keys(overrides)
     for key in INHERITED:
         value = OmegaConf.select(saved, key)
         if value is not None and not any(g == key or g.startswith(key + ".") or key.startswith(g + ".") for g in given):
@@ -155,14 +163,20 @@ def gates_record(encoder: GatedEncoder) -> dict:
 
 # --- the run ----------------------------------------------------------------------------------
 def run(overrides: list[str], on_step: Callable | None = None) -> dict:
-    """Train and test as configured; returns the metrics written to ``metrics.json``."""
-    cfg = load_config(overrides)
+    """Train and test as ``overrides`` (``key=value`` strings) say; returns the metrics written to
+    ``metrics.json``."""
+    return run_config(load_config(overrides), given_keys(overrides), on_step)
+
+
+def run_config(cfg: DictConfig, given: list[str], on_step: Callable | None = None) -> dict:
+    """Train and test with the loaded config ``cfg``, whose keys ``given`` were set by the user;
+    returns the metrics written to ``metrics.json``."""
     rank, world, device = setup_distributed(cfg)
     prepared = None
     if rank == 0:
         if not cfg.resume:
-            cfg = apply_init(cfg, overrides)
-        cfg, run_dir, resuming = prepare_run_dir(cfg, overrides)
+            cfg = apply_init(cfg, given)
+        cfg, run_dir, resuming = prepare_run_dir(cfg, given)
         prepared = (OmegaConf.to_yaml(cfg), str(run_dir), resuming)
     if world > 1:  # every rank uses rank 0's run folder and config
         import torch.distributed as dist
@@ -249,26 +263,33 @@ def finish(trainer: Trainer, tasks: dict, cfg: DictConfig, run_dir: Path, rank: 
 
 
 def run_seeds(overrides: list[str], on_step: Callable | None = None) -> list[dict]:
+    """:func:`run_seeds_config` for ``key=value`` strings."""
+    return run_seeds_config(load_config(overrides), given_keys(overrides), on_step)
+
+
+def run_seeds_config(cfg: DictConfig, given: list[str], on_step: Callable | None = None) -> list[dict]:
     """``seeds=1,2,3``: the same setting once per seed, into ``<experiment folder>/seed<N>``
     (``run_dir``, default ``runs/<experiment>``), all with the same ``experiment`` (W&B group).
     With ``resume=true``, finished seeds are skipped and an unfinished one continues. Without
-    ``seeds``, one plain :func:`run`."""
-    cfg = load_config(overrides)
+    ``seeds``, one plain :func:`run_config`. ``cfg`` is the loaded config, ``given`` the keys the
+    user set."""
     if not cfg.seeds:
-        return [run(overrides, on_step)]
+        return [run_config(cfg, given, on_step)]
     if len(set(cfg.seeds)) != len(cfg.seeds):
         raise ConfigError(f"config key 'seeds': a seed is listed twice: {list(cfg.seeds)}")
-    experiment = cfg.experiment or f"{setting_name(apply_init(cfg, overrides))}-{datetime.now():%Y%m%d-%H%M%S}"
+    experiment = cfg.experiment or f"{setting_name(apply_init(copy.deepcopy(cfg), given))}-{datetime.now():%Y%m%d-%H%M%S}"
     parent = Path(cfg.run_dir) if cfg.run_dir else RUNS / experiment
+    per_seed = ("seed", "seeds", "experiment", "run_dir", "resume")
     results = []
     for seed in cfg.seeds:
-        child = parent / f"seed{seed}"
+        child = seed_dir(parent, seed)
         if cfg.resume and (child / "metrics.json").exists():
             print(f"seed {seed}: finished already ({child})")
             results.append(read_json(child / "metrics.json"))
             continue
-        resume = cfg.resume and (child / "config.yaml").exists()
-        extra = [f"seed={seed}", "seeds=[]", f"experiment={experiment}", f"run_dir={child}", f"resume={str(resume).lower()}"]
+        seed_cfg = copy.deepcopy(cfg)
+        seed_cfg.seed, seed_cfg.seeds, seed_cfg.experiment = seed, [], experiment
+        seed_cfg.run_dir, seed_cfg.resume = str(child), bool(cfg.resume and (child / "config.yaml").exists())
         print(f"=== experiment {experiment}: seed {seed} -> {child}")
-        results.append(run([o for o in overrides if not o.startswith(("resume=", "run_dir="))] + extra, on_step))
+        results.append(run_config(seed_cfg, [k for k in given if k not in per_seed] + list(per_seed), on_step))
     return results

@@ -48,13 +48,15 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
-from mtl_heads.build import is_run_dir, load_run, pick_device
-from mtl_heads.config import ConfigError, load_saved_config
+from mtl_heads.build import load_run, pick_device
+from mtl_heads.config import ConfigError, load_saved_config, pos_column
 from mtl_heads.data.batching import collate, length_batches, tokenize
 from mtl_heads.data.errors import data_error
 from mtl_heads.data.sentence import Sentence
 from mtl_heads.data.text import check_words, tokenize_text
 from mtl_heads.precision import autocast, uses_bf16
+from mtl_heads.removal import HEADS, load_pruned
+from mtl_heads.runs import is_run_dir
 
 __all__ = ["Predictor", "PredictStats", "Prediction", "LONG_POLICIES", "WORD_LEVEL_TASKS"]
 
@@ -160,8 +162,6 @@ class Predictor:
             loaded = load_run(path, device=device)
             model, cfg = loaded.model, loaded.cfg
         elif path.is_dir() and (path / heads_file).exists():
-            from mtl_heads.removal import load_pruned
-
             cfg = load_saved_config(path / "config.yaml") if (path / "config.yaml").exists() else None
             attn = OmegaConf.select(cfg, "encoder.attn_implementation", default="sdpa") if cfg is not None else "sdpa"
             model = load_pruned(path, device=device, attn_implementation=attn)
@@ -309,13 +309,9 @@ def _is_token_list(x) -> bool:
 def _pos_column(cfg: DictConfig | None) -> str:
     """The POS column the run was trained on (``data.pos``, ``auto`` resolved: UPOS for CoNLL-U
     corpora, XPOS, i.e. PTB tags, otherwise): where CoNLL-U output puts the predicted tags."""
-    from mtl_heads.data.corpus import pos_column
-
     data = OmegaConf.select(cfg, "data", default=None) if cfg is not None else None
     return pos_column(data) if data is not None and "format" in data else "xpos"
 
 
 def _pruned_marker() -> str:
-    from mtl_heads.removal import HEADS
-
     return HEADS

@@ -39,7 +39,7 @@ Pruned folders hold the HF ``config.json`` (original head counts), the tokenizer
 also the run's ``config.yaml`` and ``labels.json``. :func:`load_pruned` rebuilds the architecture
 from the config (no hub), slices it the same way and loads the weights strictly.
 
-The command over this module is ``python -m mtl_heads.prune runs/<run> [--out FOLDER] [--threshold 1e-3]``.
+The command over this module is ``python -m mtl_heads prune runs/<run> [out=FOLDER] [threshold=1e-3]``.
 """
 from __future__ import annotations
 
@@ -51,13 +51,17 @@ import transformers
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
+from mtl_heads.build import LoadedRun, load_run, tasks_with_labels
 from mtl_heads.config import ConfigError, load_saved_config
 from mtl_heads.encoder import (ADAPTERS, GATE_GROUPS, POOLING, Adapter, GatedEncoder,
                                _in_features, attention_shape, tokenizer_kwargs, word_tokenizer)
+from mtl_heads.files import atomic_write_text, load_tensors, read_json, save_tensors, write_json
+from mtl_heads.model import MultiTaskModel
+from mtl_heads.runs import is_pruned_dir, is_run_dir
 
 __all__ = ["PRUNABLE", "DECODERS", "LayerConfig", "PrunedEncoder", "removal_plan",
            "remove_heads", "prune_encoder", "prune_model", "count_parameters", "attention_parameters", "save_pruned",
-           "load_pruned", "compare_outputs", "THRESHOLD"]
+           "load_pruned", "load_trained", "compare_outputs", "THRESHOLD"]
 
 THRESHOLD = 1e-3
 WEIGHTS = "pruned.safetensors"  # not model.safetensors: a pruned folder is not a run folder for load_run
@@ -462,8 +466,6 @@ def prune_encoder(encoder: GatedEncoder, threshold: float = THRESHOLD,
 
 def prune_model(model: nn.Module, threshold: float = THRESHOLD, values: torch.Tensor | None = None) -> nn.Module:
     """A ``MultiTaskModel`` with the pruned encoder (:func:`prune_encoder`) and copies of the decoders."""
-    from mtl_heads.model import MultiTaskModel
-
     encoder = prune_encoder(model.encoder, threshold, values)
     with torch.random.fork_rng(devices=[]):  # building decoders must not move the caller's random stream
         pruned = MultiTaskModel(encoder, model.tasks)
@@ -504,8 +506,6 @@ def save_pruned(obj: nn.Module, folder: str | Path, cfg: DictConfig | None = Non
         cfg: the run config, needed for a ``MultiTaskModel`` (saved as ``config.yaml`` with
             ``encoder.gate=none``), so that :func:`load_pruned` rebuilds the decoders).
     """
-    from mtl_heads.files import atomic_write_text, save_tensors, write_json
-
     encoder = _encoder_of(obj)
     if not isinstance(encoder, PrunedEncoder):
         raise TypeError(f"save_pruned needs a PrunedEncoder or a model holding one, got {type(encoder).__name__}; "
@@ -540,8 +540,6 @@ def save_pruned(obj: nn.Module, folder: str | Path, cfg: DictConfig | None = Non
 
 
 def _read_heads(folder: Path) -> dict:
-    from mtl_heads.files import read_json
-
     path = folder / HEADS
     heads = read_json(path)
     if heads is None:
@@ -601,8 +599,6 @@ def load_pruned(folder: str | Path, device: str | torch.device = "cpu", attn_imp
         a :class:`PrunedEncoder`, or a ``MultiTaskModel`` (usable with ``model.decode(batch, task)``)
         when the folder holds a multi-task model.
     """
-    from mtl_heads.files import load_tensors
-
     folder = Path(folder)
     heads = _read_heads(folder)
     _check_prunable(heads["model_type"])
@@ -630,13 +626,29 @@ def load_pruned(folder: str | Path, device: str | torch.device = "cpu", attn_imp
 
 
 def _multitask(folder: Path, encoder: PrunedEncoder) -> nn.Module:
-    from mtl_heads.model import MultiTaskModel
-    from mtl_heads.build import tasks_with_labels
-
     for name in ("config.yaml", "labels.json"):
         if not (folder / name).exists():
             raise ConfigError(f"{folder}: {name} is missing (a pruned multi-task model needs it)")
     return MultiTaskModel(encoder, tasks_with_labels(load_saved_config(folder / "config.yaml"), folder / "labels.json"))
+
+
+
+def load_trained(path: str | Path, device: str | torch.device = "cpu") -> LoadedRun:
+    """A trained model from a run folder (:func:`mtl_heads.build.load_run`) or from its pruned folder
+    (``runs/<run>/pruned/``, :func:`load_pruned`), in eval mode on ``device``.
+    For a pruned folder, ``metrics`` and ``gates`` are those of the run it came from when it sits
+    inside it, and ``cfg`` is the pruned folder's config (``encoder.gate=none``)."""
+    path = Path(path)
+    if is_run_dir(path):
+        return load_run(path, device=device)
+    if is_pruned_dir(path):
+        model = load_pruned(path, device=device)
+        parent = path.parent if is_run_dir(path.parent) else None
+        return LoadedRun(path, load_saved_config(path / "config.yaml"), model, model.tasks,
+                         read_json(parent / "metrics.json") if parent else None,
+                         read_json(parent / "gates.json") if parent else None)
+    raise ConfigError(f"{path} is neither a finished run folder (config.yaml, labels.json, model.safetensors) "
+                      "nor a pruned model folder (heads.json, config.yaml, labels.json)")
 
 
 # ---------------------------------------------------------------------- checking

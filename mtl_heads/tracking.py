@@ -29,9 +29,12 @@ import tempfile
 import uuid
 from pathlib import Path
 
+import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from mtl_heads.config import ConfigError
+from mtl_heads.reports.gate_map import KEEP_THRESHOLD, plot_gate_map
 from mtl_heads.sparsity import prune_mode
 
 MODES = ("auto", "online", "offline", "disabled")
@@ -41,8 +44,6 @@ JOB_TYPES = ("train", "prune", "probe")
 def resolve_mode(mode: str) -> str:
     """``online``, ``offline`` or ``disabled`` for a ``wandb.mode`` value (``auto`` resolved, see module doc)."""
     if mode not in MODES:
-        from mtl_heads.config import ConfigError
-
         raise ConfigError(f"config key 'wandb.mode': expected one of {', '.join(MODES)}, got {mode!r}")
     if mode == "auto":
         env = os.environ.get("WANDB_MODE", "").strip().lower()
@@ -158,7 +159,7 @@ def gate_scalars(values: torch.Tensor) -> dict[str, float]:
 
 def log_gate_pictures(run, values: torch.Tensor, title: str, step: int | None = None, prefix: str = "gates") -> None:
     """Log ``<prefix>/table`` (layer, head, gate), ``<prefix>/heatmap`` (the layer x head picture of
-    :func:`mtl_heads.reports.gates.plot_gate_map`) and ``<prefix>/kept`` (heads with gate >= 1e-3).
+    :func:`mtl_heads.reports.gate_map.plot_gate_map`) and ``<prefix>/kept`` (heads with gate >= 1e-3).
 
     Args:
         run: a W&B run (None: nothing is logged).
@@ -169,10 +170,7 @@ def log_gate_pictures(run, values: torch.Tensor, title: str, step: int | None = 
     """
     if run is None:
         return
-    import numpy as np
-    import wandb
-
-    from mtl_heads.reports.gates import KEEP_THRESHOLD, plot_gate_map
+    import wandb  # only where W&B logs: a heavy import
 
     array = np.clip(values.detach().cpu().double().numpy(), 0.0, 1.0)  # [layers, heads]
     with tempfile.TemporaryDirectory() as tmp:

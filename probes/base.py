@@ -36,6 +36,7 @@ import pandas as pd
 import torch
 
 from mtl_heads.config import ConfigError
+from mtl_heads.data.batching import prepare_examples
 from mtl_heads.data.sentence import Sentence
 
 __all__ = ["Probe", "RunProbeAdapter", "ProbeBatch", "ProbeContext", "LabelStats", "word_attention", "token_to_slot_attention", "slot_index",
@@ -205,8 +206,6 @@ class RunProbeAdapter(Probe):
         self.table = pd.DataFrame(columns=COLUMNS)
 
     def compute(self, context: ProbeContext) -> None:
-        from mtl_heads.data.batching import prepare_examples
-
         sentences = context.corpus[context.split]
         examples = prepare_examples({context.split: sentences}, context.run.tasks, context.encoder,
                                     context.long_policy, lambda *_: None)[context.split]

@@ -18,6 +18,7 @@ from torch import nn
 
 from mtl_heads.config import ConfigError
 from mtl_heads.data.sentence import Sentence
+from mtl_heads.data.trees import bio_to_spans
 from mtl_heads.precision import fp32, full_precision
 from tasks.base import Decoder, Metric, Task, pad_ids
 
@@ -191,8 +192,6 @@ class NerTask(Task):
         an ``X`` span starts one. So ``gold`` gives the prediction back exactly when its BIO is
         well formed, and otherwise with such an ``I-X`` written ``B-X``: the same entities, the
         same score."""
-        from mtl_heads.data.trees import bio_to_spans
-
         n = len(sentence.words)
         if prediction and not isinstance(prediction[0], str):  # spans already
             spans = sorted((int(s), int(e), str(label)) for s, e, label in prediction)

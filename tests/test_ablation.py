@@ -14,7 +14,7 @@ import yaml
 from mtl_heads.ablation import (METHODS, drop_summary, head_grid, kv_block, matched_sets, mean_contexts,
                                 one_sided_p, possible_sets, resample_donors, task_batches, task_score)
 from mtl_heads.encoder import GatedEncoder
-from mtl_heads.gates import FixedGate
+from mtl_heads.gating import FixedGate
 from mtl_heads.headsets import head_name, parse_head
 from test_decoder_lms import _batch, folders  # noqa: F401,F811 - a fixture, redefined as arguments
 from test_encoder import HEADS, LAYERS, padded_batch, tiny_model
@@ -230,7 +230,7 @@ def runs(tiny_encoder_dir, folders, tmp_path_factory):  # noqa: F811
 
 
 def ablate(*argv) -> tuple[int, dict | None]:
-    from mtl_heads.ablate import main
+    from mtl_heads.commands.ablate import main
 
     code = main([str(a) for a in argv])
     out = next((Path(a.split("=", 1)[1]) for a in argv if str(a).startswith("out=")), None)
@@ -317,7 +317,7 @@ def test_stem_cells_and_default_folder(runs, tmp_path, monkeypatch):
 def test_top_heads_of_a_probe_report(tmp_path):
     from omegaconf import OmegaConf
 
-    from mtl_heads.ablate import head_source
+    from mtl_heads.commands.ablate import head_source
 
     folder = tmp_path / "report"
     folder.mkdir()
@@ -343,7 +343,7 @@ def test_top_heads_of_a_probe_report(tmp_path):
     (["heads=L0H1", "tasks=ner"], "config key 'tasks': ner not among the tasks"),
 ])
 def test_bad_input_is_one_line(runs, capsys, args, message):
-    from mtl_heads.ablate import main
+    from mtl_heads.commands.ablate import main
 
     assert main([str(runs["bert"]), *args]) == 2
     err = capsys.readouterr().err
@@ -351,7 +351,7 @@ def test_bad_input_is_one_line(runs, capsys, args, message):
 
 
 def test_missing_or_pruned_run(tmp_path, capsys):
-    from mtl_heads.ablate import main
+    from mtl_heads.commands.ablate import main
 
     assert main([str(tmp_path / "nowhere"), "heads=L0H1"]) == 2
     assert f"config key 'run': {tmp_path / 'nowhere'} is not a finished run folder" in capsys.readouterr().err
@@ -362,7 +362,7 @@ def test_missing_or_pruned_run(tmp_path, capsys):
 
 
 def test_help_lists_every_key(capsys):
-    from mtl_heads.ablate import main
+    from mtl_heads.commands.ablate import main
     from mtl_heads.config import CONFIG_DIR, RULES
 
     assert main(["-h"]) == 0

@@ -33,7 +33,7 @@ from torch import nn
 from mtl_heads.config import ConfigError, load_config
 from mtl_heads.data.batching import collate, tokenize
 from mtl_heads.data.corpus import load_corpus
-from mtl_heads.gates import HardConcreteGate
+from mtl_heads.gating import HardConcreteGate
 from mtl_heads.model import MultiTaskModel
 from mtl_heads.precision import autocast, fp32, full_precision, to_fp32, uses_bf16
 from mtl_heads.sparsity import Sparsity
@@ -286,8 +286,8 @@ def test_mtl5_dynamic_pruning_bf16_train_probe_prune_decode(tiny_encoder_dir, tm
     """The CI proof of the CUDA path: train MTL-5 with dynamic pruning under precision=bf16 (CPU
     autocast), probe the run under bf16, remove its pruned heads and decode with the pruned model
     under bf16."""
-    from mtl_heads.probe import run as probe
-    from mtl_heads.prune import main as prune_main
+    from mtl_heads.commands.probe import run as probe
+    from mtl_heads.commands.prune import main as prune_main
     from mtl_heads.removal import load_pruned
     from mtl_heads.experiment import run as train
 
@@ -338,7 +338,7 @@ def test_mtl5_dynamic_pruning_bf16_train_probe_prune_decode(tiny_encoder_dir, tm
 
     # head removal, then the pruned model decodes every task under bf16
     # threshold 0.5: the gates of a one-epoch run sit around 0.5, so some heads really go
-    assert prune_main([str(run_dir), "--wandb", "disabled", "--threshold", "0.5"]) == 0
+    assert prune_main([str(run_dir), "wandb.mode=disabled", "threshold=0.5"]) == 0
     printed = capsys.readouterr().out
     kept = int(printed.split("heads kept: ")[1].split("/")[0])
     pruned = load_pruned(run_dir / "pruned")

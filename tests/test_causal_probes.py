@@ -19,7 +19,7 @@ from mtl_heads.data.conll2012 import read_conll2012
 from mtl_heads.data.conllu import attach_conllu, read_conllu
 from mtl_heads.data.sentence import Sentence
 from mtl_heads.encoder import GatedEncoder
-from mtl_heads.probe import main, run
+from mtl_heads.commands.probe import main, run
 from probes import PROBES
 from probes import reference as ref
 from probes.base import CAUSAL_NOTE, NO_START_TOKEN, ProbeBatch, ProbeContext, pool_units

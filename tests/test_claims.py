@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from mtl_heads.claims import main
+from mtl_heads.commands.claims import main
 from mtl_heads.config import ConfigError
 from mtl_heads.reports.claims import (BEGIN, END, RULES, check_claims, claims_markdown, holm, pooled_ablation,
                                       probe_skill, read_study, regime, score_grid, splice)
@@ -306,7 +306,7 @@ def test_splice():
 def test_cli(study_dir, tmp_path, capsys):
     doc = tmp_path / "doc.md"
     doc.write_text(f"# Results\n{BEGIN}\n{END}\nend\n")
-    assert main([str(study_dir), "--doc", str(doc)]) == 0
+    assert main([str(study_dir), f"doc={doc}"]) == 0
     out = capsys.readouterr().out
     written = (study_dir / "claims.md").read_text()
     assert "**1. Does MTL-2 lose to STL?** He & Choi: the five-task model falls behind" in written
@@ -314,6 +314,6 @@ def test_cli(study_dir, tmp_path, capsys):
     assert written.strip() in doc.read_text() and doc.read_text().endswith(f"{END}\nend\n")
     assert f"wrote {study_dir / 'claims.md'} and the claims block of {doc}" in out
     (tmp_path / "plain.md").write_text("no markers\n")
-    assert main([str(study_dir), "--doc", str(tmp_path / "plain.md")]) == 2
+    assert main([str(study_dir), f"doc={tmp_path / 'plain.md'}"]) == 2
     assert "plain.md: no '<!-- claims:begin -->'" in capsys.readouterr().err
     assert main([str(tmp_path / "nothing")]) == 2

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from mtl_heads.compare import main
+from mtl_heads.commands.compare import main
 from mtl_heads.config import ConfigError
 from mtl_heads.reports.comparison import compare_runs, run_table, summarise
 from mtl_heads.reports.runs import find_runs, flatten_config
@@ -105,7 +105,7 @@ def test_the_run_table_equals_each_runs_metrics(runs_dir):
 
 def test_display_and_files(runs_dir, tmp_path, capsys):
     out = tmp_path / "cmp"
-    assert main([str(runs_dir / "stl-pos"), str(runs_dir / "mtl" / "*"), "--out", str(out)]) == 0
+    assert main([str(runs_dir / "stl-pos"), str(runs_dir / "mtl" / "*"), f"out={out}"]) == 0
     printed = capsys.readouterr().out
     assert "93.00 ± 3.61" in printed and "82.00 ± 2.83" in printed
     assert "train.lr_encoder" not in printed  # one lr among these runs: no config column
@@ -118,14 +118,14 @@ def test_display_and_files(runs_dir, tmp_path, capsys):
 
 def test_experiment_name_resolves_to_its_seeds(runs_dir, tmp_path):
     out = tmp_path / "cmp"
-    assert main(["mtl", "--root", str(runs_dir), "--out", str(out)]) == 0
+    assert main(["mtl", f"root={runs_dir}", f"out={out}"]) == 0
     saved = pd.read_csv(out / "compare.csv")
     assert list(saved["setting"]) == ["pos+ner"] and saved["n"].item() == 2
 
 
 def test_plots(runs_dir, tmp_path):
     out = tmp_path / "cmp"
-    assert main([str(runs_dir / "stl-pos"), str(runs_dir / "mtl"), "--out", str(out), "--plot"]) == 0
+    assert main([str(runs_dir / "stl-pos"), str(runs_dir / "mtl"), f"out={out}", "plot=true"]) == 0
     assert (out / "score-vs-heads.png").stat().st_size > 1000 and (out / "gate-correlation.png").exists()
     corr = pd.read_csv(out / "gate-correlation.csv", index_col=0)
     mean_pos = np.mean([[1, 1, 0, 1, s / 6, 1] for s in (1, 2, 3)], axis=0)
@@ -176,24 +176,24 @@ def test_unfinished_runs(runs_dir, tmp_path, capsys):
     (running / "config.yaml").write_text("tasks: [pos]\nseed: 3\n")
     found, skipped = find_runs([str(runs_dir / "mtl")])
     assert len(found) == 2 and skipped == [running.resolve()]
-    assert main([str(runs_dir / "mtl"), "--out", str(tmp_path / "o")]) == 0
+    assert main([str(runs_dir / "mtl"), f"out={tmp_path / 'o'}"]) == 0
     assert f"note: not used: {running} (unfinished run: no metrics.json yet)" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="no metrics.json"):
         find_runs([str(running)])
 
 
 def test_bad_input_exits_2_naming_the_file(runs_dir, tmp_path, capsys):
-    assert main([str(tmp_path / "nothing-here"), "--out", str(tmp_path / "o")]) == 2
+    assert main([str(tmp_path / "nothing-here"), f"out={tmp_path / 'o'}"]) == 2
     assert "nothing-here: no such run folder, glob or experiment" in capsys.readouterr().err
-    assert main([str(tmp_path / "empty-*"), "--out", str(tmp_path / "o")]) == 2
+    assert main([str(tmp_path / "empty-*"), f"out={tmp_path / 'o'}"]) == 2
     assert "no finished runs" in capsys.readouterr().err
     broken = runs_dir / "mtl" / "seed2" / "metrics.json"
     broken.write_text('{"tasks": ["pos"],\n "dev": oops}')
-    assert main([str(runs_dir / "mtl"), "--out", str(tmp_path / "o")]) == 2
+    assert main([str(runs_dir / "mtl"), f"out={tmp_path / 'o'}"]) == 2
     err = capsys.readouterr().err
     assert f"{broken}:2: not valid JSON" in err and "Traceback" not in err
     broken.write_text('{"tasks": ["pos"], "dev": [1, 2]}')
-    assert main([str(runs_dir / "mtl"), "--out", str(tmp_path / "o")]) == 2
+    assert main([str(runs_dir / "mtl"), f"out={tmp_path / 'o'}"]) == 2
     assert "'dev' must map each task" in capsys.readouterr().err
 
 
@@ -220,7 +220,7 @@ def test_runs_in_experiment_folders_at_any_depth_and_notes_for_the_rest(tmp_path
     (probe / "report.json").write_text("{}")
     (root / "empty").mkdir()
     out = tmp_path / "cmp"
-    assert main([str(root), str(root / "empty"), str(tmp_path / "nothing-*"), "--out", str(out)]) == 0
+    assert main([str(root), str(root / "empty"), str(tmp_path / "nothing-*"), f"out={out}"]) == 0
     captured = capsys.readouterr()
     saved = pd.read_csv(out / "compare-runs.csv")
     assert len(saved) == 4 and set(saved["tasks"]) == {"pos", "dep", "srl"}
@@ -262,7 +262,7 @@ def test_setting_names_are_short_and_never_say_none(tmp_path, capsys):
                                                                                      "test": 200})
         make_run(root / "pos-ner" / f"seed{seed}", ("pos", "ner"), seed, data__demo_sizes=sizes)
     out = tmp_path / "cmp"
-    assert main([str(root), "--out", str(out)]) == 0
+    assert main([str(root), f"out={out}"]) == 0
     printed = capsys.readouterr().out
     summary = pd.read_csv(out / "compare.csv")
     assert list(summary["setting"]) == ["pos", "pos #2", "pos (dynamic)", "pos (dynamic, budget=36)", "pos+ner"]
@@ -303,7 +303,7 @@ def test_gate_correlation_only_where_gates_move(tmp_path, capsys):
                  gates=[[1, 0, 0.5 * seed], [0, 1, 0.2]])
     make_run(root / "dp1" / "seed1", ("ner",), 1, prune__mode="dynamic", gates=[[0, 1, 1], [1, 0, 0]])
     out = tmp_path / "cmp"
-    assert main([str(root), "--out", str(out), "--plot"]) == 0
+    assert main([str(root), f"out={out}", "plot=true"]) == 0
     corr = pd.read_csv(out / "gate-correlation.csv", index_col=0)
     assert corr.loc["pos", "pos"] != corr.loc["pos", "pos"]  # NaN: no consistency of gates that never moved
     assert corr[["pos", "ner"]].isna().all().all() and corr.loc[["pos", "ner"]].isna().all().all()
@@ -319,7 +319,7 @@ def test_no_gate_correlation_picture_when_no_gates_move(runs_dir, tmp_path, caps
     for gates in runs_dir.rglob("gates.json"):
         gates.write_text(json.dumps({"values": [[1.0, 0.999, 1.0], [0.995, 1.0, 1.0]]}))
     out = tmp_path / "cmp"
-    assert main([str(runs_dir), "--out", str(out), "--plot"]) == 0
+    assert main([str(runs_dir), f"out={out}", "plot=true"]) == 0
     assert (out / "gate-correlation.csv").exists() and not (out / "gate-correlation.png").exists()
     assert "gate-correlation.png (not drawn: their gates never moved" in capsys.readouterr().err
 
@@ -342,7 +342,7 @@ def curve_runs(tmp_path):
 
 def test_dev_curves_by_hand(curve_runs, tmp_path, capsys):
     out = tmp_path / "cmp"
-    assert main([str(curve_runs), "--out", str(out), "--plot"]) == 0
+    assert main([str(curve_runs), f"out={out}", "plot=true"]) == 0
     captured = capsys.readouterr()
     curves = pd.read_csv(out / "dev-curves.csv").set_index(["setting", "task", "epoch"])
     pos = curves.loc["pos"]
@@ -369,7 +369,7 @@ def test_dev_curves_by_hand(curve_runs, tmp_path, capsys):
 
 def test_dev_curves_not_drawn_without_any_history(runs_dir, tmp_path, capsys):
     out = tmp_path / "cmp"
-    assert main([str(runs_dir), "--out", str(out), "--plot"]) == 0
+    assert main([str(runs_dir), f"out={out}", "plot=true"]) == 0
     assert not (out / "dev-curves.png").exists() and not (out / "dev-curves.csv").exists()
     assert "dev-curves.png (not drawn: no run has a per-epoch dev history" in capsys.readouterr().err
 
@@ -467,8 +467,8 @@ def test_cli_test_option(tmp_path, capsys):
     make_run(root / "dp36" / "seed1", ("pos",), 1, prune__mode="dynamic", prune__budget=36)
     make_run(root / "dp" / "seed1", ("pos",), 1, prune__mode="dynamic")
     out = tmp_path / "cmp"
-    assert main([str(root), "--out", str(out), "--test", "pos,pos+ner", "--test", "pos, pos (dynamic, budget=36)",
-                 "--test", "pos,pos+ner"]) == 0
+    assert main([str(root), f"out={out}", "test=pos,pos+ner", "test=pos, pos (dynamic, budget=36)",
+                 "test=pos,pos+ner"]) == 0
     printed = capsys.readouterr().out
     assert "Welch's t-test" in printed and "exact permutation test" in printed and "0.1 with 3 + 3 seeds" in printed
     saved = pd.read_csv(out / "significance.csv")
@@ -488,7 +488,7 @@ def test_cli_test_option(tmp_path, capsys):
     assert f"wrote {out / 'significance.csv'}" in printed
 
     # all: every pair of settings that share a task (pos and ner share none)
-    assert main([str(root), "--out", str(out), "--test", "all"]) == 0
+    assert main([str(root), f"out={out}", "test=all"]) == 0
     pairs = set(zip(*pd.read_csv(out / "significance.csv")[["A", "B"]].to_numpy().T))
     dp, dp36 = "pos (dynamic)", "pos (dynamic, budget=36)"
     assert pairs == {("ner", "pos+ner"), ("pos", dp), ("pos", dp36), ("pos", "pos+ner"), (dp, dp36),
@@ -496,15 +496,15 @@ def test_cli_test_option(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("spec, message", [
-    ("pos,nope", "--test 'pos,nope': not two settings of the table joined by a comma; settings: 'ner', 'pos'"),
-    ("pos", "--test 'pos': expected two settings as A,B (or 'all')"),
-    ("pos,pos", "--test 'pos,pos': a setting against itself"),
-    ("pos,ner", "--test 'pos,ner': 'pos' and 'ner' share no task"),
+    ("pos,nope", "test='pos,nope': not two settings of the table joined by a comma; settings: 'ner', 'pos'"),
+    ("pos", "test='pos': expected two settings as A,B (or 'all')"),
+    ("pos,pos", "test='pos,pos': a setting against itself"),
+    ("pos,ner", "test='pos,ner': 'pos' and 'ner' share no task"),
 ])
 def test_bad_test_names_exit_2_with_one_line(tmp_path, capsys, spec, message):
     make_run(tmp_path / "runs" / "pos", ("pos",), 1)
     make_run(tmp_path / "runs" / "ner", ("ner",), 1)
-    assert main([str(tmp_path / "runs"), "--out", str(tmp_path / "o"), "--test", spec]) == 2
+    assert main([str(tmp_path / "runs"), f"out={tmp_path / 'o'}", f"test={spec}"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {message}") and err.count("\n") == 1
 
@@ -515,5 +515,5 @@ def test_dev_curves_of_nan_scores_are_not_drawn(tmp_path, capsys):
     for seed in (1, 2):
         make_run(root / "pos" / f"seed{seed}", ("pos",), seed, history=[{"pos": float("nan")}, {"pos": float("nan")}])
     out = tmp_path / "cmp"
-    assert main([str(root), "--out", str(out), "--plot"]) == 0
+    assert main([str(root), f"out={out}", "plot=true"]) == 0
     assert not (out / "dev-curves.png").exists() and "every dev score in the runs' histories is NaN" in capsys.readouterr().err

@@ -52,7 +52,7 @@ def test_config_errors_come_before_torch_is_imported(argv):
     import subprocess
     import sys
 
-    code = ("import sys; from mtl_heads.train import main; rc = main(sys.argv[1:]); "
+    code = ("import sys; from mtl_heads.commands.train import main; rc = main(sys.argv[1:]); "
             "heavy = [m for m in ('torch', 'transformers', 'wandb', 'nltk') if m in sys.modules]; "
             "print('HEAVY', heavy); sys.exit(rc)")
     done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True)

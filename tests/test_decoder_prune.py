@@ -10,7 +10,7 @@ import torch
 
 from mtl_heads.config import ConfigError, load_config
 from mtl_heads.encoder import ADAPTERS, GatedEncoder
-from mtl_heads.gates import GroupedGate, HardConcreteGate
+from mtl_heads.gating import GroupedGate, HardConcreteGate
 from mtl_heads.removal import (DECODERS, LayerConfig, PrunedEncoder, load_pruned, prune_encoder, removal_plan,
                                save_pruned)
 from mtl_heads.sparsity import resolve_budget, sparsity_from_config
@@ -218,7 +218,7 @@ def test_static_pruning_with_kv_gates_and_removal(folders, tmp_path, monkeypatch
     """A run with fixed per-head gates on a GQA model, pruned by the command (a zeroed head), then
     static pruning from it with KV gates and a budget, pruned again (no zeroed head)."""
     from mtl_heads.experiment import run
-    from mtl_heads.prune import main
+    from mtl_heads.commands.prune import main
 
     monkeypatch.setenv("MTL_HEADS_CACHE", str(tmp_path / "cache"))
     base = ["data.demo_sizes={train: 16, dev: 8, test: 8}", "train.epochs=1", "train.batch_size=8",
@@ -227,7 +227,7 @@ def test_static_pruning_with_kv_gates_and_removal(folders, tmp_path, monkeypatch
     run(base + [f"encoder.name={folders('llama', 2)}", "tasks=pos", "encoder.gate=fixed",
                 "encoder.gate_mask=[[0,0,1,0],[1,1,1,1]]", f"run_dir={trained}"])
     capsys.readouterr()
-    assert main([str(trained), "--wandb", "disabled"]) == 0
+    assert main([str(trained), "wandb.mode=disabled"]) == 0
     printed = capsys.readouterr().out
     assert "zeroed query heads: 1" in printed and "KV heads kept: 3/4" in printed and "heads kept: 5/8" in printed
     heads = json.loads((trained / "pruned" / "heads.json").read_text())
@@ -240,7 +240,7 @@ def test_static_pruning_with_kv_gates_and_removal(folders, tmp_path, monkeypatch
     values = torch.tensor(gates["values"])  # saved as the [layers, query heads] grid
     assert values.shape == (2, HEADS) and torch.equal(values[:, 0::2], values[:, 1::2])
     assert metrics["heads_total"] == 8 and metrics["heads_kept"] % 2 == 0
-    assert main([str(static), "--wandb", "disabled"]) == 0
+    assert main([str(static), "wandb.mode=disabled"]) == 0
     heads = json.loads((static / "pruned" / "heads.json").read_text())
     assert heads["zeroed_query_heads"] == 0 and heads["gate_groups"] == "kv"
     assert heads["kept"] == metrics["heads_kept"]

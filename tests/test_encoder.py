@@ -9,7 +9,7 @@ import transformers
 from transformers import AutoConfig, AutoModel
 
 from mtl_heads.encoder import ADAPTERS, EncoderNotFound, GatedEncoder, pool_words
-from mtl_heads.gates import FixedGate, HardConcreteGate
+from mtl_heads.gating import FixedGate, HardConcreteGate
 
 LAYERS, HEADS, HIDDEN, HEAD_DIM = 2, 4, 32, 8
 ALL_TYPES = ["bert", "roberta", "xlm-roberta", "electra", "deberta-v2", "mpnet", "distilbert"]

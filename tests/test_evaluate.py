@@ -5,7 +5,7 @@ import json
 import pytest
 
 from mtl_heads.data.conll2012 import read_conll2012, write_conll2012
-from mtl_heads.evaluate import main
+from mtl_heads.commands.evaluate import main
 from mtl_heads.evaluation import score_sentences
 from mtl_heads.experiment import run
 from tasks import TASKS

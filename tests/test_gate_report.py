@@ -13,7 +13,7 @@ import yaml
 from scipy import stats
 
 from mtl_heads.config import ConfigError
-from mtl_heads.gate_pictures import main
+from mtl_heads.commands.gates import main
 from mtl_heads.reports import gates as gate_report
 from mtl_heads.reports.gates import (correlation_matrix, grey_mean, group_settings, kept_per_layer, read_runs,
                                      rgb_overlap, write_report)
@@ -171,7 +171,7 @@ def test_write_report_returns_paths_and_images_open(runs_dir, tmp_path):
 def test_no_overlap_below_three_runs_and_out_option(tmp_path):
     make_run(tmp_path / "r1", np.ones((2, 2)), seed=1)
     make_run(tmp_path / "r2", np.eye(2), seed=2)
-    assert main([str(tmp_path / "r*"), "--out", str(tmp_path / "pics")]) == 0
+    assert main([str(tmp_path / "r*"), f"out={tmp_path / 'pics'}"]) == 0
     names = {p.name for p in (tmp_path / "pics").iterdir()}
     assert "gates-dep-seed2.png" in names and not any(n.startswith("overlap") for n in names)
 
@@ -210,7 +210,7 @@ def test_bad_inputs_give_clear_errors(tmp_path, capsys):
 
 
 def test_python_m_mtl_heads_gates(runs_dir):
-    done = subprocess.run([sys.executable, "-m", "mtl_heads.gates", str(runs_dir / "dep-*"), "--out", str(runs_dir / "o")],
+    done = subprocess.run([sys.executable, "-m", "mtl_heads.gates", str(runs_dir / "dep-*"), f"out={runs_dir / 'o'}"],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "3 run(s) in 1 setting(s)" in done.stdout and (runs_dir / "o" / "overlap-dep.png").exists()
@@ -221,7 +221,7 @@ def test_wandb_offline_logs_images_and_tables(runs_dir, monkeypatch, capsys):
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("WANDB_SILENT", "true")
-    assert main([str(runs_dir), "--wandb", "offline"]) == 0
+    assert main([str(runs_dir), "wandb.mode=offline"]) == 0
     [offline] = (runs_dir / "gate-report" / "wandb").glob("offline-run-*")
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last == f"W&B: offline run written to {offline}; upload with `wandb sync {offline}`"
@@ -282,7 +282,7 @@ def test_no_collapsed_axes_with_long_setting_names(tmp_path):
                  **long)
         make_run(tmp_path / "b" / f"seed{seed}", 1 - np.eye(6, 12) * 0.9, tasks=["pos", "ner", "dep", "con", "srl"],
                  seed=seed, prune={"mode": "dynamic"}, experiment="an-experiment-with-a-rather-long-name-20261122")
-    assert main([str(tmp_path), "--out", str(tmp_path / "pics")]) == 0
+    assert main([str(tmp_path), f"out={tmp_path / 'pics'}"]) == 0
     assert (tmp_path / "pics" / "correlation.png").exists()
     title = "pos+ner+dep+con+srl (dynamic) [" + ", ".join(f"data.demo_sizes.key{i}=1200" for i in range(6)) + "]"
     for shape in ((6, 12), (2, 3), (24, 16)):
@@ -334,7 +334,7 @@ def test_cli_leaves_out_pruning_runs_whose_gates_never_left_their_start(tmp_path
                  prune={"mode": "dynamic"})
         make_run(tmp_path / "long" / f"seed{seed}", [[1, 0, 0], [1, 1, 0.5 * seed]], tasks=["ner"], seed=seed,
                  prune={"mode": "dynamic"})
-    assert main([str(tmp_path), "--out", str(tmp_path / "o")]) == 0
+    assert main([str(tmp_path), f"out={tmp_path / 'o'}"]) == 0
     assert "gate correlation leaves out pos (dynamic): their gates never moved" in capsys.readouterr().out
     corr = pd.read_csv(tmp_path / "o" / "correlation.csv", index_col="setting")
     assert corr.loc["pos (dynamic)"].isna().all() and not np.isnan(corr.loc["ner (dynamic)", "ner (dynamic)"])
@@ -422,7 +422,7 @@ def test_permutation_baseline_leaves_out_settings_whose_gates_never_moved():
 
 def test_cli_prints_the_permutation_baseline(runs_dir, tmp_path, capsys):
     out = tmp_path / "pics"
-    assert main([str(runs_dir), "--out", str(out), "--shuffles", "200"]) == 0
+    assert main([str(runs_dir), f"out={out}", "shuffles=200"]) == 0
     printed = capsys.readouterr().out
     saved = pd.read_csv(out / "correlation-permutation.csv")
     assert list(zip(saved["A"], saved["B"])) == [("dep", "pos+ner")] and saved["shuffles"].item() == 200
@@ -436,9 +436,8 @@ def test_cli_prints_the_permutation_baseline(runs_dir, tmp_path, capsys):
                      r"kept 3 and 4 heads, "
                      r"Jaccard 0\.40 \(null mean", printed)
     assert f"wrote {out / 'correlation-permutation.csv'} (permutation baseline" in printed
-    with pytest.raises(SystemExit) as exit_:
-        main([str(runs_dir), "--out", str(out), "--shuffles", "0"])
-    assert exit_.value.code == 2 and "--shuffles: expected a positive number" in capsys.readouterr().err
+    assert main([str(runs_dir), f"out={out}", "shuffles=0"]) == 2
+    assert "error: config key 'shuffles': expected an integer >= 1, got 0" in capsys.readouterr().err
 
 
 # --- stem cells: heads kept in every setting, against the pretrained encoder's probe heads ------
@@ -508,7 +507,7 @@ def test_no_setting_whose_gates_moved_has_no_stem_cells():
 
 
 def write_probe_report(folder):
-    """A made-up probe report folder (format of probes/report.py) on a 2 x 3 grid.
+    """A made-up probe report folder (format of mtl_heads/reports/probe_report.py) on a 2 x 3 grid.
 
     dep: nsubj (count 30) and obj (count 10); count-weighted head scores (30 * nsubj + 10 * obj) / 40:
     L0H0 30, L0H1 33, L0H2 27.5, L1H0 50, L1H1 40, L1H2 45 (the plain mean would put L0H0 first, at 50).
@@ -541,7 +540,7 @@ def write_probe_report(folder):
 
 
 def test_head_skill_percentiles_and_ranks_by_hand(tmp_path):
-    from probes.report import read_report
+    from mtl_heads.reports.probe_report import read_report
 
     report = read_report(write_probe_report(tmp_path / "pretrained"))
     dep, clark = report.tables["dep"], report.tables["clark"]
@@ -594,7 +593,7 @@ def test_stem_cells_that_are_the_worst_heads_give_p_one():
 
 
 def test_stem_cells_against_a_probe_report(stem_runs, tmp_path):
-    from probes.report import read_report
+    from mtl_heads.reports.probe_report import read_report
 
     groups = group_settings(read_runs([stem_runs]))
     settings = {s: [r.values for r in g] for s, g in groups.items()}
@@ -625,7 +624,7 @@ def test_stem_cells_against_a_probe_report(stem_runs, tmp_path):
 def test_cli_writes_the_stem_cells_and_their_probe_ranks(stem_runs, tmp_path, capsys):
     probes = write_probe_report(tmp_path / "probe-reports" / "pretrained")
     out = tmp_path / "pics"
-    assert main([str(stem_runs), "--out", str(out), "--probes", str(probes)]) == 0
+    assert main([str(stem_runs), f"out={out}", f"probes={probes}"]) == 0
     printed = capsys.readouterr().out
     stem = pd.read_csv(out / "stem-cells.csv")
     assert stem.loc[stem["stem cell"], "name"].tolist() == ["L0H0"]
@@ -639,10 +638,10 @@ def test_cli_writes_the_stem_cells_and_their_probe_ranks(stem_runs, tmp_path, ca
     assert f"wrote {out / 'stem-cells-probes.csv'} (stem cells' ranks" in printed
     # no stem cell: said, and no probe table
     make_run(stem_runs / "srl" / "seed1", [[0, 1, 1], [1, 1, 1]], tasks=["srl"], seed=1, **DYNAMIC)
-    assert main([str(stem_runs), "--out", str(tmp_path / "none"), "--probes", str(probes)]) == 0
+    assert main([str(stem_runs), f"out={tmp_path / 'none'}", f"probes={probes}"]) == 0
     printed = capsys.readouterr().out
     assert "  0 of 6 heads kept in every setting" in printed
-    assert "--probes: no stem cells, so nothing to hold against the probe heads" in printed
+    assert "probes: no stem cells, so nothing to hold against the probe heads" in printed
     assert (tmp_path / "none" / "stem-cells.csv").exists()
     assert not (tmp_path / "none" / "stem-cells-probes.csv").exists()
 
@@ -658,9 +657,9 @@ def test_cli_refuses_a_probes_folder_that_is_no_probe_report(stem_runs, tmp_path
         meta = json.loads((write_probe_report(folder) / "report.json").read_text())
         (folder / "report.json").write_text(json.dumps({**meta, "layers": 3}))
     out = tmp_path / "pics"
-    assert main([str(stem_runs), "--out", str(out), "--probes", str(folder)]) == 2
+    assert main([str(stem_runs), f"out={out}", f"probes={folder}"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"error: --probes {folder}: ") and why in err[0]
+    assert len(err) == 1 and err[0].startswith(f"error: probes={folder}: ") and why in err[0]
     assert not out.exists()  # refused before anything is written
 
 

@@ -19,7 +19,7 @@ from mtl_heads.data.sentence import Sentence
 from mtl_heads.data.text import read_conllu_words, read_jsonl, read_text, tokenize_text
 from mtl_heads.data.trees import bio_to_spans
 from mtl_heads.inference import Predictor
-from mtl_heads.predict import main
+from mtl_heads.commands.predict import main
 from tasks.con import BracketF1
 from tasks.ner import spans_to_bio
 
@@ -218,7 +218,7 @@ def test_tokenizer_keeps_characters_and_splits_ptb_style():
 
 
 def test_ptb_lines_escape_brackets_and_leave_treeless_sentences_empty(tmp_path):
-    from mtl_heads.data.trees import write_ptb
+    from mtl_heads.data.formats import write_ptb
 
     tree = nltk.Tree.fromstring("(TOP (S (NP (-LRB- LEFT)) (VP (VBD left)) (. RIGHT)))")
     tree[0, 0, 0][0], tree[0, 2][0] = "(", ":)"
@@ -393,10 +393,10 @@ def test_cli_bad_input_exits_2_naming_the_spot(run_dir, tmp_path, capsys):
 
 # --- a pruned folder --------------------------------------------------------------------------
 def test_pruned_folder_predicts(run_dir, expected, tmp_path, capsys):
-    from mtl_heads.prune import main as prune_main
+    from mtl_heads.commands.prune import main as prune_main
 
     folder = tmp_path / "pruned"
-    assert prune_main([str(run_dir), "--out", str(folder)]) == 0
+    assert prune_main([str(run_dir), f"out={folder}"]) == 0
     capsys.readouterr()
     pruned = Predictor.load(folder, device="cpu")
     assert type(pruned.model.encoder).__name__ == "PrunedEncoder" and pruned.tasks == TASKS

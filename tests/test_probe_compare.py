@@ -13,11 +13,11 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-import probes.compare as compare_module
-from mtl_heads.probe import main
+import mtl_heads.reports.probe_compare as compare_module
+from mtl_heads.commands.probe import main
 from probes.base import best_heads
-from probes.compare import compare_reports, group_reports, pooled_summary, run_setting
-from probes.report import read_report
+from mtl_heads.reports.probe_compare import compare_reports, group_reports, pooled_summary, run_setting
+from mtl_heads.reports.probe_report import read_report
 
 COUNTS = {"NN": 30, "VB": 20}
 
@@ -30,7 +30,7 @@ def grid(best: tuple[int, int], score: float, rest: float) -> np.ndarray:
 
 
 def write_report(folder: Path, model: str, kind: str, grids: dict[str, np.ndarray], split: str = "test") -> Path:
-    """A probe report folder as ``probes.report.write_report`` lays it out: ``pos.csv`` (one row per
+    """A probe report folder as ``mtl_heads.reports.probe_report.write_report`` lays it out: ``pos.csv`` (one row per
     layer, head, label), ``pos_summary.csv`` (the best head per label) and ``report.json``."""
     folder.mkdir(parents=True)
     table = pd.DataFrame([{"layer": layer, "head": head, "label": label, "score": float(g[layer, head]),

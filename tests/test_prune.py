@@ -11,8 +11,8 @@ from mtl_heads.config import ConfigError
 from mtl_heads.data.batching import collate, tokenize
 from mtl_heads.data.sentence import Sentence
 from mtl_heads.encoder import GatedEncoder
-from mtl_heads.gates import FixedGate
-from mtl_heads.prune import main
+from mtl_heads.gating import FixedGate
+from mtl_heads.commands.prune import main
 from mtl_heads.removal import PrunedEncoder, count_parameters, load_pruned, prune_encoder, save_pruned
 
 HIDDEN, HEADS, HEAD_DIM = 32, 4, 8
@@ -213,7 +213,7 @@ def test_cli_prunes_a_run_and_the_folder_loads_back(tiny_encoder_dir, tmp_path, 
         assert torch.allclose(loaded(batch, task), original.model(batch, task), atol=1e-4)
         assert loaded.decode(batch, task) == original.model.decode(batch, task)
 
-    assert main([str(run_dir), "--out", str(tmp_path / "elsewhere"), "--threshold", "0.5"]) == 0
+    assert main([str(run_dir), f"out={tmp_path / 'elsewhere'}", "threshold=0.5"]) == 0
     assert load_pruned(tmp_path / "elsewhere").encoder.kept_heads == [[0, 2], []]
 
 

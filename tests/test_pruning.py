@@ -6,7 +6,7 @@ import torch
 from safetensors.torch import load_file
 
 from mtl_heads.config import ConfigError, load_config
-from mtl_heads.gates import HardConcreteGate
+from mtl_heads.gating import HardConcreteGate
 from mtl_heads.sparsity import LagrangianBudget, Sparsity, resolve_budget, resolve_lambda, sparsity_from_config
 from mtl_heads.experiment import run, run_seeds
 

@@ -8,7 +8,7 @@ import shutil
 import pandas as pd
 import pytest
 
-from mtl_heads.report import main
+from mtl_heads.commands.report import main
 from mtl_heads.reports.page import build_page, split_specs
 
 from test_compare import make_run
@@ -30,7 +30,7 @@ def runs_dir(tmp_path):
 
 @pytest.fixture
 def probe_dir(tmp_path):
-    """A made-up probe report folder in the format of probes/report.py (2 layers x 3 heads)."""
+    """A made-up probe report folder in the format of mtl_heads/reports/probe_report.py (2 layers x 3 heads)."""
     folder = tmp_path / "probe-report"
     folder.mkdir()
     rows = [{"layer": l, "head": h, "label": label, "score": 10.0 * l + h + (50.0 if label == "nsubj" else 0.0),
@@ -78,11 +78,11 @@ def test_split_specs(runs_dir, probe_dir, tmp_path):
 
 def test_cli(runs_dir, tmp_path, capsys):
     out = tmp_path / "r" / "report.html"
-    assert main([str(runs_dir / "pos"), "--html", str(out)]) == 0
+    assert main([str(runs_dir / "pos"), f"html={out}"]) == 0
     printed = capsys.readouterr().out
     assert out.exists() and printed.strip().splitlines()[-1].startswith(f"wrote {out} (")
     assert "no network needed" in printed
-    assert main([str(tmp_path / "missing"), "--html", str(out)]) == 2
+    assert main([str(tmp_path / "missing"), f"html={out}"]) == 2
     assert "missing: no such run folder" in capsys.readouterr().err
 
 
@@ -120,9 +120,9 @@ def many_settings(tmp_path):
 
 @pytest.fixture
 def probe_comparison(probe_dir, tmp_path):
-    """A probe comparison folder written by probes/compare.py from two copies of ``probe_dir``."""
-    from probes.compare import compare_reports
-    from probes.report import read_report
+    """A probe comparison folder written by mtl_heads/reports/probe_compare.py from two copies of ``probe_dir``."""
+    from mtl_heads.reports.probe_compare import compare_reports
+    from mtl_heads.reports.probe_report import read_report
 
     other = tmp_path / "probe-report-2"
     shutil.copytree(probe_dir, other)
@@ -136,7 +136,7 @@ def probe_comparison(probe_dir, tmp_path):
 def test_probe_comparison_folder_is_a_section(runs_dir, probe_dir, probe_comparison, tmp_path, capsys):
     out = tmp_path / "report.html"
     assert split_specs([str(probe_comparison)]) == ([], [probe_comparison])
-    assert main([str(runs_dir), str(probe_dir), str(probe_comparison), "--html", str(out)]) == 0
+    assert main([str(runs_dir), str(probe_dir), str(probe_comparison), f"html={out}"]) == 0
     printed = capsys.readouterr()
     assert "1 probe report(s), 1 probe comparison(s)" in printed.out and "not used" not in printed.err
     page = out.read_text()
@@ -166,7 +166,7 @@ def test_what_is_not_used_is_said(runs_dir, tmp_path, capsys):
     running.mkdir()
     (running / "config.yaml").write_text("tasks: [pos]\nseed: 3\n")
     out = tmp_path / "report.html"
-    assert main([str(runs_dir), str(tmp_path / "empty"), str(tmp_path / "notes.txt"), "--html", str(out)]) == 0
+    assert main([str(runs_dir), str(tmp_path / "empty"), str(tmp_path / "notes.txt"), f"html={out}"]) == 0
     err = capsys.readouterr().err
     for path in (tmp_path / "empty", tmp_path / "notes.txt", running):
         assert f"note: not used: {path} (" in err
@@ -220,7 +220,7 @@ def _column(driver, table_id, header):
 def test_report_in_headless_chromium(runs_dir, probe_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("SE_OFFLINE", "true")
     page = tmp_path / "report.html"
-    assert main([str(runs_dir), str(probe_dir), "--html", str(page)]) == 0
+    assert main([str(runs_dir), str(probe_dir), f"html={page}"]) == 0
     driver = _browser(tmp_path)
     try:
         driver.get(page.as_uri())
@@ -275,7 +275,7 @@ def test_layout_at_laptop_width_in_headless_chromium(many_settings, probe_dir, p
     settings table leads with its scores."""
     monkeypatch.setenv("SE_OFFLINE", "true")
     page = tmp_path / "report.html"
-    assert main([str(many_settings), str(probe_dir), str(probe_comparison), "--html", str(page), "--test", "all"]) == 0
+    assert main([str(many_settings), str(probe_dir), str(probe_comparison), f"html={page}", "test=all"]) == 0
     driver = _browser(tmp_path, 1366)
     try:
         driver.get(page.as_uri())
@@ -412,21 +412,21 @@ def test_no_significance_section_without_test(pruned_runs):
 
 def test_a_bad_test_name_exits_2_with_one_line(pruned_runs, probe_dir, tmp_path, capsys):
     out = tmp_path / "report.html"
-    assert main([str(pruned_runs), "--html", str(out), "--test", "pos (dynamic),nope"]) == 2
+    assert main([str(pruned_runs), f"html={out}", "test=pos (dynamic),nope"]) == 2
     captured = capsys.readouterr()
-    assert captured.err.startswith("error: --test 'pos (dynamic),nope': not two settings of the table")
+    assert captured.err.startswith("error: test='pos (dynamic),nope': not two settings of the table")
     assert len(captured.err.strip().splitlines()) == 1 and not out.exists()
-    assert main([str(probe_dir), "--html", str(out), "--test", "all"]) == 2  # nothing to test
-    assert capsys.readouterr().err.startswith("error: --test 'all': no runs to test") and not out.exists()
-    assert main([str(pruned_runs), "--html", str(out), "--test", "pos (dynamic),pos+ner (dynamic)"]) == 0
+    assert main([str(probe_dir), f"html={out}", "test=all"]) == 2  # nothing to test
+    assert capsys.readouterr().err.startswith("error: test='all': no runs to test") and not out.exists()
+    assert main([str(pruned_runs), f"html={out}", "test=pos (dynamic),pos+ner (dynamic)"]) == 0
     assert 'id="significance"' in out.read_text()
 
 
 def _gates_printed(runs, tmp_path, capsys):
     """(the count line, {head: settings keeping it}) as ``python -m mtl_heads.gates`` prints them."""
-    from mtl_heads.gate_pictures import main as gates_main
+    from mtl_heads.commands.gates import main as gates_main
 
-    assert gates_main([str(runs), "--out", str(tmp_path / "gate-report")]) == 0
+    assert gates_main([str(runs), f"out={tmp_path / 'gate-report'}"]) == 0
     lines = capsys.readouterr().out.splitlines()
     count = next(line.strip() for line in lines if re.match(r"\s+\d+ of \d+ heads kept in every setting ", line))
     at = next(i for i, line in enumerate(lines) if "settings keeping each head" in line)

@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 from mtl_heads.config import ConfigError
 
 from mtl_heads.experiment import run
-from mtl_heads.train import main
+from mtl_heads.commands.train import main
 from mtl_heads.trainer import TrainingError
 
 from conftest import REPO

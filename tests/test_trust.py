@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from mtl_heads import probe, prune
+from mtl_heads.commands import probe, prune
 from mtl_heads.config import ConfigError, load_config
 from mtl_heads.data.conll2012 import write_conll2012
 from mtl_heads.data.sentence import Sentence
@@ -14,7 +14,7 @@ from mtl_heads.files import RefusedFile, UnreadableFile, load_state, load_tensor
 from mtl_heads.build import load_run
 from mtl_heads.removal import load_pruned
 from mtl_heads.experiment import run
-from mtl_heads.train import main
+from mtl_heads.commands.train import main
 from mtl_heads.trainer import TrainingError
 
 
@@ -121,7 +121,7 @@ def test_truncated_run_weights_are_one_line_errors(finished_run, capsys):
 
 
 def test_truncated_pruned_weights(finished_run):
-    assert prune.main([str(finished_run), "--wandb", "disabled"]) == 0
+    assert prune.main([str(finished_run), "wandb.mode=disabled"]) == 0
     weights = finished_run / "pruned" / "pruned.safetensors"
     weights.write_bytes(weights.read_bytes()[:64])
     with pytest.raises(UnreadableFile, match="pruned.safetensors: not a complete weights file"):

@@ -138,9 +138,9 @@ def test_training_run_layout(trained, tiny_encoder_dir):
 
 
 def test_head_removal_run_layout(trained, tiny_encoder_dir, capsys):
-    from mtl_heads.prune import main
+    from mtl_heads.commands.prune import main
 
-    assert main([str(trained), "--out", str(trained / "pruned"), "--wandb", "offline", "--check-sentences", "4"]) == 0
+    assert main([str(trained), f"out={trained / 'pruned'}", "wandb.mode=offline", "check_sentences=4"]) == 0
     assert "W&B run" in capsys.readouterr().out
     logged = read_offline_run(trained / "pruned")
     assert logged["name"] == "seed3-pruned" and logged["group"] == "exp-x" and logged["job_type"] == "prune"
@@ -165,7 +165,7 @@ def test_auto_mode_follows_the_environment(monkeypatch):
 def test_probe_run_layout(trained, tmp_path):
     """A probe of a training run joins the run's group and carries its tags; its summary holds the
     report's per-label scores."""
-    from mtl_heads.probe import run as probe
+    from mtl_heads.commands.probe import run as probe
 
     folder = probe([f"model={trained}", "data.demo_sizes={train: 8, dev: 8, test: 8}", "probes=[pos,dep]",
                     "progress=false", "batch_size=8", f"out={tmp_path / 'probe'}", "wandb.mode=offline"])

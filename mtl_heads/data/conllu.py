@@ -43,6 +43,7 @@ from pathlib import Path
 from mtl_heads.data.errors import MissingDataError, data_error, line_of, read_lines
 from mtl_heads.data.sentence import Sentence
 from mtl_heads.data.trees import bio_to_spans
+from mtl_heads.files import atomic_write_text
 
 ID, FORM, LEMMA, UPOS, XPOS, FEATS, HEAD, DEPREL, DEPS, MISC = range(10)  # 0-based columns
 N_COLUMNS = 10
@@ -252,8 +253,6 @@ def write_conllu(sentences: list[Sentence], path: str | os.PathLike, pos_column:
     a tag ``_``, dependencies that are not a tree, overlapping entities) before anything is
     written.
     """
-    from mtl_heads.files import atomic_write_text
-
     if pos_column not in POS_COLUMNS:
         raise ValueError(f"pos_column={pos_column!r}; expected one of {', '.join(POS_COLUMNS)}")
     lines = []

@@ -14,18 +14,18 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from mtl_heads.config import EWT_BUILD, EWT_FOLDERS, ConfigError, find_path
+from mtl_heads.config import EWT_BUILD, EWT_FOLDERS, UD_FORMATS, ConfigError, find_path, pos_column
 from mtl_heads.data.conll2012 import read_conll2012
 from mtl_heads.data.conllu import attach_conllu, read_conllu
+from mtl_heads.data.demo import ensure_demo_corpus
+from mtl_heads.data.headrules import tree_to_dependencies
 from mtl_heads.data.sentence import Sentence
 
 ROLES = ("train", "dev", "test")
 # where dependencies come from: auto = UD from an aligned CoNLL-U file when the corpus has one
 # (EWT), else converted from the constituency trees by head rules
 DEPS = ("auto", "ud", "converted", "none")
-POS = ("auto", "upos", "xpos")  # data.pos: auto = upos for conllu, xpos (PTB tags) for the other formats
 DEPRELS = ("full", "universal")  # data.deprel: UD relations as written, or without ":subtype"
-UD_FORMATS = ("conllu", "ewt")  # formats whose files hold UPOS and UD relations
 LAYER_FIELDS = {"pos": ("pos",), "tree": ("tree",), "entities": ("entities",),
                 "srl": ("predicates", "arguments"), "deps": ("heads", "rels")}
 
@@ -81,20 +81,6 @@ def load_corpus(data, layers: set[str] | None = None, roles: tuple[str, ...] = R
     return corpus
 
 
-def pos_column(data) -> str:
-    """The POS column ``data.pos`` asks for, ``auto`` resolved: ``upos`` or ``xpos`` (CoNLL-U's
-    XPOS; for the CoNLL-2012-based formats, their PTB tags in column 5)."""
-    value = data.get("pos", "auto")  # absent from run folders saved before the key existed
-    if value not in POS:
-        raise ConfigError(f"config key 'data.pos': expected one of {', '.join(POS)}, got {value!r}")
-    if value == "auto":
-        return "upos" if data.format == "conllu" else "xpos"
-    if value == "upos" and data.format not in UD_FORMATS:
-        raise ConfigError(f"config key 'data.pos': upos needs CoNLL-U files (data.format=conllu, or ewt whose aligned "
-                          f".conllu has them), not data.format={data.format}; use xpos (its PTB tags) or auto")
-    return value
-
-
 def deprel(data) -> str:
     """``data.deprel``: ``full`` (UD relations as written) or ``universal`` (subtypes stripped,
     ``nsubj:pass`` -> ``nsubj``); universal needs UD relations, i.e. CoNLL-U files."""
@@ -118,8 +104,6 @@ def _drop_layers(sentences: list[Sentence], layers, split: str) -> None:
 
 
 def _demo(data, role: str, split: str) -> list[Sentence]:
-    from mtl_heads.data.demo import ensure_demo_corpus
-
     sizes = dict(data.demo_sizes)
     folder = cache_dir() / "demo" / (f"seed{data.demo_seed}-" + "-".join(f"{k}{v}" for k, v in sorted(sizes.items())))
     paths = ensure_demo_corpus(folder, seed=data.demo_seed, sizes=sizes)
@@ -197,8 +181,6 @@ def find_split_file(folder: Path, split: str, key: str) -> Path:
 
 def convert_trees(sentences: list[Sentence]) -> None:
     """Dependencies from constituency trees by head rules (see :mod:`mtl_heads.data.headrules`)."""
-    from mtl_heads.data.headrules import tree_to_dependencies
-
     for s in sentences:
         if s.tree is not None:
             s.heads, s.rels = tree_to_dependencies(s.tree)

@@ -25,13 +25,12 @@ import os
 import shutil
 import sys
 import tempfile
-import textwrap
 import time
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from mtl_heads.cli import command
+from mtl_heads.cli import command, usage
 from mtl_heads.config import ConfigError, set_key
 from mtl_heads.data.corpus import cache_dir
 from mtl_heads.data.ewt_build import build_corpus
@@ -47,16 +46,6 @@ KEYS = {  # key: (default, what it means): the command's whole configuration, an
     "force": (False, "replace a non-empty out (only once the new corpus is built)"),
     "progress": (True, "a progress bar per download (on a terminal)"),
 }
-
-
-def usage() -> str:
-    """The -h text: the docstring, then every key with its default."""
-    def shown(default):
-        return str(default).lower() if isinstance(default, bool) else default or "empty"
-
-    return __doc__ + "\nKeys (default in brackets):\n\n" + "\n".join(
-        textwrap.fill(text, 100, initial_indent=f"  {key:<9} [{shown(default)}]  ", subsequent_indent=" " * 13)
-        for key, (default, text) in KEYS.items())
 
 
 def parse_args(argv: list[str]):
@@ -131,7 +120,8 @@ def run(argv: list[str], log=print):
 
 
 def main(argv: list[str] | None = None) -> int:
-    return command(run, usage(), argv, interrupted="interrupted; nothing was written to out")
+    keys = [(key, default, text) for key, (default, text) in KEYS.items()]
+    return command(run, __doc__, argv, interrupted="interrupted; nothing was written to out", help_text=usage(__doc__, keys))
 
 
 if __name__ == "__main__":

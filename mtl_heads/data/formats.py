@@ -11,7 +11,7 @@ text       ``text.read_text`` (raw or tokenised lines)  --
 conllu     ``text.read_conllu_words`` (FORM only)       ``conllu.write_conllu`` (``pos_column=``)
 conll2012  ``conll2012.read_conll2012``                 ``conll2012.write_conll2012``
 jsonl      ``text.read_jsonl``                          ``text.write_jsonl``
-ptb        --                                           ``trees.write_ptb``
+ptb        --                                           ``write_ptb``
 ========== ============================================ ===========================================
 
 Readers in :data:`TOKENIZING` take ``tokenized=`` (raw text split by NLTK's Penn Treebank
@@ -28,10 +28,25 @@ from mtl_heads.data.conll2012 import read_conll2012, write_conll2012
 from mtl_heads.data.conllu import write_conllu
 from mtl_heads.data.sentence import Sentence
 from mtl_heads.data.text import read_conllu_words, read_jsonl, read_text, write_jsonl
-from mtl_heads.data.trees import write_ptb
+from mtl_heads.data.trees import ptb_line
+from mtl_heads.files import atomic_write_text
 
 __all__ = ["READERS", "WRITERS", "TOKENIZING", "EXTENSIONS", "LAYERS_WRITTEN", "format_by_name", "input_format",
-           "output_format", "read", "write"]
+           "output_format", "read", "write", "write_ptb"]
+
+
+def write_ptb(sentences: list, path):
+    """Write each sentence's constituency tree as one PTB bracket line (:func:`ptb_line`), in order.
+
+    A sentence without a tree (``tree is None``: not predicted, or too long for the encoder) is an
+    empty line, so that line ``i`` of the file always belongs to sentence ``i``. Written
+    atomically (a temporary file, then a rename); returns the path.
+    """
+    path = Path(path)
+    lines = ["" if s.tree is None else ptb_line(s.tree) for s in sentences]
+    atomic_write_text(path, "".join(line + "\n" for line in lines))
+    return path
+
 
 READERS = {
     "text": read_text,

@@ -32,6 +32,7 @@ import nltk
 from mtl_heads.data.errors import DataError, data_error, read_lines
 from mtl_heads.data.sentence import Sentence
 from mtl_heads.data.trees import MAX_TREE_DEPTH, ptb_line, too_deep
+from mtl_heads.files import atomic_write_text
 
 __all__ = ["tokenize_text", "check_words", "read_text", "read_conllu_words", "read_jsonl", "write_jsonl",
            "sentence_to_json"]
@@ -259,8 +260,6 @@ def sentence_to_json(sentence: Sentence) -> dict:
 
 def write_jsonl(sentences: list[Sentence], path: str | os.PathLike) -> Path:
     """Write one JSON object per sentence (:func:`sentence_to_json`), in order, atomically."""
-    from mtl_heads.files import atomic_write_text
-
     path = Path(path)
     atomic_write_text(path, "".join(json.dumps(sentence_to_json(s), ensure_ascii=False) + "\n" for s in sentences))
     return path

@@ -229,20 +229,3 @@ def ptb_line(tree: nltk.Tree) -> str:
         return f"({escape(str(node.label()))} " + " ".join(walk(child) for child in node) + ")"
 
     return walk(tree)
-
-
-def write_ptb(sentences: list, path):
-    """Write each sentence's constituency tree as one PTB bracket line (:func:`ptb_line`), in order.
-
-    A sentence without a tree (``tree is None``: not predicted, or too long for the encoder) is an
-    empty line, so that line ``i`` of the file always belongs to sentence ``i``. Written
-    atomically (a temporary file, then a rename); returns the path.
-    """
-    from pathlib import Path
-
-    from mtl_heads.files import atomic_write_text
-
-    path = Path(path)
-    lines = ["" if s.tree is None else ptb_line(s.tree) for s in sentences]
-    atomic_write_text(path, "".join(line + "\n" for line in lines))
-    return path

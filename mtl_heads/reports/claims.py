@@ -50,6 +50,7 @@ from mtl_heads.reports.gates import (chance_stem_cells, chance_stem_cells_by_lay
                                      stem_cells_vs_probes, stem_count_layer_p, stem_count_p, stem_settings)
 from mtl_heads.reports.runs import read_yaml, walk_runs
 from mtl_heads.reports.significance import permutation_test, significance_table, welch
+from mtl_heads.runs import is_probe_report
 
 __all__ = ["ALPHA", "NEAR_ALL", "SHUFFLES", "RULES", "Test", "Claim", "Study", "regime", "holm", "read_study",
            "read_ablations", "check_claims", "probe_skill", "pooled_ablation", "score_grid", "claims_markdown",
@@ -218,7 +219,7 @@ class Study:
     cells: ``{(tasks, regime): setting}`` (``tasks`` as ``pos`` or ``pos+ner+...``; where several
     settings share a cell, the one with the most runs, and a note says so); mtl: the task list of the
     MTL setting (the unpruned one with the most tasks) or None; reports: probe reports
-    (:class:`probes.report.Report`; the first whose model is no run stands for the pretrained
+    (:class:`mtl_heads.reports.probe_report.Report`; the first whose model is no run stands for the pretrained
     encoder); ablations: ``[(path, record)]`` of ``ablation.json`` files (:func:`read_ablations`);
     notes: what was found and not used, and why; left_out: the seed left out (stability), or None.
     """
@@ -301,7 +302,7 @@ def read_ablations(specs: list[str]) -> tuple[list[tuple[Path, dict]], list[str]
 def read_study(specs: list[str]) -> Study:
     """The finished runs, probe reports and head ablations found in ``specs`` (folders searched as
     ``compare`` does)."""
-    from probes.report import is_report_dir, read_report  # probe reports are read by their own module
+    from mtl_heads.reports.probe_report import read_report  # deferred: it imports probes (torch)
 
     comparison = compare_runs(specs, uses=("probe report", "probe comparison"))
     runs = comparison.runs.copy()
@@ -319,8 +320,8 @@ def read_study(specs: list[str]) -> Study:
     mtl = max(multi, key=lambda t: t.count("+")) if multi else None
     reports = []
     for spec in map(Path, specs):
-        found = walk_runs(spec, is_run=is_report_dir, is_unfinished=lambda p: False)[0] if spec.is_dir() else []
-        for folder in ([spec] if is_report_dir(spec) else found):
+        found = walk_runs(spec, is_run=is_probe_report, is_unfinished=lambda p: False)[0] if spec.is_dir() else []
+        for folder in ([spec] if is_probe_report(spec) else found):
             try:
                 reports.append(read_report(folder))
             except (OSError, ValueError) as err:
@@ -1026,7 +1027,7 @@ def score_grid(study: Study) -> pd.DataFrame:
 
 
 def claims_markdown(study: Study, claims: list[Claim], command: str = "") -> str:
-    """The scores grid and the claims as markdown (what ``--out`` writes and ``--doc`` splices in): per
+    """The scores grid and the claims as markdown (what ``out=`` writes and ``doc=`` splices in): per
     claim its question and He & Choi's answer, its rule, then its verdict with its stability, then its
     lines (raw and Holm-adjusted p) and notes."""
     seeds = study.runs.groupby("setting")["seed"].nunique()

@@ -354,7 +354,7 @@ def compare_runs(specs: list[str], root: str | Path = RUNS, uses: tuple[str, ...
 def add_significance(comparison: Comparison, specs: list[str]) -> Comparison:
     """Test the pairs of settings named by ``specs`` (``A,B`` or ``all``, see
     :func:`mtl_heads.reports.significance.resolve_pairs`) and keep the table in
-    ``comparison.significance``; returns ``comparison``. A bad name is a ``ConfigError`` (``--test ...``)."""
+    ``comparison.significance``; returns ``comparison``. A bad name is a ``ConfigError`` (``test=...``)."""
     comparison.significance = significance_table(comparison.runs, resolve_pairs(specs, comparison.runs))
     return comparison
 

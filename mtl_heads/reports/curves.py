@@ -1,5 +1,5 @@
 """Dev learning curves: each task's main dev metric per epoch, mean ± standard deviation over the seeds
-of a setting (``dev-curves.png`` / ``dev-curves.csv`` of ``python -m mtl_heads.compare --plot``), for
+of a setting (``dev-curves.png`` / ``dev-curves.csv`` of ``python -m mtl_heads compare plot=true``), for
 choosing the number of epochs.
 
 A run's ``metrics.json`` holds ``history``, one record per finished epoch:

@@ -1,5 +1,5 @@
 """Gate pictures and tables from run folders (the library of ``python -m mtl_heads.gates``,
-whose command line is :mod:`mtl_heads.gate_pictures`).
+whose command line is :mod:`mtl_heads.commands.gates`).
 
 Reads the ``gates.json`` and ``config.yaml`` of finished runs (run folders, globs, or folders with runs
 at any depth below them), groups the runs into *settings* as ``python -m mtl_heads.compare`` does
@@ -41,18 +41,16 @@ import re
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from mtl_heads.config import ConfigError
 from mtl_heads.headsets import block_permutations, layer_matched_sets, layer_permutations, random_sets
+from mtl_heads.reports.gate_map import KEEP_THRESHOLD, grid_axes, kept_per_layer, plot_gate_map, save_figure
 from mtl_heads.reports.plots import chars_in, lines_height, new_figure, text_size, wrap_label
-from mtl_heads.reports.runs import KIND_WHY, Note, folder_kind, read_yaml, setting_names, walk_runs
-
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
+from mtl_heads.reports.runs import Note, read_yaml, setting_names, walk_runs
+from mtl_heads.runs import KIND_WHY, folder_kind, is_gate_run
 
 __all__ = ["KEEP_THRESHOLD", "MIN_GATE_SPREAD", "RunGates", "rgb_overlap", "grey_mean", "pearson_matrix",
            "gates_vary", "initial_gate_range", "gates_moved", "moved_flags", "run_consistency", "correlation_matrix",
@@ -67,7 +65,6 @@ __all__ = ["KEEP_THRESHOLD", "MIN_GATE_SPREAD", "RunGates", "rgb_overlap", "grey
            "plot_correlation", "plot_kept_bars", "write_overlap", "write_correlation",
            "write_kept", "write_report", "log_to_wandb", "default_out", "describe_file"]
 
-KEEP_THRESHOLD = 1e-3  # a head is pruned when its evaluation gate is below this (background, section 1)
 MIN_GATE_SPREAD = 0.1  # gates vary when max - min reaches this; an unpruned run's never do
 STILL_TEXT = ("their gates never moved (unpruned: all near 1; or never out of their initial range, "
               "see initial_gate_range)")
@@ -410,16 +407,6 @@ def permutation_lines(table: pd.DataFrame) -> list[str]:
     return lines
 
 
-def kept_per_layer(gates: np.ndarray | list[np.ndarray], threshold: float = KEEP_THRESHOLD) -> np.ndarray:
-    """Heads kept per layer: ``[layers]`` for one run ``[layers, heads]``, ``[runs, layers]`` for a list.
-
-    Args:
-        gates: gate values; a head is kept when its gate is >= ``threshold``.
-        threshold: default ``KEEP_THRESHOLD`` (1e-3).
-    """
-    return (np.asarray(gates, dtype=float) >= threshold).sum(-1)
-
-
 # --- stem cells: heads kept everywhere, and the pretrained encoder's probe heads -------------
 STEM_TEXT = ("Stem cells: heads kept in every setting (a setting keeps a head whose gate is >= {threshold:g} in more "
              "than half of its runs, as in the permutation baseline); only settings whose gates moved take part")
@@ -609,12 +596,12 @@ def stem_cell_lines(table: pd.DataFrame, left_out: list[str] | tuple = (),
 
 
 def read_probe_reports(paths: list[str | Path]) -> list:
-    """The probe report folders of ``--probes`` (:func:`probes.report.read_report`), checked.
+    """The probe report folders of ``probes=`` (:func:`mtl_heads.reports.probe_report.read_report`), checked.
 
     Raises ``ConfigError`` with one line naming the folder when one is missing, is no probe report
     (a probe comparison, a run, a file) or cannot be read.
     """
-    from probes.report import read_report  # a probe report folder is read with its own module
+    from mtl_heads.reports.probe_report import read_report  # deferred: it imports probes (torch)
 
     reports = []
     for spec in map(Path, paths):
@@ -622,12 +609,12 @@ def read_probe_reports(paths: list[str | Path]) -> list:
         if kind != "probe report":
             what = f"it is a {kind} folder" if kind else "no report.json" if spec.is_dir() else \
                 "a file" if spec.exists() else "no such folder"
-            raise ConfigError(f"--probes {spec}: not a probe report folder ({what}; python -m mtl_heads.probe "
+            raise ConfigError(f"probes={spec}: not a probe report folder ({what}; python -m mtl_heads.probe "
                               "writes one)")
         try:
             reports.append(read_report(spec))
         except (OSError, ValueError, pd.errors.ParserError) as err:
-            raise ConfigError(f"--probes {spec}: {err}") from None
+            raise ConfigError(f"probes={spec}: {err}") from None
     return reports
 
 
@@ -738,7 +725,7 @@ def check_probe_grid(reports: list, shape: tuple[int, int]) -> None:
         heads = report.meta.get("heads") or max((s[1] for s in sizes), default=shape[1])
         too_big = any(s[0] > shape[0] or s[1] > shape[1] for s in sizes)
         if (int(layers), int(heads)) != tuple(shape) or too_big:
-            raise ConfigError(f"--probes {report.folder}: a probe report of a {layers} x {heads} encoder, but the runs "
+            raise ConfigError(f"probes={report.folder}: a probe report of a {layers} x {heads} encoder, but the runs "
                               f"have {shape[0]} x {shape[1]} gates (one encoder per report)")
 
 
@@ -748,7 +735,7 @@ def stem_cells_vs_probes(table: pd.DataFrame, reports: list, draws: int = DRAWS,
 
     Args:
         table: from :func:`stem_cells` (its ``stem cell`` column chooses the heads; its rows give the grid).
-        reports: :class:`probes.report.Report` objects (:func:`read_probe_reports`) of the same grid.
+        reports: :class:`mtl_heads.reports.probe_report.Report` objects (:func:`read_probe_reports`) of the same grid.
         draws, seed: random head sets of :func:`set_percentile_baseline` (default 10,000, seed 0).
 
     Per report and probe: each head's score is :func:`head_skill` over :func:`skill_labels`, its
@@ -818,11 +805,6 @@ def probe_rank_lines(table: pd.DataFrame) -> list[str]:
 
 
 # --- reading run folders ----------------------------------------------------------------------
-def is_gate_run(path: Path) -> bool:
-    """True when ``path`` is a folder holding ``gates.json`` and ``config.yaml``."""
-    return path.is_dir() and (path / "gates.json").is_file() and (path / "config.yaml").is_file()
-
-
 def _has_config_only(path: Path) -> bool:
     """A run folder without gates.json: unfinished (gates.json is written at the end), or ungated."""
     return path.is_dir() and (path / "config.yaml").is_file() and not (path / "gates.json").exists() \
@@ -962,36 +944,6 @@ def _run_labels(groups: dict[str, list[RunGates]]) -> dict[Path, str]:
     return labels
 
 
-def _grid_axes(ax, layers: int, heads: int) -> None:
-    ax.set_xticks(range(heads))
-    ax.set_yticks(range(layers))
-    ax.set_xlabel("head")
-    ax.set_ylabel("layer")
-
-
-def _save(fig: Figure, path: Path) -> Path:
-    fig.savefig(path, dpi=120)
-    return path
-
-
-def plot_gate_map(values: np.ndarray, title: str, path: Path, threshold: float = KEEP_THRESHOLD) -> Path:
-    """Layer x head heatmap of one run's gates (black = open), pruned heads marked x, kept count in the title."""
-    layers, heads = values.shape
-    kept = kept_per_layer(values, threshold)  # [layers]
-    width = max(3.6, 0.45 * heads + 2.2)
-    title = wrap_label(f"{title}: {int(kept.sum())}/{values.size} heads kept", chars_in(width - 0.4, 9))
-    fig = new_figure(width, 0.45 * layers + 1.1 + lines_height(title, 9))
-    ax = fig.add_subplot()
-    image = ax.imshow(values, cmap="gray_r", vmin=0.0, vmax=1.0, interpolation="nearest")
-    for layer, head in zip(*np.nonzero(values < threshold)):
-        ax.text(head, layer, "x", ha="center", va="center", color="tab:red", fontsize=8)
-    _grid_axes(ax, layers, heads)
-    ax.set_yticklabels([f"{layer} ({k})" for layer, k in enumerate(kept)])
-    ax.set_title(title, fontsize=9)
-    fig.colorbar(image, ax=ax, label="gate", shrink=0.8)
-    return _save(fig, path)
-
-
 def plot_pixels(pixels: np.ndarray, title: str, path: Path, note: str) -> Path:
     """An RGB ``[L, H, 3]`` or grey ``[L, H]`` uint8 map shown cell by cell, with a note under it."""
     layers, heads = pixels.shape[:2]
@@ -1001,10 +953,10 @@ def plot_pixels(pixels: np.ndarray, title: str, path: Path, note: str) -> Path:
     fig = new_figure(width, 0.45 * layers + 0.8 + lines_height(title, 9) + lines_height(note, 8))
     ax = fig.add_subplot()
     ax.imshow(pixels, cmap="gray", vmin=0, vmax=255, interpolation="nearest")
-    _grid_axes(ax, layers, heads)
+    grid_axes(ax, layers, heads)
     ax.set_title(title, fontsize=9)
     ax.set_xlabel(note, fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_correlation(table: pd.DataFrame, path: Path, left_out: list[str] | tuple = ()) -> Path:
@@ -1031,7 +983,7 @@ def plot_correlation(table: pd.DataFrame, path: Path, left_out: list[str] | tupl
     fig.colorbar(image, ax=ax, shrink=0.8)
     if footnote:
         fig.supxlabel(footnote, fontsize=8, color="0.35")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_kept_bars(kept: np.ndarray, heads: int, title: str, path: Path) -> Path:
@@ -1049,7 +1001,7 @@ def plot_kept_bars(kept: np.ndarray, heads: int, title: str, path: Path) -> Path
     ax.set_xlabel("layer")
     ax.set_ylabel("heads kept")
     ax.set_title(title, fontsize=9)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def _kept_table(groups: dict[str, list[RunGates]], labels: dict[Path, str], threshold: float) -> pd.DataFrame:
@@ -1208,7 +1160,7 @@ def log_to_wandb(paths: dict[str, Path], out: Path, mode: str, project: str = "m
     Returns the W&B run's local folder (None when disabled).
     """
     if mode not in WANDB_MODES:
-        raise ConfigError(f"--wandb: expected one of {', '.join(WANDB_MODES)}, got {mode!r}")
+        raise ConfigError(f"config key 'wandb.mode': expected one of {', '.join(WANDB_MODES)}, got {mode!r}")
     if mode == "disabled":
         return None
     import wandb

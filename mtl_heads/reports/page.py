@@ -6,19 +6,19 @@ The page holds, with nothing to fetch (inline CSS and JavaScript, pictures as ba
   short setting names; the config keys that tell settings apart in a legend table and on hover), the
   per-run table and the config the runs share;
 - the score against heads kept figure and the dev learning curves (:mod:`mtl_heads.reports.curves`);
-- with ``tests`` (``--test A,B`` / ``all``), the significance between settings of
+- with ``tests`` (``test=A,B`` / ``all``), the significance between settings of
   :mod:`mtl_heads.reports.significance` (Welch's t-test and an exact permutation test over seeds, per
-  shared score), as ``python -m mtl_heads.compare --test`` prints it;
+  shared score), as ``python -m mtl_heads compare test=`` prints it;
 - the gate pictures of :mod:`mtl_heads.reports.gates` for the settings of the table (mean gate map,
   correlation between the settings whose gates moved and its permutation baseline, R/G/B overlaps of
   three seeds, heads kept per layer, each run's gate map) and, when gates moved, the stem cells (heads
   kept in every setting, against chance; how many settings keep each head as a hover heatmap), the
   lines ``python -m mtl_heads.gates`` prints, from the same functions;
-- for every probe report folder given (``python -m mtl_heads.probe``, see ``probes/report.py``): each
+- for every probe report folder given (``python -m mtl_heads.probe``, see ``mtl_heads/reports/probe_report.py``): each
   probe's layer x head heatmaps drawn as HTML tables whose cells show their value on hover (best
   head outlined), its best head per label folded below;
 - for every probe comparison folder given (``python -m mtl_heads.probe compare=...``,
-  ``probes/compare.py``): its side-by-side heatmaps, the per-label table folded below.
+  ``mtl_heads/reports/probe_compare.py``): its side-by-side heatmaps, the per-label table folded below.
 
 Every table sorts when a header is clicked (numerically when the column holds numbers; again to
 reverse). Run specs are what :func:`mtl_heads.reports.runs.find_runs` takes (run folders, globs,
@@ -311,10 +311,10 @@ def comparison_section(comparison: Comparison, folder: Path) -> str:
 
 
 def significance_section(table: pd.DataFrame) -> str:
-    """The tests between settings (``--test``) as a section: what was tested and how
+    """The tests between settings (``test=``) as a section: what was tested and how
     (:data:`mtl_heads.reports.significance.TESTS_TEXT`), then the sortable table of
     :func:`mtl_heads.reports.significance.format_significance` (the columns as
-    ``python -m mtl_heads.compare --test`` prints them; means, the difference and the p values sort
+    ``python -m mtl_heads compare test=`` prints them; means, the difference and the p values sort
     as numbers).
 
     Args:
@@ -479,7 +479,7 @@ def _summary_text(summary: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 def probe_section(report, index: int, panels: int = PANELS) -> str:
     """One probe report folder: per probe, the layer x head heatmaps of its most frequent labels
     (hover for values, best head outlined), then its best head per label (sortable) folded below."""
-    from probes.report import heatmap_grid  # a probe report folder is read with its own module
+    from mtl_heads.reports.probe_report import heatmap_grid  # deferred: it imports probes (torch)
 
     meta = report.meta
     layers, heads = int(meta.get("layers", 0)), int(meta.get("heads", 0))
@@ -524,7 +524,7 @@ def probe_section(report, index: int, panels: int = PANELS) -> str:
 def _compared_reports(folder: Path, meta: dict) -> list | None:
     """The probe reports a comparison was made of (``compare.json`` lists their folders, as given
     then), read back; None when one of them is not found any more."""
-    from probes.report import read_report
+    from mtl_heads.reports.probe_report import read_report
 
     reports = []
     for given in meta.get("reports", []):
@@ -550,7 +550,7 @@ def _model_name(report, fallback: str) -> str:
 
 def _side_by_side_heatmaps(reports: list, names: list[str], probe: str, panels: int) -> str:
     """Per label (the most frequent, as the comparison chose them), one HTML heatmap per model in a row."""
-    from probes.report import heatmap_grid
+    from mtl_heads.reports.probe_report import heatmap_grid
 
     first = reports[0]
     layers, heads = int(first.meta.get("layers", 0)), int(first.meta.get("heads", 0))
@@ -578,7 +578,7 @@ def _side_by_side_heatmaps(reports: list, names: list[str], probe: str, panels: 
 
 
 def probe_comparison_section(folder: Path, index: int, panels: int = PANELS) -> str:
-    """One probe comparison folder (``probes/compare.py``): the models compared, per probe the
+    """One probe comparison folder (``mtl_heads/reports/probe_compare.py``): the models compared, per probe the
     heatmaps of its most frequent labels side by side (HTML, from the probe reports compared; the
     comparison's own pictures when those reports are gone), then the per-label table (best score
     and head of each model, deltas against the first) folded below."""
@@ -695,18 +695,18 @@ def build_page(run_specs: list[str], probe_dirs: list[Path], title: str = "mtl-h
         root: where experiment names are looked up (default ``runs/``).
         panels: heatmaps per probe family (default 8).
         notes: what is given and not used is appended to it (and listed on the page). Default: a new list.
-        tests: ``A,B`` texts or ``all`` of ``--test`` (:func:`mtl_heads.reports.significance.resolve_pairs`):
+        tests: ``A,B`` texts or ``all`` of ``test=`` (:func:`mtl_heads.reports.significance.resolve_pairs`):
             adds the section of :func:`significance_section`. Default none: no such section.
 
     Raises ``ConfigError`` for nothing to report, ``tests`` without runs, a bad ``--test`` name (the
-    message starts ``--test``), or broken run / probe files.
+    message starts ``test=``), or broken run / probe files.
     """
-    from probes.report import read_report
+    from mtl_heads.reports.probe_report import read_report
 
     if not run_specs and not probe_dirs:
         raise ConfigError("nothing to report: give run folders (or experiment names) and/or probe report folders")
     if tests and not run_specs:
-        raise ConfigError(f"--test {tests[0]!r}: no runs to test; give run folders (or experiment names)")
+        raise ConfigError(f"test={tests[0]!r}: no runs to test; give run folders (or experiment names)")
     notes = [] if notes is None else notes
     sections, nav = [], []
     with tempfile.TemporaryDirectory() as tmp:

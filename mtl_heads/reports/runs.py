@@ -20,6 +20,7 @@ import pandas as pd
 import yaml
 
 from mtl_heads.config import ConfigError
+from mtl_heads.runs import KIND_WHY, folder_kind, is_finished_run, is_unfinished_run
 
 __all__ = ["IGNORED_KEYS", "RUNS", "MAX_DEPTH", "SKIP_DIRS", "KIND_WHY", "Note", "folder_kind", "walk_runs",
            "find_runs", "read_yaml", "main_metric", "flatten_config", "setting_config", "varying_keys", "is_null",
@@ -46,44 +47,7 @@ class Note:
         return f"not used: {self.path} ({self.why})"
 
 
-def _is_run(path: Path) -> bool:
-    return path.is_dir() and (path / "config.yaml").is_file() and (path / "metrics.json").is_file()
-
-
-def _is_unfinished(path: Path) -> bool:
-    return path.is_dir() and (path / "config.yaml").is_file() and not (path / "metrics.json").exists() \
-        and not (path / "heads.json").exists()  # a pruned folder is no run
-
-
-def folder_kind(path: Path) -> str | None:
-    """What a folder that is no training run holds, when this project wrote it (None otherwise):
-    ``probe report``, ``probe comparison``, ``run comparison``, ``gate report``, ``pruned model``."""
-    if not path.is_dir():
-        return None
-    if (path / "report.json").is_file():
-        return "probe report"
-    if (path / "compare.json").is_file():
-        return "probe comparison"
-    if (path / "compare.csv").is_file() and (path / "compare-runs.csv").is_file():
-        return "run comparison"
-    if (path / "correlation.csv").is_file() and (path / "kept-per-layer.csv").is_file():
-        return "gate report"
-    if (path / "heads.json").is_file():
-        return "pruned model"
-    return None
-
-
-KIND_WHY = {
-    "probe report": "a probe report folder (python -m mtl_heads.probe): python -m mtl_heads.report shows it",
-    "probe comparison": "a probe comparison folder (python -m mtl_heads.probe compare=...): "
-                        "python -m mtl_heads.report shows it",
-    "run comparison": "output of python -m mtl_heads.compare, not a run",
-    "gate report": "output of python -m mtl_heads.gates, not a run",
-    "pruned model": "a pruned model (python -m mtl_heads.prune); its numbers are read with its run",
-}
-
-
-def walk_runs(folder: Path, is_run=_is_run, is_unfinished=_is_unfinished, unfinished_why: str = "",
+def walk_runs(folder: Path, is_run=is_finished_run, is_unfinished=is_unfinished_run, unfinished_why: str = "",
               max_depth: int = MAX_DEPTH, own_kinds: tuple[str, ...] = ()) -> tuple[list[Path], list[Path], list[Note]]:
     """(runs, unfinished runs, notes) at any depth up to ``max_depth`` below ``folder``.
 
@@ -131,7 +95,7 @@ def _holds_kind(folder: Path, kinds: tuple[str, ...], depth: int = MAX_DEPTH) ->
                     if c.is_dir() and not c.name.startswith(".") and c.name not in SKIP_DIRS]
     except OSError:
         return False
-    return any(folder_kind(c) in kinds or (depth > 1 and not _is_run(c) and _holds_kind(c, kinds, depth - 1))
+    return any(folder_kind(c) in kinds or (depth > 1 and not is_finished_run(c) and _holds_kind(c, kinds, depth - 1))
                for c in children)
 
 
@@ -166,11 +130,11 @@ def find_runs(specs: list[str], root: str | Path = RUNS, notes: list[Note] | Non
             raise ConfigError(f"{spec}: no such run folder, glob or experiment (looked in {Path(root) / spec})")
         explicit = not glob.has_magic(spec)
         for match in matches:
-            if _is_run(match):
+            if is_finished_run(match):
                 found.append(match)
-            elif _is_unfinished(match) and explicit:
+            elif is_unfinished_run(match) and explicit:
                 raise ConfigError(f"{match}: not a finished run (no metrics.json); is it still training?")
-            elif _is_unfinished(match):
+            elif is_unfinished_run(match):
                 skipped.append(match)
                 notes.append(Note(match, "unfinished run: no metrics.json yet"))
             elif not match.is_dir():

@@ -1,4 +1,4 @@
-"""Is a difference between two settings more than seed noise? (``python -m mtl_heads.compare --test A,B``).
+"""Is a difference between two settings more than seed noise? (``python -m mtl_heads compare test=A,B``).
 
 For each score two settings share (per task, test and dev main metric; the mean score too when the
 settings have the same tasks), :func:`significance_table` gives the mean ± sample standard deviation
@@ -43,22 +43,22 @@ def resolve_pair(text: str, settings: list[str]) -> tuple[str, str]:
     """The two settings named by ``A,B`` (names as the table prints them; a name may hold a comma,
     ``pos (dynamic, budget=36)``: the split is the one comma that leaves two known names).
 
-    Raises ``ConfigError`` starting ``--test`` for anything else: one name, an unknown name, the same
+    Raises ``ConfigError`` starting ``test=`` for anything else: one name, an unknown name, the same
     setting twice, or a text that splits into known names in more than one way.
     """
     known = ", ".join(repr(s) for s in settings)
     splits = [(text[:i].strip(), text[i + 1:].strip()) for i, c in enumerate(text) if c == ","]
     found = [(a, b) for a, b in splits if a in settings and b in settings]
     if not splits:
-        raise ConfigError(f"--test {text!r}: expected two settings as A,B (or 'all'); settings: {known}")
+        raise ConfigError(f"test={text!r}: expected two settings as A,B (or 'all'); settings: {known}")
     if not found:
-        raise ConfigError(f"--test {text!r}: not two settings of the table joined by a comma; settings: {known}")
+        raise ConfigError(f"test={text!r}: not two settings of the table joined by a comma; settings: {known}")
     if len(found) > 1:
-        raise ConfigError(f"--test {text!r}: splits into settings in {len(found)} ways "
+        raise ConfigError(f"test={text!r}: splits into settings in {len(found)} ways "
                           f"({'; '.join(' vs '.join(p) for p in found)}); rename with care")
     a, b = found[0]
     if a == b:
-        raise ConfigError(f"--test {text!r}: a setting against itself; name two different settings")
+        raise ConfigError(f"test={text!r}: a setting against itself; name two different settings")
     return a, b
 
 
@@ -76,7 +76,7 @@ def resolve_pairs(specs: list[str], runs: pd.DataFrame) -> list[tuple[str, str]]
             order) that share a task.
         runs: the run table (``setting``, ``tasks`` columns) of the comparison.
 
-    Raises ``ConfigError`` (``--test ...``) for a bad spec or a pair that shares no task.
+    Raises ``ConfigError`` (``test=...``) for a bad spec or a pair that shares no task.
     """
     settings = list(dict.fromkeys(runs["setting"]))
     tasks = _tasks(runs)
@@ -87,7 +87,7 @@ def resolve_pairs(specs: list[str], runs: pd.DataFrame) -> list[tuple[str, str]]
             continue
         a, b = resolve_pair(spec, settings)
         if not tasks[a] & tasks[b]:
-            raise ConfigError(f"--test {spec!r}: {a!r} and {b!r} share no task, so no score to compare")
+            raise ConfigError(f"test={spec!r}: {a!r} and {b!r} share no task, so no score to compare")
         pairs.append((a, b))
     return list(dict.fromkeys(pairs))
 

@@ -23,11 +23,13 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from omegaconf import OmegaConf
 
+from mtl_heads.config import ConfigError, pos_column
 from probes.attention import RELATION_TEXT, ROOT_TEXT
 from probes.base import CAUSAL_NOTE, NO_START_TOKEN
 
-__all__ = ["write_report", "read_report", "is_report_dir", "Report", "heatmap_grid", "draw_heatmaps", "markdown_table",
+__all__ = ["write_report", "read_report", "Report", "heatmap_grid", "draw_heatmaps", "markdown_table",
            "head_name", "safe_name", "report_choices", "pos_tagset", "relation_labels", "choices_text", "choice_conflicts",
            "CHOICE_PROBES", "causal_caveats"]
 
@@ -41,15 +43,10 @@ CHOICE_VALUES = {"dep.root": ROOT_TEXT, "dep.relations": RELATION_TEXT,
 
 def pos_tagset(data: dict | None) -> str:
     """The tag set ``Sentence.pos`` holds for the data section ``data`` (a report's ``data``):
-    ``data.pos`` resolved as the corpus loader does (:func:`mtl_heads.data.corpus.pos_column`):
+    ``data.pos`` resolved as the corpus loader does (:func:`mtl_heads.config.pos_column`):
     ``upos``/``xpos`` as given; ``auto`` (or no ``data.pos``, as in reports made before that key
     existed) ``upos`` for ``data.format=conllu``, else ``xpos`` (the PTB tags of ewt, conll2012,
     hf, demo)."""
-    from omegaconf import OmegaConf
-
-    from mtl_heads.config import ConfigError
-    from mtl_heads.data.corpus import pos_column
-
     data = {"format": None, **(data or {})}
     try:
         return pos_column(OmegaConf.create(data))
@@ -373,10 +370,6 @@ class Report:
     meta: dict
     tables: dict
     summaries: dict
-
-
-def is_report_dir(path) -> bool:
-    return Path(path).is_dir() and (Path(path) / "report.json").exists()
 
 
 def read_report(folder) -> Report:

@@ -15,7 +15,7 @@ is its own group.
 
 Output (``<folder>/``): ``compare-<probe>.csv``, ``compare-<probe>-<family>.png`` (one row per label,
 one column per group, one colour scale per row), ``compare.md`` and ``compare.json`` (each report's
-probe choices, ``dep.root``, ``dep.relations``, ``data.pos`` (:func:`probes.report.report_choices`),
+probe choices, ``dep.root``, ``dep.relations``, ``data.pos`` (:func:`mtl_heads.reports.probe_report.report_choices`),
 and ``choice_warnings`` when the reports used different ones on a compared probe).
 
 - Every group of one (nothing pooled): the CSV has label, count, then per model ``score:<model>``,
@@ -41,8 +41,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from probes.report import (Report, choice_conflicts, choices_text, draw_heatmaps, head_name, heatmap_grid, markdown_table,
-                           report_choices, safe_name)
+from mtl_heads.config import ConfigError
+from mtl_heads.reports.probe_report import (Report, choice_conflicts, choices_text, draw_heatmaps, head_name,
+                                             heatmap_grid, markdown_table, report_choices, safe_name)
+from mtl_heads.reports.runs import flatten_config, read_yaml, setting_config
+from mtl_heads.reports.significance import welch
 
 __all__ = ["compare_reports", "side_by_side", "display_names", "POOLS", "Group", "run_setting", "group_reports",
            "pooled_summary", "pooled_side_by_side", "WELCH_TEXT"]
@@ -98,9 +101,6 @@ def run_setting(meta: dict) -> tuple[str, str, str] | None:
     """
     if meta.get("model_kind") != "run" or not meta.get("model"):
         return None
-    from mtl_heads.config import ConfigError
-    from mtl_heads.reports.runs import flatten_config, read_yaml, setting_config
-
     folder = Path(str(meta["model"]))
     try:
         cfg = read_yaml(folder / "config.yaml")
@@ -215,8 +215,6 @@ def pooled_side_by_side(groups: list[list[pd.DataFrame]], names: list[str]) -> p
         groups: per group, its seeds' best-head summaries (``label``, ``count``, ``layer``, ``head``, ``score``).
         names: one name per group.
     """
-    from mtl_heads.reports.significance import welch
-
     pooled = [pooled_summary(s) for s in groups]
     merged = None
     for table, name in zip(pooled, names):
@@ -234,7 +232,7 @@ def pooled_side_by_side(groups: list[list[pd.DataFrame]], names: list[str]) -> p
 
 
 def _number(value: float) -> str:
-    """As :func:`probes.report.markdown_table` writes a float: one decimal from 10 up, else 3 significant digits."""
+    """As :func:`mtl_heads.reports.probe_report.markdown_table` writes a float: one decimal from 10 up, else 3 significant digits."""
     return "" if pd.isna(value) else f"{value:.1f}" if abs(value) >= 10 else f"{value:.3g}"
 
 
@@ -259,7 +257,7 @@ def compare_reports(reports: list[Report], out: Path, probes: list[str] | None =
     """Write the comparison of ``reports`` (two or more) into ``out``.
 
     Args:
-        reports: the probe reports (:func:`probes.report.read_report`); the first group is the baseline of the deltas.
+        reports: the probe reports (:func:`mtl_heads.reports.probe_report.read_report`); the first group is the baseline of the deltas.
         out: the comparison folder (created when missing).
         probes: the probes to compare (default: every probe present in all reports).
         panels: at most this many labels (rows) per comparison figure, the most frequent.

@@ -1,0 +1,50 @@
+"""``python -m mtl_heads claims FOLDERS... [out=FILE] [doc=FILE]``: He & Choi's claims checked on a
+study's run folders and probe reports, one line each with its numbers.
+
+``FOLDERS`` are run folders or folders holding runs and probe reports at any depth (a study folder
+such as ``docs/ewt-study``). What each claim compares and which test it uses:
+:mod:`mtl_heads.reports.claims`. Prints the claims; ``out=`` writes them as markdown (default
+``claims.md`` in the first folder); ``doc=`` also puts them into a markdown file between the lines
+``<!-- claims:begin -->`` and ``<!-- claims:end -->``, so that a hand-written document carries numbers
+that cannot drift from the runs.
+"""
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from mtl_heads.cli import Arguments, command, config_file
+from mtl_heads.config import ConfigError
+from mtl_heads.files import atomic_write_text
+from mtl_heads.reports.claims import check_claims, claims_markdown, read_study, splice
+
+ARGUMENTS = Arguments(config_file("claims"), positional="folders", many=True,
+                      flags={"--out": "out", "--doc": "doc"})
+
+
+def claims(cfg: DictConfig) -> None:
+    """Check, print and write the claims as ``cfg`` (configs/claims.yaml) says; bad input is a ConfigError."""
+    folders = [str(f) for f in cfg.folders]
+    if not folders:
+        raise ConfigError("config key 'folders': give a study folder, e.g. python -m mtl_heads claims docs/ewt-study")
+    command_line = "python -m mtl_heads claims " + " ".join(map(shlex.quote, folders))
+    try:
+        study = read_study(folders)
+        text = claims_markdown(study, check_claims(study), command_line)
+        doc = Path(cfg.doc) if cfg.doc else None
+        spliced = splice(doc.read_text(), text, str(doc)) if doc else None
+    except OSError as err:
+        raise ConfigError(str(err)) from None
+    out = Path(cfg.out) if cfg.out else Path(folders[0]) / "claims.md"
+    atomic_write_text(out, text)
+    if doc:
+        atomic_write_text(doc, spliced)
+    print(text)
+    print(f"wrote {out}" + (f" and the claims block of {doc}" if doc else ""))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line entry point; returns 0, or 2 with a message for bad input."""
+    return command(claims, __doc__, argv, args=ARGUMENTS)

@@ -1,0 +1,118 @@
+"""The one module that knows the folders this project writes: what each kind holds, how to tell
+them apart, how to check one and how they are named. Nothing here reads more than file names.
+
+Kinds (the files that make one, written by the command in brackets):
+
+- run (``python -m mtl_heads train``): ``config.yaml``, ``labels.json``, ``model.safetensors`` (a
+  trained model, :func:`is_run_dir`); finished when ``metrics.json`` is there too
+  (:func:`is_finished_run`); ``gates.json`` is written at the end;
+- experiment with seeds (``train seeds=1,2,3``): ``<experiment>/seed<N>/``, one run per seed (:func:`seed_dir`);
+- pruned model (``prune``): ``heads.json``, ``config.yaml``, ``labels.json`` (:func:`is_pruned_dir`),
+  by default ``<run>/pruned/``;
+- probe report (``probe``): ``report.json``; probe comparison (``probe compare=...``): ``compare.json``;
+- run comparison (``compare``): ``compare.csv`` and ``compare-runs.csv``;
+- gate report (``gates``): ``correlation.csv`` and ``kept-per-layer.csv``;
+- head ablation (``ablate``): ``ablation.json``, by default ``<run>/ablation[-<label>]/``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from mtl_heads.config import ConfigError
+
+__all__ = ["RUN_FILES", "PRUNED_FILES", "is_run_dir", "is_finished_run", "is_unfinished_run", "is_pruned_dir",
+           "is_gate_run", "is_probe_report", "is_probe_comparison", "check_run_dir", "seed_dir", "folder_kind",
+           "KIND_WHY"]
+
+RUN_FILES = ("config.yaml", "labels.json", "model.safetensors")  # a trained model
+PRUNED_FILES = ("heads.json", "config.yaml", "labels.json")  # a pruned multi-task model
+
+
+def _holds(path: str | Path, names: tuple[str, ...]) -> bool:
+    path = Path(path)
+    return path.is_dir() and all((path / name).exists() for name in names)
+
+
+def is_run_dir(path: str | Path) -> bool:
+    """True when ``path`` is a folder holding a trained model (config, labels and weights)."""
+    return _holds(path, RUN_FILES)
+
+
+def is_finished_run(path: str | Path) -> bool:
+    """True when ``path`` is a run whose numbers are written (``config.yaml`` and ``metrics.json``)."""
+    return _holds(path, ("config.yaml", "metrics.json"))
+
+
+def is_unfinished_run(path: str | Path) -> bool:
+    """True when ``path`` is a run started and not finished (no ``metrics.json``); a pruned folder is no run."""
+    path = Path(path)
+    return _holds(path, ("config.yaml",)) and not (path / "metrics.json").exists() and not (path / "heads.json").exists()
+
+
+def is_pruned_dir(path: str | Path) -> bool:
+    """True when ``path`` holds a pruned multi-task model (``python -m mtl_heads prune``'s output)."""
+    return _holds(path, PRUNED_FILES)
+
+
+def is_gate_run(path: str | Path) -> bool:
+    """True when ``path`` is a folder holding ``gates.json`` and ``config.yaml`` (a run the gate report reads)."""
+    return _holds(path, ("gates.json", "config.yaml"))
+
+
+def is_probe_report(path: str | Path) -> bool:
+    """True when ``path`` is a probe report folder (``report.json``)."""
+    return _holds(path, ("report.json",))
+
+
+def is_probe_comparison(path: str | Path) -> bool:
+    """True when ``path`` is a probe comparison folder (``compare.json``)."""
+    return _holds(path, ("compare.json",))
+
+
+def check_run_dir(path: str | Path, key: str | None = None) -> Path:
+    """``path`` as a Path when it holds a trained model; else a ConfigError (naming ``key`` if given)."""
+    path = Path(path)
+    missing = [name for name in RUN_FILES if not (path / name).exists()]
+    if not path.is_dir() or missing:
+        where = f"config key '{key}': " if key else ""
+        raise ConfigError(f"{where}{path} is not a finished run folder (missing: {', '.join(missing) or 'the folder'}); "
+                          "train one with `python -m mtl_heads train`")
+    return path
+
+
+def seed_dir(experiment: Path, seed: int) -> Path:
+    """The run folder of one seed of an experiment: ``<experiment>/seed<N>``."""
+    return Path(experiment) / f"seed{seed}"
+
+
+def folder_kind(path: Path) -> str | None:
+    """What a folder that is no training run holds, when this project wrote it (None otherwise):
+    ``probe report``, ``probe comparison``, ``run comparison``, ``gate report``, ``pruned model``,
+    ``head ablation``."""
+    path = Path(path)
+    if not path.is_dir():
+        return None
+    if is_probe_report(path):
+        return "probe report"
+    if is_probe_comparison(path):
+        return "probe comparison"
+    if _holds(path, ("compare.csv", "compare-runs.csv")):
+        return "run comparison"
+    if _holds(path, ("correlation.csv", "kept-per-layer.csv")):
+        return "gate report"
+    if (path / "heads.json").is_file():
+        return "pruned model"
+    if (path / "ablation.json").is_file():
+        return "head ablation"
+    return None
+
+
+KIND_WHY = {  # why a folder of each kind is not used as a run
+    "probe report": "a probe report folder (python -m mtl_heads.probe): python -m mtl_heads.report shows it",
+    "probe comparison": "a probe comparison folder (python -m mtl_heads.probe compare=...): "
+                        "python -m mtl_heads.report shows it",
+    "run comparison": "output of python -m mtl_heads.compare, not a run",
+    "gate report": "output of python -m mtl_heads.gates, not a run",
+    "pruned model": "a pruned model (python -m mtl_heads.prune); its numbers are read with its run",
+    "head ablation": "output of python -m mtl_heads.ablate, not a run",
+}

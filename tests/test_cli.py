@@ -1,0 +1,70 @@
+"""One command line: python -m mtl_heads <command>, key=value everywhere, the old --flags as aliases,
+one plain-text -h per command."""
+import subprocess
+import sys
+
+import pytest
+
+from mtl_heads.__main__ import main as dispatch
+from mtl_heads.cli import Arguments, config_file, overrides, plain, yaml_keys
+from mtl_heads.commands import COMMANDS
+from mtl_heads.config import ConfigError
+
+
+def test_dispatcher_lists_every_command(capsys):
+    assert dispatch(["-h"]) == 0
+    listed = capsys.readouterr().out
+    for name in COMMANDS:
+        assert f"\n  {name} " in listed
+    assert dispatch(["nope"]) == 2 and "unknown command 'nope'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_every_help_is_plain_text_with_keys(name, capsys):
+    assert dispatch([name, "-h"]) == 0
+    text = capsys.readouterr().out
+    assert "``" not in text and ":mod:" not in text and ":func:" not in text
+    assert "[" in text.split("\n\n")[-1] or "Old options" in text  # the keys with their defaults
+
+
+def test_help_lists_each_key_of_the_config():
+    for name in ("compare", "gates", "prune", "report", "claims"):
+        keys = [k for k, default, _ in yaml_keys(config_file(name)) if default is not None]
+        text = subprocess.run([sys.executable, "-m", "mtl_heads", name, "-h"], capture_output=True, text=True).stdout
+        for key in keys:
+            assert f"\n  {key} " in text, (name, key)
+
+
+ARGS = Arguments(config_file("compare"), positional="runs", many=True, repeat=frozenset({"test"}),
+                 flags={"--out": "out", "--plot": "plot", "--test": "test"}, switches=frozenset({"--plot"}))
+
+
+def test_old_flags_are_aliases_of_keys():
+    new = overrides(["a", "b", "out=o", "plot=true", "test=x,y", "test=all"], ARGS)
+    old = overrides(["a", "b", "--out", "o", "--plot", "--test", "x,y", "--test=all"], ARGS)
+    assert new == old == [("runs", ["a", "b"]), "out=o", "plot=true", ("test", ["x,y", "all"])]
+
+
+def test_greedy_flag_takes_values_up_to_the_next_key():
+    args = Arguments(config_file("gates"), positional="runs", many=True, greedy=frozenset({"--probes"}),
+                     flags={"--probes": "probes", "--out": "out"})
+    assert overrides(["r", "--probes", "p1", "p2", "out=o"], args) == [("runs", ["r"]), "probes=p1,p2", "out=o"]
+
+
+def test_bad_arguments_are_config_errors():
+    with pytest.raises(ConfigError, match="unknown option"):
+        overrides(["--nope", "x"], ARGS)
+    with pytest.raises(ConfigError, match="expected a value"):
+        overrides(["--out"], ARGS)
+    single = Arguments(config_file("prune"), positional="run")
+    with pytest.raises(ConfigError, match="argument 'b': expected key=value"):
+        overrides(["a", "b"], single)
+
+
+def test_plain_drops_rest_markup():
+    assert plain("``a`` :mod:`mtl_heads.x` `b`\n\nExamples::") == "a mtl_heads.x b\n\nExamples:"
+
+
+def test_module_shims_still_run():
+    done = subprocess.run([sys.executable, "-m", "mtl_heads.compare", "-h"], capture_output=True, text=True)
+    assert done.returncode == 0 and "Keys (default in brackets" in done.stdout
