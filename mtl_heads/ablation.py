@@ -25,17 +25,16 @@ Cost: batches are collated once and tasks read from the same sentences share one
 batch; one pass over the split per method and head set (``methods x (1 + random_sets)``), plus one
 unablated pass, one pass over the reference split for the means and one for the resample donors.
 
-The data helpers of probes (``split_examples``, ``task_batches``, ``task_score``, ``eval_mode``,
-``open_heads``) live here, so that probes and this module share them.
+The scoring helpers shared with probes (``task_batches``, ``task_score``, ``eval_mode``, ``open_heads``)
+live in :mod:`mtl_heads.scoring`, below both (this module reads corpora; the probes need not).
 """
 from __future__ import annotations
 
 import logging
 import math
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -43,12 +42,12 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from mtl_heads.config import ConfigError
-from mtl_heads.data.batching import Example, collate, length_batches, prepare_examples
+from mtl_heads.data.batching import Example, prepare_examples
 from mtl_heads.data.corpus import ROLES, load_corpus
 from mtl_heads.data.errors import DataError
 from mtl_heads.headsets import head_name, head_names, layer_matched_sets, parse_head
 from mtl_heads.precision import autocast
-from mtl_heads.trainer import move_to
+from mtl_heads.scoring import CLOSED_BELOW, batch_scores, eval_mode, open_heads, task_batches, task_score
 
 __all__ = ["METHODS", "CLOSED_BELOW", "DONORS_ON_DEVICE", "eval_mode", "open_heads", "split_examples", "task_batches",
            "task_score", "batch_scores", "chosen_tasks", "TaskGroup", "task_groups", "mean_contexts", "resample_donors",
@@ -58,25 +57,8 @@ __all__ = ["METHODS", "CLOSED_BELOW", "DONORS_ON_DEVICE", "eval_mode", "open_hea
 logger = logging.getLogger(__name__)
 
 METHODS = ("zero", "mean", "resample")
-CLOSED_BELOW = 1e-3           # a gate below this counts as pruned (background.md, section 1)
 DONORS_ON_DEVICE = 1 << 30    # resample donors larger than this (bytes) wait in host memory
 TIE = 1e-9                    # random drops within this of the observed drop count as "at least as large"
-
-
-@contextmanager
-def eval_mode(model: nn.Module) -> Iterator[None]:
-    """Deterministic gates and no dropout inside the block; the previous mode is restored."""
-    was_training = model.training
-    model.eval()
-    try:
-        yield
-    finally:
-        model.train(was_training)
-
-
-def open_heads(encoder: nn.Module) -> torch.Tensor:
-    """``[layers, heads]`` bool: heads whose deterministic gate is at least ``CLOSED_BELOW``."""
-    return encoder.gate_values() >= CLOSED_BELOW
 
 
 # --- data ---------------------------------------------------------------------------------------
@@ -95,57 +77,6 @@ def split_examples(loaded_run, role: str = "dev", max_sentences: int | None = No
     corpus = load_corpus(cfg.data, {layer for task in tasks.values() for layer in task.needs}, roles=(role,))
     examples = prepare_examples(corpus, tasks, encoder, cfg.data.long_policy, logger.info, require_train=False)[role]
     return {name: ex[:max_sentences] for name, ex in examples.items()}
-
-
-def task_batches(model: nn.Module, examples: list[Example], batch_size: int = 32,
-                 max_sentences: int | None = None) -> list[tuple[dict, list]]:
-    """One task's data collated once, on the model's device: ``[(batch, sentences), ...]``.
-
-    Args:
-        model: the ``MultiTaskModel`` (gives the pad id and device).
-        examples: tokenised examples of the task.
-        batch_size: sentences per batch (default 32); batches group similar lengths.
-        max_sentences: use the first N examples only (default: all).
-    """
-    examples = examples[:max_sentences]
-    if not examples:
-        raise ValueError("no examples to probe: the task has no sentences in this split")
-    device = next(model.parameters()).device
-    pad_id = model.encoder.tokenizer.pad_token_id
-    out = []
-    for ids in length_batches([len(e.input_ids) for e in examples], batch_size):
-        chunk = [examples[i] for i in ids]
-        out.append((move_to(collate(chunk, pad_id), device), [e.sentence for e in chunk]))
-    return out
-
-
-def batch_scores(model: nn.Module, tasks: Sequence[str], batches: list[tuple[dict, list]],
-                 golds: dict[str, list[list]] | None = None,
-                 before_batch: Callable[[int], object] | None = None) -> dict[str, float]:
-    """``{task: main metric}`` of ``tasks`` decoded on the same ``batches`` (full decode, the model as
-    it is), one encoder pass per batch for all of them.
-
-    Args:
-        model: the ``MultiTaskModel``.
-        tasks: task names read from these sentences.
-        batches: from :func:`task_batches`.
-        golds: ``{task: [gold structures of batch i]}`` computed once (default: from the sentences).
-        before_batch: called with the batch index before each pass (e.g. to set resample donors).
-    """
-    specs = {t: model.tasks[t] for t in tasks}
-    metrics = {t: spec.metric() for t, spec in specs.items()}
-    for i, (batch, sentences) in enumerate(batches):
-        if before_batch is not None:
-            before_batch(i)
-        predicted = model.decode_all(batch, tasks)
-        for t, spec in specs.items():
-            metrics[t].update(predicted[t], golds[t][i] if golds is not None else [spec.gold(s) for s in sentences])
-    return {t: float(metrics[t].compute()[spec.main_metric]) for t, spec in specs.items()}
-
-
-def task_score(model: nn.Module, task: str, batches: list[tuple[dict, list]]) -> float:
-    """The task's main dev metric with the model as it is (full decode, as ``Trainer.evaluate``)."""
-    return batch_scores(model, [task], batches)[task]
 
 
 @dataclass

@@ -12,27 +12,20 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from mtl_heads.config import ConfigError, load_saved_config, pick
+from mtl_heads.config import ConfigError, load_saved_config
 from mtl_heads.encoder import EncoderNotFound, GatedEncoder
 from mtl_heads.files import load_numpy, load_tensors, read_json
 from mtl_heads.gating import GateMaskError
 from mtl_heads.model import MultiTaskModel
 from mtl_heads.runs import check_run_dir
 from mtl_heads.sparsity import prune_mode
+from mtl_heads.taskset import build_tasks, read_labels, tasks_with_labels
 
 __all__ = ["build_tasks", "build_encoder", "gate_init_mean", "load_gate_mask", "pick_device", "LoadedRun",
            "read_labels", "tasks_with_labels", "load_run_weights", "load_run"]
 
 
 # --- from a config ----------------------------------------------------------------------------
-def build_tasks(cfg: DictConfig) -> dict:
-    from tasks import TASKS
-
-    names = pick(TASKS, cfg.tasks, "tasks", "pos,ner")
-    options = cfg.get("task") or {}
-    return {n: cls(OmegaConf.to_container(options[n]) if n in options else {}) for n, cls in names.items()}
-
-
 def build_encoder(cfg: DictConfig) -> GatedEncoder:
     enc = cfg.encoder
     kwargs = {}
@@ -143,31 +136,6 @@ def load_run_weights(model: torch.nn.Module, path: str | Path, gate: bool = True
         raise ConfigError(f"{file}: weight {bad[0]} has shape {tuple(state[bad[0]].shape)}, the model needs "
                           f"{tuple(own[bad[0]].shape)}")
     model.load_state_dict(state, strict=False)
-
-
-def read_labels(labels_file: Path, names) -> dict[str, list[str]]:
-    """The saved label vocabularies of tasks ``names`` from a run's ``labels.json``, checked."""
-    labels = read_json(labels_file)
-    if labels is None:
-        raise ConfigError(f"{labels_file}: missing (the label vocabularies of the trained decoders)")
-    if not isinstance(labels, dict):
-        raise ConfigError(f"{labels_file}: expected an object {{task: [label, ...]}}, got a {type(labels).__name__}")
-    for name in names:
-        if name not in labels:
-            raise ConfigError(f"{labels_file}: no labels for task '{name}'")
-        vocab = labels[name]
-        if not isinstance(vocab, list) or not vocab or not all(isinstance(x, str) for x in vocab) \
-                or len(set(vocab)) != len(vocab):
-            raise ConfigError(f"{labels_file}: the labels of task '{name}' must be a non-empty list of distinct strings")
-    return {name: labels[name] for name in names}
-
-
-def tasks_with_labels(cfg: DictConfig, labels_file: Path) -> dict:
-    """``{name: Task}`` of ``cfg.tasks`` with the label vocabularies saved in ``labels_file``."""
-    tasks = build_tasks(cfg)
-    for name, vocab in read_labels(labels_file, tasks).items():
-        tasks[name].load_labels(vocab)
-    return tasks
 
 
 def load_run(path: str | Path, device: str | torch.device = "cpu", gate: str | None = None) -> LoadedRun:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import nltk
 from omegaconf import DictConfig
@@ -24,7 +24,37 @@ from mtl_heads.data.formats import format_by_name
 from mtl_heads.data.sentence import Sentence
 from mtl_heads.data.text import read_jsonl
 
-__all__ = ["evaluate_trained", "score_sentences", "score_files", "read_annotated"]
+if TYPE_CHECKING:
+    import torch
+
+    from mtl_heads.build import LoadedRun
+
+__all__ = ["load_trained", "evaluate_trained", "score_sentences", "score_files", "read_annotated"]
+
+
+def load_trained(path: str | Path, device: str | torch.device = "cpu") -> LoadedRun:
+    """A trained model from a run folder (:func:`mtl_heads.build.load_run`) or from its pruned folder
+    (``runs/<run>/pruned/``, :func:`mtl_heads.removal.load_pruned`), in eval mode on ``device``.
+    For a pruned folder, ``metrics`` and ``gates`` are those of the run it came from when it sits
+    inside it, and ``cfg`` is the pruned folder's config (``encoder.gate=none``)."""
+    from mtl_heads.build import LoadedRun, load_run  # deferred, as in evaluate_trained
+    from mtl_heads.config import load_saved_config
+    from mtl_heads.files import read_json
+    from mtl_heads.removal import load_pruned
+    from mtl_heads.runs import is_pruned_dir, is_run_dir
+
+    path = Path(path)
+    if is_run_dir(path):
+        return load_run(path, device=device)
+    if is_pruned_dir(path):
+        model = load_pruned(path, device=device)
+        parent = path.parent if is_run_dir(path.parent) else None
+        return LoadedRun(path, load_saved_config(path / "config.yaml"), model, model.tasks,
+                         read_json(parent / "metrics.json") if parent else None,
+                         read_json(parent / "gates.json") if parent else None)
+    raise ConfigError(f"{path} is neither a finished run folder (config.yaml, labels.json, model.safetensors) "
+                      "nor a pruned model folder (heads.json, config.yaml, labels.json)")
+
 
 def evaluate_trained(path: str | Path, data: DictConfig | None = None, split: str = "test",
                      tasks: list[str] | None = None, device: str = "auto", precision: str = "auto",
@@ -43,7 +73,6 @@ def evaluate_trained(path: str | Path, data: DictConfig | None = None, split: st
     """
     # deferred: torch and transformers, which scoring two files (score_files) does not need
     from mtl_heads.build import pick_device
-    from mtl_heads.removal import load_trained
     from mtl_heads.data.batching import prepare_examples
     from mtl_heads.data.corpus import load_corpus
     from mtl_heads.trainer import evaluate_examples

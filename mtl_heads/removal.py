@@ -51,17 +51,16 @@ import transformers
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from mtl_heads.build import LoadedRun, load_run, tasks_with_labels
 from mtl_heads.config import ConfigError, load_saved_config
 from mtl_heads.encoder import (ADAPTERS, GATE_GROUPS, POOLING, Adapter, GatedEncoder,
                                _in_features, attention_shape, tokenizer_kwargs, word_tokenizer)
 from mtl_heads.files import atomic_write_text, load_tensors, read_json, save_tensors, write_json
 from mtl_heads.model import MultiTaskModel
-from mtl_heads.runs import is_pruned_dir, is_run_dir
+from mtl_heads.taskset import tasks_with_labels
 
 __all__ = ["PRUNABLE", "DECODERS", "LayerConfig", "PrunedEncoder", "removal_plan",
            "remove_heads", "prune_encoder", "prune_model", "count_parameters", "attention_parameters", "save_pruned",
-           "load_pruned", "load_trained", "compare_outputs", "THRESHOLD"]
+           "load_pruned", "compare_outputs", "THRESHOLD"]
 
 THRESHOLD = 1e-3
 WEIGHTS = "pruned.safetensors"  # not model.safetensors: a pruned folder is not a run folder for load_run
@@ -631,24 +630,6 @@ def _multitask(folder: Path, encoder: PrunedEncoder) -> nn.Module:
             raise ConfigError(f"{folder}: {name} is missing (a pruned multi-task model needs it)")
     return MultiTaskModel(encoder, tasks_with_labels(load_saved_config(folder / "config.yaml"), folder / "labels.json"))
 
-
-
-def load_trained(path: str | Path, device: str | torch.device = "cpu") -> LoadedRun:
-    """A trained model from a run folder (:func:`mtl_heads.build.load_run`) or from its pruned folder
-    (``runs/<run>/pruned/``, :func:`load_pruned`), in eval mode on ``device``.
-    For a pruned folder, ``metrics`` and ``gates`` are those of the run it came from when it sits
-    inside it, and ``cfg`` is the pruned folder's config (``encoder.gate=none``)."""
-    path = Path(path)
-    if is_run_dir(path):
-        return load_run(path, device=device)
-    if is_pruned_dir(path):
-        model = load_pruned(path, device=device)
-        parent = path.parent if is_run_dir(path.parent) else None
-        return LoadedRun(path, load_saved_config(path / "config.yaml"), model, model.tasks,
-                         read_json(parent / "metrics.json") if parent else None,
-                         read_json(parent / "gates.json") if parent else None)
-    raise ConfigError(f"{path} is neither a finished run folder (config.yaml, labels.json, model.safetensors) "
-                      "nor a pruned model folder (heads.json, config.yaml, labels.json)")
 
 
 # ---------------------------------------------------------------------- checking

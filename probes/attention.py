@@ -48,7 +48,8 @@ import pandas as pd
 import torch
 
 from mtl_heads.config import ConfigError
-from probes.base import NO_START_TOKEN, LabelStats, Probe, ProbeBatch, grid_frame, percent
+from probes.base import LabelStats, Probe, ProbeBatch, grid_frame, percent
+from probes.texts import NO_START_TOKEN, RELATION_TEXT, ROOT_TEXT
 
 __all__ = ["DepProbe", "SrlProbe", "dependency_arcs", "srl_arguments", "relation_label", "check_choice", "ROOTS",
            "RELATIONS", "ROOT_TEXT", "RELATION_TEXT", "arc_reach", "argument_reach"]
@@ -58,9 +59,6 @@ ROOTS = ("cls", "none")
 """``dep.root``: [CLS] as the root slot (He & Choi) | no root slot, root arcs not scored (Clark et al.)."""
 RELATIONS = ("full", "universal")
 """``dep.relations``: labels as in the data | UD subtypes dropped (``nsubj:pass`` -> ``nsubj``)."""
-ROOT_TEXT = {"cls": "[CLS] is the root slot, root arcs scored (He & Choi)",
-             "none": "no root slot, word-to-word arcs only, argmax over the words (Clark et al.)"}
-RELATION_TEXT = {"full": "labels as in the data, e.g. nsubj:pass", "universal": "UD subtypes dropped, nsubj:pass -> nsubj"}
 
 
 def check_choice(key: str, value, values: tuple[str, ...]) -> str:

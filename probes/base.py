@@ -38,18 +38,11 @@ import torch
 from mtl_heads.config import ConfigError
 from mtl_heads.data.batching import prepare_examples
 from mtl_heads.data.sentence import Sentence
+from probes.texts import CAUSAL_NOTE, NO_START_TOKEN
 
 __all__ = ["Probe", "RunProbeAdapter", "ProbeBatch", "ProbeContext", "LabelStats", "word_attention", "token_to_slot_attention", "slot_index",
            "pool_units", "unit_pieces", "best_heads", "grid_frame", "is_punctuation", "capture_head_contexts", "first_token_name",
            "percent", "CAUSAL_NOTE", "NO_START_TOKEN"]
-
-NO_START_TOKEN = "the first word's first sub-word"
-""":func:`first_token_name` of a causal model whose tokenizer puts no BOS first."""
-
-CAUSAL_NOTE = ("This model is causal (decoder-only): each token attends only to itself and to earlier tokens, "
-               "never to a later one. Some gold links can therefore not be found by any head; where that "
-               "matters, 'reachable' gives their share beside the score (no head can score more).")
-"""The report-level caveat of a causal model (``report.md`` and the printed summary)."""
 
 COLUMNS = ["layer", "head", "label", "score", "count"]
 

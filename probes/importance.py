@@ -28,12 +28,12 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-# the data helpers live in the core, shared with causal head ablation; imported from here too
-from mtl_heads.ablation import CLOSED_BELOW, eval_mode, open_heads, split_examples, task_batches, task_score
+# the scoring helpers live in the core, shared with causal head ablation; imported from here too
+from mtl_heads.scoring import CLOSED_BELOW, eval_mode, open_heads, task_batches, task_score
 from mtl_heads.data.batching import Example
 from mtl_heads.trainer import move_to
 
-__all__ = ["eval_mode", "open_heads", "split_examples", "task_batches",
+__all__ = ["eval_mode", "open_heads", "task_batches",
            "gradient_importance", "normalise_per_layer", "task_score", "masked_scores", "single_head_ablation",
            "check_ks", "pruning_curve", "head_frame", "Importance", "Ablation", "PRUNING_KS", "CLOSED_BELOW"]
 

@@ -317,7 +317,7 @@ def test_stem_cells_and_default_folder(runs, tmp_path, monkeypatch):
 def test_top_heads_of_a_probe_report(tmp_path):
     from omegaconf import OmegaConf
 
-    from mtl_heads.commands.ablate import head_source
+    from mtl_heads.ablation_heads import head_source
 
     folder = tmp_path / "report"
     folder.mkdir()
@@ -373,11 +373,12 @@ def test_help_lists_every_key(capsys):
 
 
 def test_probes_import_the_same_helpers():
-    import mtl_heads.ablation as core
+    import mtl_heads.ablation as ablation
+    import mtl_heads.scoring as core
     import probes.importance as importance
 
-    for name in ("split_examples", "task_batches", "task_score", "eval_mode", "open_heads", "CLOSED_BELOW"):
-        assert getattr(importance, name) is getattr(core, name)
+    for name in ("task_batches", "task_score", "eval_mode", "open_heads", "CLOSED_BELOW"):
+        assert getattr(importance, name) is getattr(core, name) is getattr(ablation, name)
 
 
 def test_mean_contexts_average_real_tokens():

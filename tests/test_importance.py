@@ -6,8 +6,9 @@ import torch
 from mtl_heads.data.batching import collate
 from mtl_heads.build import load_run
 from mtl_heads.experiment import run
+from mtl_heads.ablation import split_examples
 from probes.importance import (Ablation, Importance, gradient_importance, masked_scores,
-                               normalise_per_layer, single_head_ablation, split_examples, task_batches)
+                               normalise_per_layer, single_head_ablation, task_batches)
 
 CLOSED = -30.0  # log_alpha that clamps a Hard Concrete gate to exactly 0
 

@@ -48,6 +48,7 @@ from mtl_heads.reports.comparison import compare_runs, markdown
 from mtl_heads.reports.gates import (chance_stem_cells, chance_stem_cells_by_layer, kept_by_layer, kept_heads,
                                      moved_flags, permutation_baseline, read_run, run_consistency, stem_cells,
                                      stem_cells_vs_probes, stem_count_layer_p, stem_count_p, stem_settings)
+from mtl_heads.reports.probe_report import read_report
 from mtl_heads.reports.runs import read_yaml, walk_runs
 from mtl_heads.reports.significance import permutation_test, significance_table, welch
 from mtl_heads.runs import is_probe_report
@@ -302,7 +303,6 @@ def read_ablations(specs: list[str]) -> tuple[list[tuple[Path, dict]], list[str]
 def read_study(specs: list[str]) -> Study:
     """The finished runs, probe reports and head ablations found in ``specs`` (folders searched as
     ``compare`` does)."""
-    from mtl_heads.reports.probe_report import read_report  # deferred: it imports probes (torch)
 
     comparison = compare_runs(specs, uses=("probe report", "probe comparison"))
     runs = comparison.runs.copy()

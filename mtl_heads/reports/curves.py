@@ -21,12 +21,21 @@ import pandas as pd
 from mtl_heads.config import ConfigError
 from mtl_heads.files import read_json
 from mtl_heads.reports.plots import new_figure, wrap_label
-from mtl_heads.reports.runs import main_metric
 
-__all__ = ["SELECTION", "run_history", "curve_points", "learning_curves", "plot_learning_curves"]
+__all__ = ["SELECTION", "main_metric", "run_history", "curve_points", "learning_curves", "plot_learning_curves"]
 
 SELECTION = "dev score"  # the pseudo-task of the selection score (dev_mean) of multi-task settings
 _COLUMNS = ["setting", "run", "seed", "task", "metric", "epoch", "value"]
+
+
+def main_metric(task: str, scores: dict) -> str | None:
+    """The key of ``task``'s main metric in ``scores`` (``{metric: value}`` of one task, as metrics.json
+    holds them): the task's ``main_metric`` (``tasks.TASKS``: pos accuracy, ner f1, dep las, con f1,
+    srl f1); for an unknown task, or one that did not report it, the first metric in ``scores``."""
+    from tasks import TASKS
+
+    metric = getattr(TASKS.get(task), "main_metric", None)
+    return metric if metric in scores else next(iter(scores), None)
 
 
 def _number(value) -> float:
@@ -58,7 +67,7 @@ def curve_points(runs: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
             as :func:`mtl_heads.reports.comparison.run_table` makes it.
 
     ``points`` has one row per run, task and epoch: ``setting``, ``run``, ``seed``, ``task``, ``metric``
-    (the task's main metric, :func:`mtl_heads.reports.runs.main_metric`), ``epoch``, ``value``;
+    (the task's main metric, :func:`main_metric`), ``epoch``, ``value``;
     a multi-task run adds task :data:`SELECTION` (metric ``mean``: ``dev_mean``). ``attrs["best_epoch"]``
     maps each run folder to the epoch its weights were taken from (when ``metrics.json`` says).
     """

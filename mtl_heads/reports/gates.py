@@ -48,6 +48,7 @@ import pandas as pd
 from mtl_heads.config import ConfigError
 from mtl_heads.headsets import block_permutations, layer_matched_sets, layer_permutations, random_sets
 from mtl_heads.reports.gate_map import KEEP_THRESHOLD, grid_axes, kept_per_layer, plot_gate_map, save_figure
+from mtl_heads.reports.probe_report import read_report
 from mtl_heads.reports.plots import chars_in, lines_height, new_figure, text_size, wrap_label
 from mtl_heads.reports.runs import Note, read_yaml, setting_names, walk_runs
 from mtl_heads.runs import KIND_WHY, folder_kind, is_gate_run
@@ -601,8 +602,6 @@ def read_probe_reports(paths: list[str | Path]) -> list:
     Raises ``ConfigError`` with one line naming the folder when one is missing, is no probe report
     (a probe comparison, a run, a file) or cannot be read.
     """
-    from mtl_heads.reports.probe_report import read_report  # deferred: it imports probes (torch)
-
     reports = []
     for spec in map(Path, paths):
         kind = folder_kind(spec)

@@ -45,6 +45,7 @@ from mtl_heads.reports.comparison import (Comparison, add_significance, compare_
                                           numbers_shown, plot_dev_curves, plot_score_vs_heads, runs_shown)
 from mtl_heads.reports.gates import (DIAGONAL_TEXT, KEEP_THRESHOLD, PERMUTATION_TEXT, group_settings, moved_flags,
                                      read_run, stem_cell_lines, stem_settings, still_settings, write_report)
+from mtl_heads.reports.probe_report import heatmap_grid, read_report
 from mtl_heads.reports.runs import MAX_DEPTH, RUNS, SKIP_DIRS, Note, folder_kind
 from mtl_heads.reports.significance import TESTS_TEXT, format_significance
 
@@ -479,7 +480,6 @@ def _summary_text(summary: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 def probe_section(report, index: int, panels: int = PANELS) -> str:
     """One probe report folder: per probe, the layer x head heatmaps of its most frequent labels
     (hover for values, best head outlined), then its best head per label (sortable) folded below."""
-    from mtl_heads.reports.probe_report import heatmap_grid  # deferred: it imports probes (torch)
 
     meta = report.meta
     layers, heads = int(meta.get("layers", 0)), int(meta.get("heads", 0))
@@ -524,7 +524,6 @@ def probe_section(report, index: int, panels: int = PANELS) -> str:
 def _compared_reports(folder: Path, meta: dict) -> list | None:
     """The probe reports a comparison was made of (``compare.json`` lists their folders, as given
     then), read back; None when one of them is not found any more."""
-    from mtl_heads.reports.probe_report import read_report
 
     reports = []
     for given in meta.get("reports", []):
@@ -550,7 +549,6 @@ def _model_name(report, fallback: str) -> str:
 
 def _side_by_side_heatmaps(reports: list, names: list[str], probe: str, panels: int) -> str:
     """Per label (the most frequent, as the comparison chose them), one HTML heatmap per model in a row."""
-    from mtl_heads.reports.probe_report import heatmap_grid
 
     first = reports[0]
     layers, heads = int(first.meta.get("layers", 0)), int(first.meta.get("heads", 0))
@@ -701,7 +699,6 @@ def build_page(run_specs: list[str], probe_dirs: list[Path], title: str = "mtl-h
     Raises ``ConfigError`` for nothing to report, ``tests`` without runs, a bad ``--test`` name (the
     message starts ``test=``), or broken run / probe files.
     """
-    from mtl_heads.reports.probe_report import read_report
 
     if not run_specs and not probe_dirs:
         raise ConfigError("nothing to report: give run folders (or experiment names) and/or probe report folders")

@@ -26,8 +26,7 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from mtl_heads.config import ConfigError, pos_column
-from probes.attention import RELATION_TEXT, ROOT_TEXT
-from probes.base import CAUSAL_NOTE, NO_START_TOKEN
+from probes.texts import CAUSAL_NOTE, NO_START_TOKEN, RELATION_TEXT, ROOT_TEXT
 
 __all__ = ["write_report", "read_report", "Report", "heatmap_grid", "draw_heatmaps", "markdown_table",
            "head_name", "safe_name", "report_choices", "pos_tagset", "relation_labels", "choices_text", "choice_conflicts",
@@ -107,7 +106,7 @@ def choice_conflicts(metas: list[dict], names: list[str], probes: list[str] | No
 
 
 def causal_caveats(meta: dict) -> list[str]:
-    """The caveats of a causal model's report, in plain words: :data:`probes.base.CAUSAL_NOTE`, then
+    """The caveats of a causal model's report, in plain words: :data:`probes.texts.CAUSAL_NOTE`, then
     each probe's ``caveat`` (its ``meta()``); empty for an encoder (``meta["causal"]`` false or absent)."""
     if not meta.get("causal"):
         return []

@@ -23,7 +23,7 @@ from mtl_heads.config import ConfigError
 from mtl_heads.runs import KIND_WHY, folder_kind, is_finished_run, is_unfinished_run
 
 __all__ = ["IGNORED_KEYS", "RUNS", "MAX_DEPTH", "SKIP_DIRS", "KIND_WHY", "Note", "folder_kind", "walk_runs",
-           "find_runs", "read_yaml", "main_metric", "flatten_config", "setting_config", "varying_keys", "is_null",
+           "find_runs", "read_yaml", "flatten_config", "setting_config", "varying_keys", "is_null",
            "value_text", "name_settings", "setting_names"]
 
 # config keys that may differ between the seeds of one setting (a key and everything under it)
@@ -167,16 +167,6 @@ def read_yaml(path: Path) -> dict:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of config keys, got {type(data).__name__}")
     return data
-
-
-def main_metric(task: str, scores: dict) -> str | None:
-    """The key of ``task``'s main metric in ``scores`` (``{metric: value}`` of one task, as metrics.json
-    holds them): the task's ``main_metric`` (``tasks.TASKS``: pos accuracy, ner f1, dep las, con f1,
-    srl f1); for an unknown task, or one that did not report it, the first metric in ``scores``."""
-    from tasks import TASKS
-
-    metric = getattr(TASKS.get(task), "main_metric", None)
-    return metric if metric in scores else next(iter(scores), None)
 
 
 def flatten_config(cfg: dict) -> dict[str, object]:
