@@ -29,6 +29,7 @@ PRECISIONS = ("auto", "fp32", "bf16")  # `precision`: see mtl_heads.precision  #
 # beside the repository. The folder is stored as written, so the config.yaml of every run of a setting
 # on one machine says the same (`compare` pools runs whose configs are equal).
 EWT_FOLDERS = ("data/ewt", "../shared/data/ewt")
+PRUNE_MODES = ("none", "dynamic", "static")  # prune.mode: unpruned, gates with the model, gates on a trained run
 EWT_BUILD = "python -m mtl_heads.data.ewt out=data/ewt"  # builds data/ewt from the three public repositories
 
 
@@ -372,7 +373,7 @@ RULES: dict[str, Rule] = {
     "seeds": _seeds,
     "device": _device,
     "precision": choice(*PRECISIONS),
-    "prune.mode": choice("none", "dynamic", "static"),
+    "prune.mode": choice(*PRUNE_MODES),
     "prune.lambda": number(0.0, low_open=False, auto=True),
     "prune.budget": _budget,
     "prune.lr_lagrangian": number(),

@@ -22,7 +22,7 @@ from mtl_heads.model import MultiTaskModel
 from mtl_heads.parallel import check_strategy, make_parallel
 from mtl_heads.precision import uses_bf16
 from mtl_heads.runs import check_run_dir, seed_dir
-from mtl_heads.sparsity import PRUNE_MODES, prune_mode
+from mtl_heads.sparsity import prune_mode
 from mtl_heads.tracking import Tracker
 from mtl_heads.trainer import Trainer, format_scores, mean_score, seed_everything, selection_tasks
 
@@ -119,8 +119,6 @@ def apply_init(cfg: DictConfig, overrides: list[str]) -> DictConfig:
     """Check ``prune.mode`` and ``init``; with ``init=<run>``, copy ``INHERITED`` keys from that run
     unless they were given on the command line. ``tasks`` may be a subset of the run's tasks."""
     mode = prune_mode(cfg)
-    if mode not in PRUNE_MODES:
-        raise ConfigError(f"config key 'prune.mode': expected one of {', '.join(PRUNE_MODES)}, got {mode!r}")
     if not cfg.init:
         if mode == "static":
             raise ConfigError("config key 'init': static pruning learns gates on a trained run; "

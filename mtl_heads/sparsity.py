@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from mtl_heads.config import ConfigError
+from mtl_heads.config import PRUNE_MODES, ConfigError
 from mtl_heads.precision import fp32
 
 __all__ = ["LAMBDA_DEFAULTS", "MTL_LAMBDA", "LagrangianBudget", "resolve_lambda", "resolve_budget", "Sparsity",
@@ -32,15 +32,18 @@ __all__ = ["LAMBDA_DEFAULTS", "MTL_LAMBDA", "LagrangianBudget", "resolve_lambda"
 # task -> L0 weight used by the reference scripts (background.md, section 1)
 LAMBDA_DEFAULTS: dict[str, float] = {"pos": 0.01, "dep": 0.01, "con": 0.01, "srl": 0.001, "ner": 0.0002}
 MTL_LAMBDA = 0.001  # the reference value for five-task MTL, used for any multi-task run
-PRUNE_MODES = ("none", "dynamic", "static")
 
 
 def prune_mode(cfg) -> str:
     """``prune.mode`` of a run config: none | dynamic | static (``none`` for runs saved before
-    pruning existed)."""
+    pruning existed); anything else is a ConfigError naming the key (the one place it is checked
+    after loading: a config built in code skips the key rules of ``mtl_heads.config``)."""
     from omegaconf import OmegaConf
 
-    return OmegaConf.select(cfg, "prune.mode", default="none") or "none"
+    mode = OmegaConf.select(cfg, "prune.mode", default="none") or "none"
+    if mode not in PRUNE_MODES:
+        raise ConfigError(f"config key 'prune.mode': expected one of {', '.join(PRUNE_MODES)}, got {mode!r}")
+    return mode
 
 
 def resolve_lambda(value, tasks: list[str]) -> float:
@@ -169,8 +172,6 @@ class Sparsity:
 def sparsity_from_config(cfg, gate: nn.Module | None) -> Sparsity:
     """The run's :class:`Sparsity` from ``cfg.prune`` (``mode none`` for configs without it)."""
     mode = prune_mode(cfg)
-    if mode not in PRUNE_MODES:
-        raise ConfigError(f"config key 'prune.mode': expected one of {', '.join(PRUNE_MODES)}, got {mode!r}")
     if mode == "none":
         return Sparsity(gate, mode)
     n_heads = gate.expected_l0().numel() if gate is not None and hasattr(gate, "expected_l0") else 0
