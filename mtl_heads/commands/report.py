@@ -22,6 +22,7 @@ from omegaconf import DictConfig
 
 from mtl_heads.cli import Arguments, command, config_file
 from mtl_heads.config import ConfigError
+from mtl_heads.reports.claims import claims_html
 from mtl_heads.reports.page import split_specs, write_html
 from mtl_heads.reports.runs import Note, folder_kind
 
@@ -37,8 +38,9 @@ def report(cfg: DictConfig) -> None:
                           "e.g. python -m mtl_heads report runs html=report.html")
     notes: list[Note] = []
     run_specs, probe_dirs = split_specs(list(cfg.paths))
+    lead = claims_html(run_specs) if run_specs else ""  # a study's claims open the page
     path = write_html(cfg.html, run_specs, probe_dirs, title=cfg.title, root=cfg.root, panels=cfg.panels,
-                      notes=notes, tests=list(cfg.test))
+                      notes=notes, tests=list(cfg.test), lead=lead)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     kinds = [folder_kind(Path(p)) for p in probe_dirs]

@@ -34,8 +34,10 @@ seed left out in turn (:func:`check_claims`), and one that changes is marked fra
 """
 from __future__ import annotations
 
+import html
 import json
 import math
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -55,7 +57,7 @@ from mtl_heads.runs import is_probe_report
 
 __all__ = ["ALPHA", "NEAR_ALL", "SHUFFLES", "RULES", "Test", "Claim", "Study", "regime", "holm", "read_study",
            "read_ablations", "check_claims", "probe_skill", "pooled_ablation", "score_grid", "claims_markdown",
-           "splice"]
+           "claims_html", "splice"]
 
 ALPHA = 0.05
 NEAR_ALL = 0.95  # a setting keeping at least this share of the heads (in most of its seeds) did not prune
@@ -1049,6 +1051,33 @@ def claims_markdown(study: Study, claims: list[Claim], command: str = "") -> str
     if study.notes:
         out += ["Notes:", ""] + [f"- {note}" for note in study.notes] + [""]
     return "\n".join(out)
+
+
+def _bold(text: str) -> str:
+    """Markdown ``**bold**`` (the claims' own emphasis, e.g. **confounded**) as HTML ``<b>``."""
+    return re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", text)
+
+
+def claims_html(specs: list[str]) -> str:
+    """He & Choi's claims on the runs (:mod:`mtl_heads.reports.claims`), one line each: the question,
+    the verdict (coloured; its rule on hover), its stability and its key numbers. Empty when the runs
+    hold no study, i.e. no claim can be answered (a few runs of one setting)."""
+    try:
+        claims = check_claims(read_study(specs))
+    except ConfigError:
+        return ""
+    if not any(c.verdict for c in claims):
+        return ""
+    items = []
+    for claim in claims:
+        word = VERDICT_WORDS.get(claim.verdict, "cannot be tested")
+        items.append(f'<li><b>{html.escape(claim.question)}</b> <span class="verdict {claim.verdict or "none"}" '
+                     f'title="Rule: {html.escape(claim.rule)}">{html.escape(word[:1].upper() + word[1:])}</span> '
+                     f'<span class="meta">({html.escape(claim.stability or "stability not checked")})</span><br>'
+                     f'{_bold(html.escape(claim.answer))}.</li>')
+    return ('<section id="claims"><h2>Claims</h2><p class="meta">He &amp; Choi 2021 checked on these runs; hover a '
+            'verdict for its rule. Every number, test and null: <code>python -m mtl_heads claims</code> on the same '
+            f'folders.</p><ol class="claims">{"".join(items)}</ol></section>')
 
 
 def splice(doc: str, generated: str, path: str = "doc") -> str:

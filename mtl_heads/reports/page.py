@@ -76,6 +76,10 @@ table.sortable th.text{text-align:left;max-width:none}
 table.sortable td.text{white-space:normal;text-align:left;overflow-wrap:anywhere;max-width:60em}
 table.sortable td[title]{text-decoration:underline dotted #aaa}
 .sd{display:block;font-size:10px;color:#777}
+ol.claims{padding-left:22px;font-size:14px} ol.claims li{margin:6px 0}
+.verdict{font-weight:600;padding:1px 6px;border-radius:3px;cursor:help;white-space:nowrap}
+.verdict.yes{background:#d8f0d8;color:#14561c} .verdict.partly{background:#fbeccb;color:#7a4d00}
+.verdict.no{background:#f6d5d5;color:#8a1c1c} .verdict.none{background:#e8e8e8;color:#555}
 .gallery{display:flex;flex-wrap:wrap;gap:14px;align-items:flex-start}
 figure{margin:0;border:1px solid #e4e4e4;padding:6px;background:#fff;max-width:100%;box-sizing:border-box}
 figure img{display:block;max-width:100%;height:auto}
@@ -682,7 +686,7 @@ def split_specs(specs: list[str]) -> tuple[list[str], list[Path]]:
 
 def build_page(run_specs: list[str], probe_dirs: list[Path], title: str = "mtl-heads report",
                root: str | Path = RUNS, panels: int = PANELS, notes: list[Note] | None = None,
-               tests: list[str] | None = None) -> str:
+               tests: list[str] | None = None, lead: str = "") -> str:
     """The whole HTML page as a string (nothing in it refers outside the page).
 
     Args:
@@ -695,6 +699,8 @@ def build_page(run_specs: list[str], probe_dirs: list[Path], title: str = "mtl-h
         notes: what is given and not used is appended to it (and listed on the page). Default: a new list.
         tests: ``A,B`` texts or ``all`` of ``test=`` (:func:`mtl_heads.reports.significance.resolve_pairs`):
             adds the section of :func:`significance_section`. Default none: no such section.
+        lead: an HTML section put first (the claims of a study,
+            :func:`mtl_heads.reports.claims.claims_html`); default none.
 
     Raises ``ConfigError`` for nothing to report, ``tests`` without runs, a bad ``--test`` name (the
     message starts ``test=``), or broken run / probe files.
@@ -708,6 +714,9 @@ def build_page(run_specs: list[str], probe_dirs: list[Path], title: str = "mtl-h
     sections, nav = [], []
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
+        if lead:
+            sections.append(lead)  # the answer first: the claims section (mtl_heads.reports.claims.claims_html)
+            nav.append(("claims", "Claims"))
         if run_specs:
             comparison = compare_runs(run_specs, root, uses=PROBE_KINDS)
             notes += comparison.notes
