@@ -330,10 +330,12 @@ def read_study(specs: list[str]) -> Study:
                 notes.append(f"{folder}: not used ({err})")
     ablations, more = read_ablations(specs)
     study = Study(runs, cells, mtl, reports, notes + more, ablations)
-    for path, record in ablations:
+    study.ablations = []
+    for path, record in ablations:  # each matched to its run once
         if study.run_row(record.get("run_resolved") or record["run"]) is None:
             study.notes.append(f"{path}: its run {record['run']} is not among the study's runs; not used")
-    study.ablations = [(p, a) for p, a in ablations if study.run_row(a.get("run_resolved") or a["run"]) is not None]
+        else:
+            study.ablations.append((path, record))
     return study
 
 
