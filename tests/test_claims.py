@@ -1,6 +1,7 @@
 """He & Choi's claims on a made-up study: verdicts and numbers checked against hand computations."""
 import json
 import math
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -9,8 +10,8 @@ from scipy import stats
 
 from mtl_heads.commands.claims import main
 from mtl_heads.config import ConfigError
-from mtl_heads.reports.claims import (BEGIN, END, RULES, check_claims, claims_markdown, holm, pooled_ablation,
-                                      probe_skill, read_study, regime, score_grid, splice)
+from mtl_heads.reports.claims import (BEGIN, END, MATCHED_RULE, RULES, check_claims, claims_markdown, holm,
+                                      pooled_ablation, probe_skill, read_study, regime, score_grid, splice, sp_vs_dp)
 from test_compare import make_run
 
 LAYERS, HEADS = 4, 6
@@ -204,6 +205,78 @@ def test_a_setting_that_did_not_prune_is_left_out(study_dir):
     assert "left out: SRL did not prune (keeps 24 of 24)" in stem.lines[0]
 
 
+def test_sp_against_dp_under_matched_conditions(study_dir):
+    """SP at 1e-5 for 2 epochs on its 2-epoch baseline; DP at SP's rate (fewer heads, a higher score: a win)
+    and DP for SP's 4 epochs in all (fewer heads, a clearly lower score: no win). Each matched comparison
+    has its line, saying what still differs; the verdict reads them (1 of 2: partly); the comparison as
+    first run is shown, not counted, and it alone gets the confound note."""
+    shutil.rmtree(study_dir / "pos-sp")
+    for seed in (1, 2, 3):
+        i = seed - 1
+        make_run(study_dir / "pos-sp" / f"seed{seed}", ("pos",), seed, test={"pos": 93.5 + 0.5 * i}, experiment="pos-sp",
+                 gates=gates_of(POS_KEPT[:6] + [18, 19], seed), heads_kept=8, lr=1e-5,
+                 prune={"mode": "static", "lambda": "auto"}, init=str(study_dir / "pos" / f"seed{seed}"))
+        for name, extra, score in (("pos-dp-lr1e-5", {"lr": 1e-5}, 94.0 + 0.5 * i),
+                                   ("pos-dp-4ep", {"train__epochs": 4}, 90.0 + 0.1 * i)):
+            make_run(study_dir / name / f"seed{seed}", ("pos",), seed, test={"pos": score}, experiment=name,
+                     gates=gates_of(POS_KEPT[:6], seed), heads_kept=6, prune={"mode": "dynamic", "lambda": "auto"},
+                     **extra)
+    study = read_study([str(study_dir)])
+    assert study.setting("pos", "dp") == study.run_row(study_dir / "pos-dp" / "seed1")["setting"]  # the cell stays
+    claim = sp_vs_dp(study)
+    assert claim.rule == f"{RULES['sp_dp']} {MATCHED_RULE}" and claim.verdict == "partly"
+    lines = claim.text_lines()
+    assert lines[0].startswith("POS: heads kept DP 8.0 ± 0.0 (n=3), SP 8.0 ± 0.0 (n=3); test accuracy DP 92.00, SP 94.00")
+    (rate,) = [line for line in lines if line.startswith("POS with DP at SP's encoder rate (1e-5): ")]
+    (epochs,) = [line for line in lines if line.startswith("POS with DP for SP's 4 epochs in all: ")]
+    p = stats.ttest_ind([93.5, 94.0, 94.5], [94.0, 94.5, 95.0], equal_var=False).pvalue
+    assert (f"heads kept DP 6.0 ± 0.0 (n=3), SP 8.0 ± 0.0 (n=3); test accuracy DP 94.50, SP 94.00, DP - SP +0.50, "
+            f"Welch p {p:.2g}") in rate and rate.endswith("; still different: epochs DP 2, SP 4 in all")
+    p = stats.ttest_ind([93.5, 94.0, 94.5], [90.0, 90.1, 90.2], equal_var=False).pvalue
+    assert f"test accuracy DP 90.10, SP 94.00, DP - SP -3.90, Welch p {p:.2g}" in epochs
+    assert epochs.endswith("; still different: encoder rate DP 1e-4, SP 1e-5")
+    assert claim.answer == (
+        "under matched conditions, DP keeps fewer heads at a test score not lower in 1 of the 2 comparisons whose DP "
+        "and SP both pruned (POS with DP for SP's 4 epochs in all, POS with DP at SP's encoder rate (1e-5)); as first "
+        "run (shown, not counted; **confounded**: DP and SP trained the encoder differently, see the notes): 0 of 1 "
+        "(POS)")
+    assert claim.notes == ["**confound**: DP trained the encoder at 1e-4 for 2 epochs; SP at 1e-5 for 2 epochs on top "
+                           "of a 2-epoch baseline at 1e-4 (4 in all): SP had more training (4 epochs against 2) and SP's "
+                           "encoder moved at a lower rate while its gates learnt, which can raise SP's score against "
+                           "DP's and so push the verdict towards 'not replicated'; He & Choi's DP trained at 1e-5 for "
+                           "30 epochs"]
+    text = claims_markdown(study, check_claims(study, stability=False))
+    assert f"*Rule:* {RULES['sp_dp'][:1].upper()}{RULES['sp_dp'][1:]} {MATCHED_RULE}" in text
+
+
+def test_sp_against_dp_at_another_lambda(study_dir):
+    """NER's DP and SP at the reference lambda: SP keeps every head (shown, not counted); at lambda 0.006
+    both prune, and that pair is counted; a searched lambda without SP runs is no comparison."""
+    rng = np.random.default_rng(0)
+    for seed in (1, 2, 3):
+        common = {"experiment": "ner", "lr": 1e-5, "init": str(study_dir / "ner" / f"seed{seed}")}
+        make_run(study_dir / "ner-sp" / f"seed{seed}", ("ner",), seed, test={"ner": 70.0}, heads_kept=24,
+                 gates=(1 - 0.5 * rng.random((LAYERS, HEADS))).tolist(), prune={"mode": "static", "lambda": "auto"},
+                 **common)
+        make_run(study_dir / "ner-sp-lambda0.006" / f"seed{seed}", ("ner",), seed, test={"ner": 69.0 + seed},
+                 heads_kept=8, gates=gates_of(NER_KEPT, seed), prune={"mode": "static", "lambda": 0.006}, **common)
+        make_run(study_dir / "ner-dp-lambda0.006" / f"seed{seed}", ("ner",), seed, test={"ner": 70.0 + seed},
+                 heads_kept=6, gates=gates_of(NER_KEPT[:6], seed), prune={"mode": "dynamic", "lambda": 0.006})
+    make_run(study_dir / "ner-dp-lambda0.02" / "seed1", ("ner",), 1, test={"ner": 60.0}, heads_kept=2,
+             gates=gates_of(NER_KEPT[:2], 1), prune={"mode": "dynamic", "lambda": 0.02})
+    study = read_study([str(study_dir)])
+    assert study.setting("ner", "dp") == study.run_row(study_dir / "ner-dp" / "seed1")["setting"]
+    claim = sp_vs_dp(study)
+    assert claim.rule == RULES["sp_dp"] and claim.verdict == "partly"
+    assert [line.split(":")[0] for line in claim.lines] == ["POS", "NER", "NER at lambda 0.006"]
+    assert claim.lines[1].endswith("not counted: NER SP did not prune (keeps 24 of 24)")
+    assert claim.lines[2].startswith("NER at lambda 0.006: heads kept DP 6.0 ± 0.0 (n=3), SP 8.0 ± 0.0 (n=3); test F1 "
+                                     "DP 72.00, SP 71.00, DP - SP +1.00")
+    assert claim.answer.startswith("DP keeps fewer heads at a test score not lower in 1 of the 2 settings whose DP and "
+                                   "SP both pruned (POS, NER at lambda 0.006); not counted: NER (did not prune); "
+                                   "**confounded**")
+
+
 def write_ablation(folder, run, heads, drops: dict, random: dict, label="stem cells"):
     """An ablation.json as python -m mtl_heads.ablate writes it: drops {method: {task: drop}}, random
     {method: {task: [drops of the random sets]}}."""
@@ -331,7 +404,7 @@ def test_claims_open_the_report_page(study_dir, tmp_path, capsys):
     assert report([str(study_dir), f"html={tmp_path / 'page.html'}"]) == 0
     page = (tmp_path / "page.html").read_text()
     assert '<a href="#claims">Claims</a>' in page
-    assert 0 < page.index('<section id="claims">') < page.index('id="comparison"')
+    assert 0 < page.index('<section id="claims"') < page.index('id="comparison"')
     make_run(tmp_path / "one" / "pos" / "seed1", ("pos",), 1, experiment="pos")  # no study: no claims section
     assert claims_html([str(tmp_path / "one")]) == ""
     assert "**" not in claims_html([str(study_dir)])  # the claims' markdown emphasis is HTML on the page

@@ -9,11 +9,22 @@ import pandas as pd
 import pytest
 
 from mtl_heads.commands.report import main
-from mtl_heads.reports.page import build_page, split_specs
+from mtl_heads.reports.page import build_page, heat_cells, split_specs
 
 from test_compare import make_run
 
 SECONDS = {1: 100.0, 2: 9.5, 3: 10.0}  # sorted as text: 10, 100, 9.5; as numbers: 9.5, 10, 100
+
+
+def heatmaps(page: str) -> list[list[dict]]:
+    """The cells of every heatmap of a page (as its script draws them: page.heat_cells of each data-heat)."""
+    import html
+
+    return [heat_cells(json.loads(html.unescape(spec))) for spec in re.findall(r'data-heat="([^"]*)"', page)]
+
+
+def titles(page: str) -> list[str]:
+    return [cell["title"] for cells in heatmaps(page) for cell in cells]
 
 
 @pytest.fixture
@@ -56,8 +67,8 @@ def test_page_is_self_contained_and_holds_the_numbers(runs_dir, probe_dir):
     assert '93.00<span class="sd"> ± 3.61</span>' in page
     assert '<td data-value="81.5">81.50<span class="sd"> ± 0.71</span></td>' in page  # ner f1 of the two MTL seeds
     # hover values: every heatmap cell's title carries its score (L1H2 nsubj = 50 + 10 + 2)
-    assert 'title="L1H2 nsubj: 62.0% (n=40)"' in page and 'title="L0H0 obj: 0.0% (n=12)"' in page
-    assert page.count('class="best"') == 2
+    assert "L1H2 nsubj: 62.0% (n=40)" in titles(page) and "L0H0 obj: 0.0% (n=12)" in titles(page)
+    assert sum(cell["cls"] == "best" for cells in heatmaps(page) for cell in cells) == 2
 
 
 def test_page_shows_dev_curves_and_the_gate_permutation_baseline(runs_dir):
@@ -144,7 +155,7 @@ def test_probe_comparison_folder_is_a_section(runs_dir, probe_dir, probe_compari
     assert "pretrained vs pos-seed1" in section
     # the heatmaps lead (one per model side by side, hover values), the table is folded below
     assert section.index('class="heatrow"') < section.index("<details>")
-    assert 'title="L1H2 pos-seed1: nsubj: 62.0% (n=40)"' in section
+    assert "L1H2 pos-seed1: nsubj: 62.0% (n=40)" in titles(section)
     assert 'id="probe-compare-0-dep"' in section and "delta:pos-seed1" in section
     # the reports compared are gone: the comparison's own pictures instead
     shutil.rmtree(probe_dir)
@@ -224,6 +235,7 @@ def test_report_in_headless_chromium(runs_dir, probe_dir, tmp_path, monkeypatch)
     driver = _browser(tmp_path)
     try:
         driver.get(page.as_uri())
+        driver.execute_script("document.querySelectorAll('details').forEach(function (d) { d.open = true; });")
         rows = driver.execute_script("return Array.from(document.querySelectorAll('table.sortable')).map("
                                      "function (t) { return [t.id, t.tBodies[0].rows.length]; });")
         counts = dict(rows)
@@ -233,8 +245,22 @@ def test_report_in_headless_chromium(runs_dir, probe_dir, tmp_path, monkeypatch)
         assert len(sizes) >= 5 and all(done and width > 0 for done, width in sizes), sizes
         heat_cells = driver.execute_script("return document.querySelectorAll('#probes table.heatmap td[title]').length;")
         assert heat_cells == 2 * 6
-        stem_cells = driver.execute_script("return document.querySelectorAll('#gates table.heatmap td[title]').length;")
+        stem_cells = driver.execute_script(
+            "return document.querySelectorAll('#stem-cells ~ .heatmaps table.heatmap td[title]').length;")
         assert stem_cells == 6  # how many settings keep each head, 2 x 3
+        gate_maps = driver.execute_script("return document.querySelectorAll('#gates details table.heatmap').length;")
+        assert gate_maps == 5  # each run's gates
+        # the script draws every heatmap's cells as page.heat_cells says: hover text, outline, colour
+        drawn = driver.execute_script("return Array.from(document.querySelectorAll('table.heatmap')).map(function (t) {"
+                                      "  return Array.from(t.querySelectorAll('td')).map(function (c) {"
+                                      "    return [c.title, c.className, c.style.backgroundColor]; }); });")
+
+        def rgb(colour):
+            return "rgb({}, {}, {})".format(*(int(colour[i:i + 2], 16) for i in (1, 3, 5))) if len(colour) == 7 \
+                else "rgb(238, 238, 238)"
+
+        expected = [[[c["title"], c["cls"], rgb(c["colour"])] for c in cells] for cells in heatmaps(page.read_text())]
+        assert drawn == expected and len(drawn) == 3 + 5  # the stem cells, 5 runs' gates, nsubj, obj
 
         header = driver.execute_script(
             "return Array.from(document.getElementById('runs').tHead.rows[0].cells)"
@@ -279,6 +305,7 @@ def test_layout_at_laptop_width_in_headless_chromium(many_settings, probe_dir, p
     driver = _browser(tmp_path, 1366)
     try:
         driver.get(page.as_uri())
+        driver.execute_script("document.querySelectorAll('details').forEach(function (d) { d.open = true; });")
         assert driver.execute_script("return document.documentElement.clientWidth;") == 1366
         widths = driver.execute_script(
             "return [document.documentElement.scrollWidth, document.documentElement.clientWidth].concat("
@@ -293,9 +320,11 @@ def test_layout_at_laptop_width_in_headless_chromium(many_settings, probe_dir, p
         sizes = driver.execute_script("return Array.from(document.images).map("
                                       "function (i) { return [i.complete, i.naturalWidth, i.width]; });")
         assert len(sizes) >= 8 and all(done and natural > 0 for done, natural, _ in sizes), sizes
-        score_plot = driver.execute_script(
-            "return Array.from(document.images).find(function (i) { return i.alt.startsWith('test score'); }).width;")
-        assert score_plot >= 600  # a readable figure, not a thumbnail
+        score_plot = driver.execute_script(  # the comparison's figure, or a study's per-task panels in the lead
+            "var i = Array.from(document.images).find(function (i) { return i.alt.startsWith('test score'); });"
+            "var s = document.querySelector('#figure-score svg');"
+            "return i ? i.width : s ? s.getBoundingClientRect().width : 0;")
+        assert score_plot >= 500  # a readable figure, not a thumbnail
         headers = driver.execute_script(
             "return Array.from(document.getElementById('settings').tHead.rows[0].cells).map("
             "function (c) { return c.textContent; });")
@@ -445,9 +474,10 @@ def _stem_section(page):
     import html
 
     part = page[page.index('<h3 id="stem-cells">'):].split("<details>")[0]
-    titles = dict(re.findall(r'title="(L\d+H\d+) settings \(of 2\) keeping it: (\d+)"', part))
-    marked = re.findall(r'<td class="marked"[^>]*title="(L\d+H\d+) ', part)
-    return html.unescape(re.sub(r"<[^>]+>", " ", part)), {h: int(v) for h, v in titles.items()}, marked
+    cells = [cell for cells in heatmaps(part) for cell in cells]
+    found = dict(re.fullmatch(r"(L\d+H\d+) settings \(of 2\) keeping it: (\d+)", c["title"]).groups() for c in cells)
+    marked = [c["title"].split(" ")[0] for c in cells if c["cls"] == "marked"]
+    return html.unescape(re.sub(r"<[^>]+>", " ", part)), {h: int(v) for h, v in found.items()}, marked
 
 
 def test_stem_cells_on_the_page_are_those_gates_prints(pruned_runs, tmp_path, capsys):

@@ -1,20 +1,67 @@
-"""docs/ewt-study.sh: its checks and skips, without training anything."""
+"""docs/ewt-study.sh: its checks, skips and plan, without training anything: where a stage would
+train or ablate, ``python`` is a stub on PATH that fakes ``-m mtl_heads train`` (it copies a made-up run,
+FAKE_RUN, into run_dir and adds weights) and ``-m mtl_heads ablate`` (it writes an ablation.json of the
+heads asked for), logs their arguments (FAKE_LOG) and hands anything else to the real python."""
+import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from mtl_heads.reports.claims import read_study
 from test_compare import make_run
 
-SCRIPT = Path(__file__).resolve().parents[1] / "docs" / "ewt-study.sh"
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "docs" / "ewt-study.sh"
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+STAGES = "baselines retrain probes sp dp budget ablate matched nersearch nerlambda doc"
+STUB = """#!{python}
+import json, os, shutil, sys
+from pathlib import Path
+
+args = sys.argv[1:]
+if args[:2] == ["-m", "mtl_heads"] and args[2] in ("train", "ablate"):
+    with open(os.environ["FAKE_LOG"], "a") as log:
+        log.write(json.dumps(args[2:]) + "\\n")
+    keys = dict(a.split("=", 1) for a in args[3:] if "=" in a)
+    if args[2] == "train":
+        shutil.copytree(os.environ["FAKE_RUN"], keys["run_dir"], dirs_exist_ok=True)
+        (Path(keys["run_dir"]) / "model.safetensors").write_text("weights")
+    else:
+        Path(keys["out"]).mkdir(parents=True)
+        record = {{"kind": "head ablation", "run": args[3], "heads": keys["heads"].split(","), "methods": {{}}}}
+        (Path(keys["out"]) / "ablation.json").write_text(json.dumps(record))
+    sys.exit(0)
+os.execv({python!r}, [{python!r}, *args])
+"""
 
 
 def study(tmp_path, *stages, **env):
     return subprocess.run(["bash", str(SCRIPT), *stages], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "STUDY": str(tmp_path / "study"), "SEEDS": "1", **env})
+
+
+@pytest.fixture
+def fake(tmp_path):
+    """The environment of a study whose training and ablation are faked; ``fake["log"]()``: the calls."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python").write_text(STUB.format(python=sys.executable))
+    (bin_dir / "python").chmod(0o755)
+    log = tmp_path / "calls.jsonl"
+    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FAKE_LOG": str(log)}
+    calls = lambda: [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []  # noqa: E731
+    return {"env": env, "log": calls}
+
+
+def record_run(folder, task="pos", seed=1, score=97.1, **kw):
+    """A finished unpruned run as the record keeps it: no weights."""
+    make_run(folder, (task,), seed, test={task: score}, experiment=task, **kw)
+    (folder / "labels.json").write_text(json.dumps({task: ["A", "B"]}))
+    return folder
 
 
 def test_script_parses():
@@ -23,7 +70,7 @@ def test_script_parses():
 
 def test_unknown_stage_and_setting(tmp_path):
     result = study(tmp_path, "train")
-    assert result.returncode == 2 and "unknown stage 'train' (baselines probes sp dp budget doc)" in result.stderr
+    assert result.returncode == 2 and f"unknown stage 'train' ({STAGES})" in result.stderr
     result = study(tmp_path, "baselines", SETTINGS="pos tagger")
     assert result.returncode == 2 and "SETTINGS: unknown setting 'tagger'" in result.stderr
 
@@ -35,7 +82,7 @@ def test_finished_runs_are_skipped_and_sp_needs_weights(tmp_path):
     result = study(tmp_path, "baselines", "sp", SETTINGS="pos")
     assert f"done: {tmp_path}/study/pos/seed1" in result.stdout
     assert (f"not run: {tmp_path}/study/pos-sp/seed1 needs the weights of {tmp_path}/study/pos/seed1 "
-            f"(not committed; train it again: rm -r {tmp_path}/study/pos/seed1)") in result.stdout
+            "(not committed; train it again: SETTINGS=pos SEEDS=1 bash docs/ewt-study.sh retrain)") in result.stdout
     assert result.returncode == 1 and f"failed (see the log above; run the script again to retry): " \
         f"{tmp_path}/study/pos-sp/seed1" in result.stderr
     assert not (tmp_path / "study" / "pos-sp").exists()
@@ -59,3 +106,157 @@ def test_doc_stage_reads_only_finished_runs(tmp_path):
         assert (root / output).is_file(), output
     assert "Generated from 4 runs in 2 settings" in doc.read_text()
     assert "pos-sp/seed1 (unfinished run: no metrics.json yet)" in doc.read_text()
+
+
+def plan_of(text: str) -> list[tuple[str, list[str]]]:
+    """A plan's stages: (its "# stage:" line, its commands)."""
+    stages = []
+    for line in text.splitlines():
+        if line.startswith("# stage: "):
+            stages.append((line, []))
+        else:
+            stages[-1][1].append(line)
+    return stages
+
+
+def test_plan_prints_one_command_per_run_with_stages_as_barriers(tmp_path):
+    """Every stage in order, each after a "# stage:" line naming the earlier stages it waits for; one
+    command per run, seed-major as the stages run them, each the script on one run with this call's
+    variables; nothing is run."""
+    env = {"SEEDS": "1 2", "SETTINGS": "pos ner", "EXTRA": "data.max_sentences=40 encoder.name=x"}
+    result = study(tmp_path, "plan", **env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == study(tmp_path, PLAN="1", **env).stdout  # PLAN=1 is the same
+    assert not (tmp_path / "study").exists()
+    stages = plan_of(result.stdout)
+    assert [header for header, _ in stages] == [
+        "# stage: baselines", "# stage: retrain (needs: baselines)", "# stage: probes (needs: baselines retrain)",
+        "# stage: sp (needs: baselines retrain)", "# stage: dp", "# stage: budget",
+        "# stage: ablate (needs: baselines retrain dp budget)", "# stage: matched", "# stage: nersearch",
+        "# stage: nerlambda (needs: baselines retrain nersearch)",
+        "# stage: doc (needs: baselines retrain probes sp dp budget ablate matched nersearch nerlambda)"]
+    lines = {header.split()[2]: commands for header, commands in stages}
+    head = f"STUDY={tmp_path}/study EXTRA=data.max_sentences=40\\ encoder.name=x WANDB_MODE=disabled "
+    assert all(c.startswith(head) for _, commands in stages for c in commands)
+    cut = lambda stage: [c.removeprefix(head) for c in lines[stage]]  # noqa: E731
+    assert cut("baselines") == [f"SETTINGS={s} SEEDS={n} bash docs/ewt-study.sh baselines"
+                                for n in (1, 2) for s in ("pos", "ner")]
+    assert cut("probes")[:2] == ["PROBE_PRETRAINED=only bash docs/ewt-study.sh probes",
+                                 "PROBE_PRETRAINED=no SETTINGS=pos SEEDS=1 bash docs/ewt-study.sh probes"]
+    assert cut("ablate")[:2] == ["ABLATE=dp SETTINGS=pos SEEDS=1 bash docs/ewt-study.sh ablate",
+                                 "ABLATE=budget SETTINGS=pos SEEDS=1 bash docs/ewt-study.sh ablate"]
+    assert cut("matched") == [f"MATCHED={m} SETTINGS=pos SEEDS={n} bash docs/ewt-study.sh matched"
+                              for n in (1, 2) for m in ("lr", "epochs")]  # POS, DEP, CON, SRL only
+    assert cut("nersearch") == [f"NER_LAMBDAS={lam} SETTINGS=ner bash docs/ewt-study.sh nersearch"
+                                for lam in ("0.002", "0.006", "0.02")]
+    assert cut("nerlambda") == [f"SETTINGS=ner SEEDS={n} bash docs/ewt-study.sh nerlambda" for n in (1, 2)]
+    assert cut("doc") == ["bash docs/ewt-study.sh doc"]
+    # some stages: "needs" names only the stages of this plan
+    some = plan_of(study(tmp_path, "plan", "retrain", "ablate", SETTINGS="pos").stdout)
+    assert [h for h, _ in some] == ["# stage: retrain", "# stage: ablate (needs: retrain)"]
+    assert study(tmp_path, "plan", "nostage").returncode == 2
+
+
+def test_plan_lines_skip_or_resume_as_the_stages_do(tmp_path, fake):
+    """A plan line run on its own, from the repository root: a finished run says "done:" and is not
+    trained again; SP without its baseline's weights says so."""
+    record_run(tmp_path / "study" / "pos" / "seed1")
+    stages = dict(plan_of(study(tmp_path, "plan", "baselines", "sp", SETTINGS="pos").stdout))
+    env = {k: v for k, v in os.environ.items() if k not in ("STUDY", "SEEDS", "SETTINGS")} | fake["env"]
+    rerun = lambda line: subprocess.run(["bash", "-c", line], cwd=REPO, capture_output=True, text=True,  # noqa: E731
+                                        timeout=120, env=env)
+    (line,) = stages["# stage: baselines"]
+    assert f"done: {tmp_path}/study/pos/seed1" in rerun(line).stdout
+    (line,) = stages["# stage: sp (needs: baselines)"]
+    assert f"not run: {tmp_path}/study/pos-sp/seed1 needs the weights" in rerun(line).stdout
+    assert not fake["log"]()
+
+
+def test_retrain_moves_the_weights_only_when_the_record_is_reproduced(tmp_path, fake):
+    """POS trains again to the same files: its weights join the record. DEP trains again to another test
+    score: the record is left as it was and the new run stays beside it, named."""
+    root = tmp_path / "study"
+    record_run(root / "pos" / "seed1")
+    same = record_run(tmp_path / "trained" / "pos", seconds=99.0)  # only the wall time differs
+    result = study(tmp_path, "retrain", SETTINGS="pos", FAKE_RUN=str(same), **fake["env"])
+    assert result.returncode == 0, result.stderr
+    assert f"reproduced: {root}/pos/seed1" in result.stdout
+    assert (root / "pos" / "seed1" / "model.safetensors").is_file()
+    assert not (root / "pos" / ".seed1.retrained").exists()
+    assert json.loads((root / "pos" / "seed1" / "metrics.json").read_text())["seconds"] == 10.0  # the record's files
+    (call,) = fake["log"]()
+    assert call[0] == "train" and {"data=ewt", "tasks=pos", "seed=1", "experiment=pos",
+                                   f"run_dir={root}/pos/.seed1.retrained"} <= set(call)
+    assert f"done: {root}/pos/seed1 (has its weights)" in study(tmp_path, "retrain", SETTINGS="pos").stdout
+
+    record_run(root / "dep" / "seed1", "dep", score=88.0)
+    before = (root / "dep" / "seed1" / "metrics.json").read_bytes()
+    other = record_run(tmp_path / "trained" / "dep", "dep", score=87.9)
+    for _ in range(2):  # the second time the new run is there: compared again, not trained again
+        result = study(tmp_path, "retrain", SETTINGS="dep", FAKE_RUN=str(other), **fake["env"])
+        assert (f"did not reproduce: {root}/dep/seed1 (test dep las 88.00 -> 87.90); the record is unchanged and the "
+                f"new run is {root}/dep/.seed1.retrained") in result.stdout
+        assert result.returncode == 1 and f"{root}/dep/seed1 (did not reproduce)" in result.stderr
+    assert (root / "dep" / "seed1" / "metrics.json").read_bytes() == before
+    assert not (root / "dep" / "seed1" / "model.safetensors").exists()
+    assert (root / "dep" / ".seed1.retrained" / "model.safetensors").is_file()
+    assert len(fake["log"]()) == 2
+    assert f"not retrained: {root}/con/seed1 has no record" in study(tmp_path, "retrain", SETTINGS="con").stdout
+
+
+def test_ablate_runs_where_the_claims_look_skips_what_is_written_and_names_missing_weights(tmp_path, fake):
+    """The DP stem cells (heads kept by every single-task DP setting that pruned: L0H0 and L1H1) are
+    ablated in POS, which has its weights, into the folder the claims read; DEP has none: named."""
+    root = tmp_path / "study"
+    for task, gates in (("pos", [[1, 1, 0], [0, 1, 0]]), ("dep", [[1, 0, 0], [0, 1, 1]])):
+        record_run(root / task / "seed1", task)
+        make_run(root / f"{task}-dp" / "seed1", (task,), 1, experiment=f"{task}-dp", gates=gates, heads_kept=3,
+                 prune={"mode": "dynamic", "lambda": "auto"})
+    (root / "pos" / "seed1" / "model.safetensors").write_text("weights")
+    result = study(tmp_path, "ablate", SETTINGS="pos dep", **fake["env"])
+    out = root / "pos" / "seed1" / "ablation-dp-stem-cells"
+    assert f"not ablated: no budget stem cells in {root}" in result.stdout
+    assert (f"not run: {root}/dep/seed1/ablation-dp-stem-cells needs the weights of {root}/dep/seed1 (not committed; "
+            "train it again: SETTINGS=dep SEEDS=1 bash docs/ewt-study.sh retrain)") in result.stdout
+    assert result.returncode == 1 and f"{root}/dep/seed1/ablation-dp-stem-cells" in result.stderr
+    (call,) = fake["log"]()
+    assert call == ["ablate", f"{root}/pos/seed1", "heads=L0H0,L1H1", "label=dp stem cells", "methods=zero,mean",
+                    "random_sets=20", "split=test", "progress=false", f"out={out}"]
+    assert [path for path, _ in read_study([str(root)]).ablations] == [out / "ablation.json"]  # claim 6 finds it
+    assert f"done: {out}" in study(tmp_path, "ablate", SETTINGS="pos", ABLATE="dp", **fake["env"]).stdout
+    assert len(fake["log"]()) == 1
+    (out / "ablation.json").write_text(json.dumps({"run": "x", "heads": ["L0H0"], "methods": {}}))
+    result = study(tmp_path, "ablate", SETTINGS="pos", ABLATE="dp", **fake["env"])
+    assert f"stale: {out} ablated other heads than today's dp stem cells (L0H0,L1H1)" in result.stdout
+
+
+def test_matched_and_ner_lambda_runs(tmp_path, fake):
+    """matched: POS DP at SP's encoder rate and for SP's 3 epochs (not NER). nerlambda: the smallest
+    searched lambda whose seed-1 run keeps at most 90% of the heads, then DP and SP at it."""
+    root = tmp_path / "study"
+    trained = record_run(tmp_path / "trained" / "any")
+    result = study(tmp_path, "matched", SETTINGS="pos ner", FAKE_RUN=str(trained), **fake["env"])
+    assert result.returncode == 0, result.stderr
+    calls = fake["log"]()
+    assert [[a for a in c if a.startswith("experiment=")] for c in calls] == [["experiment=pos-dp-lr1e-5"],
+                                                                              ["experiment=pos-dp-3ep"]]
+    assert {"prune=dynamic", "train.lr_encoder=1e-5", "train.epochs=2", f"run_dir={root}/pos-dp-lr1e-5/seed1"} \
+        <= set(calls[0])
+    assert calls[1].index("train.epochs=3") > calls[1].index("train.epochs=2")  # the later value wins
+
+    result = study(tmp_path, "nerlambda", SETTINGS="ner")
+    assert result.returncode == 1 and f"{root}/ner-dp-lambda0.002/seed1 is not finished" in result.stderr
+    for lam, kept in (("0.002", 71), ("0.006", 60), ("0.02", 20)):
+        make_run(root / f"ner-dp-lambda{lam}" / "seed1", ("ner",), 1, heads_kept=kept,
+                 experiment=f"ner-dp-lambda{lam}")
+    record_run(root / "ner" / "seed1", "ner")
+    (root / "ner" / "seed1" / "model.safetensors").write_text("weights")
+    result = study(tmp_path, "nerlambda", SETTINGS="ner", SEEDS="1 2", FAKE_RUN=str(trained), **fake["env"])
+    assert "nerlambda: lambda 0.006: keeps 60 of 72 heads" in result.stderr
+    assert "nerlambda: lambda 0.006\n" in result.stdout
+    assert f"done: {root}/ner-dp-lambda0.006/seed1" in result.stdout
+    assert f"not run: {root}/ner-sp-lambda0.006/seed2 needs the weights of {root}/ner/seed2" in result.stdout
+    sp1, dp2 = fake["log"]()[2:]  # seed 1 (DP: the search's run), then seed 2
+    assert {"prune=dynamic", "prune.lambda=0.006", "seed=2", "experiment=ner-dp-lambda0.006"} <= set(dp2)
+    assert {"prune=static", f"init={root}/ner/seed1", "prune.lambda=0.006", "train.lr_encoder=1e-5",
+            "experiment=ner-sp-lambda0.006", "seed=1"} <= set(sp1)

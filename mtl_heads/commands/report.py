@@ -22,9 +22,9 @@ from omegaconf import DictConfig
 
 from mtl_heads.cli import Arguments, command, config_file
 from mtl_heads.config import ConfigError
-from mtl_heads.reports.claims import claims_html
 from mtl_heads.reports.page import split_specs, write_html
 from mtl_heads.reports.runs import Note, folder_kind
+from mtl_heads.reports.study_page import stem_cell_groups, study_lead
 
 ARGUMENTS = Arguments(config_file("report"), positional="paths", many=True, repeat=frozenset({"test"}),
                       flags={"--html": "html", "--title": "title", "--root": "root", "--panels": "panels",
@@ -38,9 +38,10 @@ def report(cfg: DictConfig) -> None:
                           "e.g. python -m mtl_heads report runs html=report.html")
     notes: list[Note] = []
     run_specs, probe_dirs = split_specs(list(cfg.paths))
-    lead = claims_html(run_specs) if run_specs else ""  # a study's claims open the page
+    lead = study_lead(run_specs) if run_specs else ""  # a study's claims and figures open the page
     path = write_html(cfg.html, run_specs, probe_dirs, title=cfg.title, root=cfg.root, panels=cfg.panels,
-                      notes=notes, tests=list(cfg.test), lead=lead)
+                      notes=notes, tests=list(cfg.test), lead=lead,
+                      heads=stem_cell_groups(run_specs) if lead else None)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     kinds = [folder_kind(Path(p)) for p in probe_dirs]

@@ -22,7 +22,8 @@ verdict (yes / partly / no, or none with the reason when the study cannot answer
    sets anywhere and random sets matched per layer);
 4. does STL sharpen its own task's probe heads while MTL spreads them (:func:`probe_skill`), with
    the per-label best-head scores He & Choi quote beside ours;
-5. does DP keep fewer heads than SP at an equal or better test score (and do they agree on which);
+5. does DP keep fewer heads than SP at an equal or better test score (and do they agree on which); with DP
+   runs trained as SP was (its encoder rate, or its epochs in all), those matched comparisons decide;
 6. are the stem cells *needed*: the score each task loses when they are ablated
    (``python -m mtl_heads.ablate``) against layer-matched random head sets of the same size.
 
@@ -55,9 +56,9 @@ from mtl_heads.reports.runs import read_yaml, walk_runs
 from mtl_heads.reports.significance import permutation_test, significance_table, welch
 from mtl_heads.runs import is_probe_report
 
-__all__ = ["ALPHA", "NEAR_ALL", "SHUFFLES", "RULES", "Test", "Claim", "Study", "regime", "holm", "read_study",
-           "read_ablations", "check_claims", "probe_skill", "pooled_ablation", "score_grid", "claims_markdown",
-           "claims_html", "splice"]
+__all__ = ["ALPHA", "NEAR_ALL", "SHUFFLES", "RULES", "MATCHED_RULE", "Test", "Claim", "Study", "regime", "holm",
+           "read_study", "read_ablations", "check_claims", "probe_skill", "pooled_ablation", "score_grid",
+           "claims_markdown", "claims_html", "splice"]
 
 ALPHA = 0.05
 NEAR_ALL = 0.95  # a setting keeping at least this share of the heads (in most of its seeds) did not prune
@@ -107,6 +108,11 @@ RULES = {
               "more than half of the tasks need them, partly when at least one does, not replicated otherwise "
               "(the stem cells of DP when they were ablated, else the first set).",
 }
+# claim 5 with DP runs matched to SP's schedule: appended to its rule only when the study has such runs
+MATCHED_RULE = ("With DP runs trained as SP was (at SP's encoder rate, or for SP's epochs in all, its baseline's "
+                "counted), each is compared with SP on its own line, as above, and the verdict reads those matched "
+                "comparisons (every one whose DP and SP both pruned); the comparisons as first run, whose encoder "
+                "training differs, are shown with their confound and not counted.")
 # He & Choi 2021's per-label probe figures (bert-base-cased, OntoNotes; best head's accuracy on one
 # label): pretrained / STL / MTL-5. Claim 4 sets ours, of the same label, beside them.
 PAPER_LABELS = {"pos": ("NN", (44.1, 91.4, 54.8)), "con": ("NP", (56.0, 85.7, 57.6))}
@@ -693,15 +699,27 @@ def _schedule(cfg: dict) -> tuple[float, float]:
     return float(train.get("lr_encoder", math.nan)), float(train.get("epochs", math.nan))
 
 
-def _sp_dp_confound(study: Study, dp: str, sp: str) -> str:
-    """'' or how DP's and SP's encoder training differ (rate and epochs; SP's baseline counted)."""
-    dp_rate, dp_epochs = _schedule(_config(study, dp))
+def _sp_schedule(study: Study, sp: str) -> tuple[float, float, float, float, str | None]:
+    """(encoder rate, epochs, its baseline's rate, its baseline's epochs, the baseline) of an SP setting;
+    the baseline's rate NaN and epochs 0 when its config cannot be read."""
     sp_cfg = _config(study, sp)
     sp_rate, sp_epochs = _schedule(sp_cfg)
     base = sp_cfg.get("init")
     base_rate, base_epochs = _schedule(read_yaml(Path(base) / "config.yaml")) if base and \
         (Path(base) / "config.yaml").is_file() else (math.nan, 0.0)
-    total = sp_epochs + (base_epochs if np.isfinite(base_epochs) else 0)
+    return sp_rate, sp_epochs, base_rate, base_epochs, base
+
+
+def _total(sp_epochs: float, base_epochs: float) -> float:
+    """SP's epochs in all: its own and its baseline's."""
+    return sp_epochs + (base_epochs if np.isfinite(base_epochs) else 0)
+
+
+def _sp_dp_confound(study: Study, dp: str, sp: str) -> str:
+    """'' or how DP's and SP's encoder training differ (rate and epochs; SP's baseline counted)."""
+    dp_rate, dp_epochs = _schedule(_config(study, dp))
+    sp_rate, sp_epochs, base_rate, base_epochs, base = _sp_schedule(study, sp)
+    total = _total(sp_epochs, base_epochs)
     if dp_rate == sp_rate and dp_epochs == total:
         return ""
     effects = ([f"SP had more training ({total:g} epochs against {dp_epochs:g})"] if total > dp_epochs else []) \
@@ -714,54 +732,141 @@ def _sp_dp_confound(study: Study, dp: str, sp: str) -> str:
                "'not replicated'" if effects else ""))
 
 
+def _lambda(study: Study, setting: str) -> str:
+    """A setting's ``prune.lambda`` as its config writes it (``auto`` when unset)."""
+    return str((_config(study, setting).get("prune") or {}).get("lambda", "auto"))
+
+
+@dataclass
+class _Pair:
+    """One DP setting against one SP setting in claim 5: ``label`` (the line's name), ``matched`` (how DP
+    was trained as SP was: '' for the pair of the regime cells and other lambdas, whose schedules differ)
+    and ``still`` (what still differs in a matched pair)."""
+
+    dp: str
+    sp: str
+    label: str
+    matched: str = ""
+    still: str = ""
+
+
+def _sp_dp_pairs(study: Study, tasks: str, name: str) -> list[_Pair]:
+    """Claim 5's pairs of ``tasks``: the regime cells' DP and SP first, then each other DP setting of those
+    tasks against the SP setting of its L0 lambda (the cell's when equal) where it was trained as SP was
+    (its encoder rate, or SP's epochs in all with the baseline's: a *matched* pair) or at another lambda."""
+    dp, sp = study.setting(tasks, "dp"), study.setting(tasks, "sp")
+    if dp is None or sp is None:
+        return []
+    pairs = [_Pair(dp, sp, name)]
+    runs = study.runs[study.runs["tasks"] == tasks]
+    of = lambda kind: list(dict.fromkeys(runs.loc[runs["regime"] == kind, "setting"]))  # noqa: E731
+    sps = [sp] + [s for s in of("sp") if s != sp]
+    reference = _lambda(study, dp)
+    for other in [d for d in of("dp") if d != dp]:
+        lam = _lambda(study, other)
+        partner = next((s for s in sps if _lambda(study, s) == lam), None)
+        if partner is None:
+            continue
+        rate, epochs = _schedule(_config(study, other))
+        sp_rate, sp_epochs, _, base_epochs, _ = _sp_schedule(study, partner)
+        total = _total(sp_epochs, base_epochs)
+        same_rate, same_epochs = rate == sp_rate, epochs == total
+        matched = " and ".join(([f"at SP's encoder rate ({_rate(sp_rate)})"] if same_rate else [])
+                               + ([f"for SP's {total:g} epochs in all"] if same_epochs else []))
+        if not matched and lam == reference:
+            continue  # another DP setting that is no comparison of this claim
+        still = "; ".join(([f"encoder rate DP {_rate(rate)}, SP {_rate(sp_rate)}"] if not same_rate else [])
+                          + ([f"epochs DP {epochs:g}, SP {total:g} in all"] if not same_epochs else []))
+        label = name + (f" at lambda {lam}" if lam != reference else "") + (f" with DP {matched}" if matched else "")
+        pairs.append(_Pair(other, partner, label, matched, still if matched else ""))
+    return pairs
+
+
+def _sp_dp_wins(rows: list[dict]) -> list[str]:
+    """The rows' names where DP keeps fewer heads at a test score not lower (higher, or Welch p >= 0.05)."""
+    return [r["name"] for r in rows if r["fewer"] and (r["difference"] >= 0 or not r["welch p"] < ALPHA)]
+
+
 def sp_vs_dp(study: Study) -> Claim:
     claim = Claim("Does DP keep fewer heads than SP at an equal or better test score, and do they keep the same heads?",
                   "DP keeps fewer heads than SP at equal or better accuracy", RULES["sp_dp"])
     rows, confounds = [], set()
     for tasks in study.tasks + ([study.mtl] if study.mtl else []):
-        dp, sp = study.setting(tasks, "dp"), study.setting(tasks, "sp")
-        if dp is None or sp is None:
-            continue
-        name = _setting_name(study, tasks)
-        gates = {f"{name} DP": _gates(study, dp), f"{name} SP": _gates(study, sp)}
-        why = _not_pruned(gates, gates)
-        table = _baseline(gates)
-        if table.empty:
-            claim.notes.append(f"{name}: the gates of DP or SP never moved")
-            continue
-        agreement = _pair_text(claim, f"{name} DP & SP", table.iloc[0].to_dict(), why)
-        heads = {s: _runs_of(study, s)["heads kept"] for s in (dp, sp)}
-        score = "test score" if "+" in tasks else _score_column(study.runs, tasks)  # the mean over tasks for MTL
-        test = significance_table(study.runs, [(sp, dp)]).query("score == @score")
-        if test.empty:
-            continue
-        t = test.iloc[0]
-        marker = claim.test(f"{name} score", t["welch p"], "fewer than 2 seeds" if min(t["n A"], t["n B"]) < 2 else "")
-        confound = _sp_dp_confound(study, dp, sp)
-        confounds.add(confound)
-        rows.append({"name": name, "counted": not why, "welch p": t["welch p"], "difference": t["difference"],
-                     "fewer": heads[dp].mean() < heads[sp].mean()})
-        what = "mean test score" if "+" in tasks else f"test {_metric(score)}"
-        claim.lines.append(f"{name}: heads kept DP {_mean_std(heads[dp], 1)}, SP {_mean_std(heads[sp], 1)}; {what} DP "
-                           f"{t['mean B']:.2f}, SP {t['mean A']:.2f}, DP - SP {t['difference']:+.2f}, Welch {marker}; "
-                           f"same heads: {agreement}" + (f"; not counted: {why}" if why else ""))
+        for pair in _sp_dp_pairs(study, tasks, _setting_name(study, tasks)):
+            row = _sp_dp_line(claim, study, tasks, pair)
+            if row is None:
+                continue
+            rows.append(row)
+            if not pair.matched:  # a matched pair's remaining difference is in its line, not a confound note
+                confounds.add(_sp_dp_confound(study, pair.dp, pair.sp))
     claim.adjust()
-    counted = [r for r in rows if r["counted"]]
-    wins = [r["name"] for r in counted if r["fewer"] and (r["difference"] >= 0 or not r["welch p"] < ALPHA)]
-    if not counted:
-        claim.answer = ("cannot be tested: no setting whose DP and SP both pruned" if rows else
-                        "cannot be tested: no setting with both DP and SP runs")
-        return claim
-    claim.verdict = _share(len(wins), len(counted))
-    claim.answer = (f"DP keeps fewer heads at a test score not lower in {len(wins)} of the {len(counted)} settings whose DP "
-                    f"and SP both pruned ({_listed([r['name'] for r in counted])})"
-                    + (f"; not counted: {_listed([r['name'] for r in rows if not r['counted']])} (did not prune)"
-                       if len(counted) < len(rows) else ""))
+    matched = [r for r in rows if r["matched"]]
+    if matched:
+        claim.rule = f"{RULES['sp_dp']} {MATCHED_RULE}"
+        _sp_dp_matched_verdict(claim, matched, [r for r in rows if not r["matched"]])
+    else:
+        counted = [r for r in rows if r["counted"]]
+        if not counted:
+            claim.answer = ("cannot be tested: no setting whose DP and SP both pruned" if rows else
+                            "cannot be tested: no setting with both DP and SP runs")
+            return claim
+        wins = _sp_dp_wins(counted)
+        claim.verdict = _share(len(wins), len(counted))
+        claim.answer = (f"DP keeps fewer heads at a test score not lower in {len(wins)} of the {len(counted)} settings "
+                        f"whose DP and SP both pruned ({_listed([r['name'] for r in counted])})"
+                        + (f"; not counted: {_listed([r['name'] for r in rows if not r['counted']])} (did not prune)"
+                           if len(counted) < len(rows) else ""))
     for confound in sorted(c for c in confounds if c):
         claim.notes.append(f"**confound**: {confound}; He & Choi's DP trained at 1e-5 for 30 epochs")
-    if any(confounds):
+    if any(confounds) and not matched:
         claim.answer += "; **confounded**: DP and SP trained the encoder differently (rate, epochs; see the notes)"
     return claim
+
+
+def _sp_dp_line(claim: Claim, study: Study, tasks: str, pair: _Pair) -> dict | None:
+    """One pair's line of claim 5 (heads kept, test score and Welch's test, whether they keep the same heads)
+    and its row for the verdict; None when it cannot be compared."""
+    name = _setting_name(study, tasks)
+    gates = {f"{name} DP": _gates(study, pair.dp), f"{name} SP": _gates(study, pair.sp)}
+    why = _not_pruned(gates, gates)
+    table = _baseline(gates)
+    if table.empty:
+        claim.notes.append(f"{pair.label}: the gates of DP or SP never moved")
+        return None
+    agreement = _pair_text(claim, f"{pair.label} DP & SP", table.iloc[0].to_dict(), why)
+    heads = {s: _runs_of(study, s)["heads kept"] for s in (pair.dp, pair.sp)}
+    score = "test score" if "+" in tasks else _score_column(study.runs, tasks)  # the mean over tasks for MTL
+    test = significance_table(study.runs, [(pair.sp, pair.dp)]).query("score == @score")
+    if test.empty:
+        return None
+    t = test.iloc[0]
+    few = min(t["n A"], t["n B"]) < 2
+    marker = claim.test(f"{pair.label} score", t["welch p"], "fewer than 2 seeds" if few else "")
+    what = "mean test score" if "+" in tasks else f"test {_metric(score)}"
+    claim.lines.append(f"{pair.label}: heads kept DP {_mean_std(heads[pair.dp], 1)}, SP "
+                       f"{_mean_std(heads[pair.sp], 1)}; {what} DP {t['mean B']:.2f}, SP {t['mean A']:.2f}, DP - SP "
+                       f"{t['difference']:+.2f}, Welch {marker}; same heads: {agreement}"
+                       + (f"; not counted: {why}" if why else "")
+                       + (f"; still different: {pair.still}" if pair.still else ""))
+    return {"name": pair.label, "counted": not why, "welch p": t["welch p"], "difference": t["difference"],
+            "fewer": heads[pair.dp].mean() < heads[pair.sp].mean(), "matched": pair.matched}
+
+
+def _sp_dp_matched_verdict(claim: Claim, matched: list[dict], first: list[dict]) -> None:
+    """Claim 5's verdict and answer from its matched pairs; the pairs as first run shown, not counted."""
+    counted = [r for r in matched if r["counted"]]
+    wins = _sp_dp_wins(counted)
+    skipped = [r["name"] for r in matched if not r["counted"]]
+    shown = [r for r in first if r["counted"]]
+    claim.verdict = _share(len(wins), len(counted)) if counted else ""
+    claim.answer = ((f"under matched conditions, DP keeps fewer heads at a test score not lower in {len(wins)} of the "
+                     f"{len(counted)} comparisons whose DP and SP both pruned ({_listed([r['name'] for r in counted])})"
+                     if counted else "cannot be tested: no matched comparison whose DP and SP both pruned")
+                    + (f"; not counted: {_listed(skipped)} (did not prune)" if skipped else "")
+                    + ("; as first run (shown, not counted; **confounded**: DP and SP trained the encoder differently, "
+                       "see the notes): " + (f"{len(_sp_dp_wins(shown))} of {len(shown)} "
+                                             f"({_listed([r['name'] for r in shown])})" if shown else
+                                             "none whose DP and SP both pruned") if first else ""))
 
 
 # --- 4. probes before and after -------------------------------------------------------------------

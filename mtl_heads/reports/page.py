@@ -31,6 +31,7 @@ from __future__ import annotations
 import base64
 import glob
 import html
+import io
 import json
 import math
 import tempfile
@@ -41,6 +42,7 @@ import numpy as np
 import pandas as pd
 
 from mtl_heads.config import ConfigError
+from mtl_heads.reports.attention_view import attention_html, best_probe_heads, read_samples
 from mtl_heads.reports.comparison import (Comparison, add_significance, compare_runs, config_legend, number_columns,
                                           numbers_shown, plot_dev_curves, plot_score_vs_heads, runs_shown)
 from mtl_heads.reports.gates import (DIAGONAL_TEXT, KEEP_THRESHOLD, PERMUTATION_TEXT, group_settings, moved_flags,
@@ -49,7 +51,7 @@ from mtl_heads.reports.probe_report import heatmap_grid, read_report
 from mtl_heads.reports.runs import MAX_DEPTH, RUNS, SKIP_DIRS, Note, folder_kind
 from mtl_heads.reports.significance import TESTS_TEXT, format_significance
 
-__all__ = ["data_uri", "html_table", "heatmap_html", "significance_section", "gate_pictures", "stem_cells_html",
+__all__ = ["data_uri", "html_table", "heatmap_spec", "heat_cells", "heatmap_html", "significance_section", "gate_pictures", "stem_cells_html",
            "probe_section", "probe_comparison_section", "split_specs", "build_page", "write_html"]
 
 PROBE_KINDS = ("probe report", "probe comparison")
@@ -85,7 +87,7 @@ figure{margin:0;border:1px solid #e4e4e4;padding:6px;background:#fff;max-width:1
 figure img{display:block;max-width:100%;height:auto}
 figcaption{font-size:12px;color:#555;margin-top:4px;max-width:52em}
 .heatmaps{display:flex;flex-wrap:wrap;gap:12px}
-.heatrow{display:flex;gap:4px;padding:3px;background:#f6f6f6}
+.heatrow{display:flex;flex-wrap:wrap;gap:4px;padding:3px;background:#f6f6f6;max-width:100%}
 .heat{border:1px solid #e4e4e4;padding:5px} .heat .name{font-size:12px;font-weight:600}
 table.heatmap{border-collapse:collapse;margin-top:3px}
 table.heatmap td{width:14px;height:14px;padding:0;border:1px solid #fff}
@@ -100,6 +102,42 @@ details{font-size:12px;margin:6px 0} summary{cursor:pointer;color:#335}
 """
 
 JS = """
+function drawHeatmap(t) {  /* the cells of a heatmap from its data-heat (page.py heatmap_spec, heat_cells) */
+  var s = JSON.parse(t.getAttribute("data-heat")), L = s.shape[0], H = s.shape[1], span = (s.hi - s.lo) || 1;
+  var html = "<tr><th></th>";
+  for (var h = 0; h < H; h++) html += "<th>" + h + "</th>";
+  html += "</tr>";
+  for (var l = 0; l < L; l++) {
+    html += "<tr><th>" + l + "</th>";
+    for (h = 0; h < H; h++) {
+      var i = l * H + h, v = s.v[i], at = "L" + l + "H" + h + " " + s.name, title, style, cls = "";
+      if (v === null) { title = at + ": no value"; style = "#eee"; }
+      else {
+        title = at + ": " + v.toFixed(s.digits) + (s.unit === "%" ? "%" : "");
+        if (s.n && s.n[i] !== null) title += " (n=" + s.n[i] + ")";
+        var f = Math.min(Math.max((v - s.lo) / span, 0), 1);
+        style = VIRIDIS[Math.round(f * (VIRIDIS.length - 1))];
+        if (s.mark.indexOf(i) >= 0) cls = s.kind;
+      }
+      html += "<td" + (cls ? ' class="' + cls + '"' : "") + ' style="background:' + style + '" title="'
+        + title.replace(/&/g, "&amp;").replace(/"/g, "&quot;").replace(/</g, "&lt;") + '"'
+        + (v === null ? "" : ' data-value="' + v + '"') + "></td>";
+    }
+    html += "</tr>";
+  }
+  t.innerHTML = html;
+}
+document.querySelectorAll("table.heatmap[data-heat]").forEach(drawHeatmap);
+document.querySelectorAll("input.filter").forEach(function (box) {  /* rows holding every word typed */
+  var table = document.getElementById(box.getAttribute("data-table"));
+  box.addEventListener("input", function () {
+    var words = box.value.toLowerCase().split(/\\s+/).filter(Boolean);
+    Array.prototype.forEach.call(table.tBodies[0].rows, function (r) {
+      var text = r.textContent.toLowerCase();
+      r.hidden = !words.every(function (w) { return text.indexOf(w) >= 0; });
+    });
+  });
+});
 function cellValue(row, col) {
   var cell = row.cells[col];
   if (!cell) return "";
@@ -137,8 +175,24 @@ document.querySelectorAll("table.heatmap").forEach(function (t) {
 
 # --- building blocks ---------------------------------------------------------------------------
 def data_uri(path: Path) -> str:
-    """The file at ``path`` (a PNG) as a ``data:image/png;base64,...`` URI."""
-    return "data:image/png;base64," + base64.b64encode(Path(path).read_bytes()).decode("ascii")
+    """The file at ``path`` (a PNG) as a ``data:image/png;base64,...`` URI, its colours reduced to a
+    256-colour palette (matplotlib's figures are flat colours and anti-aliased edges: the palette looks
+    the same and is about 3x smaller, which keeps a study's page of 100 figures under its size budget)."""
+    from PIL import Image  # matplotlib's own dependency
+
+    data = Path(path).read_bytes()
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            dpi = image.info.get("dpi")
+            palette = image.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT,
+                                                    dither=Image.Dither.NONE)
+            out = io.BytesIO()
+            palette.save(out, "PNG", optimize=True, **({"dpi": dpi} if dpi else {}))
+        if out.tell() < len(data):
+            data = out.getvalue()
+    except OSError:  # not an image Pillow reads: inlined as it is
+        pass
+    return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
 
 
 def png_display_width(path: Path) -> int | None:
@@ -168,9 +222,12 @@ def _is_number(value) -> bool:
 
 
 def _cell_html(text: str) -> str:
-    """A cell's text; ``mean ± std`` shows the std on its own small line (narrow columns)."""
-    mean, sep, std = text.partition(" ± ")
-    return f'{_e(mean)}<span class="sd"> ± {_e(std)}</span>' if sep else _e(text)
+    """A cell's text; ``mean ± std`` shows the std on its own small line (narrow columns), and so does
+    each line after a newline."""
+    first, *more = text.split("\n")
+    mean, sep, std = first.partition(" ± ")
+    shown = f'{_e(mean)}<span class="sd"> ± {_e(std)}</span>' if sep else _e(first)
+    return shown + "".join(f'<span class="sd">{_e(line)}</span>' for line in more)
 
 
 def html_table(shown: pd.DataFrame, values: pd.DataFrame | None = None, table_id: str = "",
@@ -208,16 +265,71 @@ def html_table(shown: pd.DataFrame, values: pd.DataFrame | None = None, table_id
 
 
 def _colour(fraction: float) -> str:
-    """Viridis colour of ``fraction`` in [0, 1] as ``#rrggbb``."""
+    """Viridis colour of ``fraction`` in [0, 1] as ``#rrggbb`` (the page's heatmaps use the same
+    table, :data:`VIRIDIS`, in JavaScript)."""
+    return VIRIDIS[int(min(max(fraction, 0.0), 1.0) * (len(VIRIDIS) - 1) + 0.5)]  # as Math.round
+
+
+def _viridis(steps: int = 64) -> list[str]:
     from matplotlib import colormaps
     from matplotlib.colors import to_hex
 
-    return to_hex(colormaps["viridis"](min(max(fraction, 0.0), 1.0)))
+    return [to_hex(colormaps["viridis"](i / (steps - 1))) for i in range(steps)]
+
+
+VIRIDIS = _viridis()  # 64 steps: finer than the eye tells apart in a 14 px cell
+
+
+def heatmap_spec(grid: np.ndarray, name: str, unit: str = "%", counts: np.ndarray | None = None,
+                 scale: tuple[float, float] | None = None, digits: int = 1,
+                 outline: np.ndarray | None = None) -> dict:
+    """What :func:`heatmap_html` embeds for the page's script to draw (arguments as there): ``name``,
+    ``unit``, ``lo``/``hi`` (colour scale), ``digits``, ``shape`` ``[layers, heads]``, ``v`` (values,
+    row-major, None = no value), ``n`` (counts or None), ``mark`` (flat indices outlined) and ``kind``
+    (``best``: the largest value is outlined; ``marked``: the ``outline`` cells)."""
+    grid = np.asarray(grid, dtype=float)
+    finite = grid[np.isfinite(grid)]
+    low, high = (0.0, 100.0) if unit == "%" else ((float(finite.min()), float(finite.max())) if finite.size else (0, 1))
+    low, high = scale if scale is not None else (low, high)
+    if outline is None:
+        mark = [int(np.nanargmax(grid))] if finite.size else []
+    else:
+        mark = [int(i) for i in np.flatnonzero(np.asarray(outline, dtype=bool))]
+
+    def number(value):
+        return float(f"{value:.6g}") if np.isfinite(value) else None
+
+    return {"name": str(name), "unit": unit, "lo": float(low), "hi": float(high), "digits": int(digits),
+            "shape": list(grid.shape), "v": [number(v) for v in grid.ravel()],
+            "n": None if counts is None else [int(c) if np.isfinite(c) else None for c in np.asarray(counts, float).ravel()],
+            "mark": mark, "kind": "best" if outline is None else "marked"}
+
+
+def heat_cells(spec: dict) -> list[dict]:
+    """The cells :data:`JS` draws from a :func:`heatmap_spec`, row-major: ``title`` (the hover text,
+    e.g. ``L1H2 nsubj: 62.0% (n=40)``), ``cls`` (``best``, ``marked`` or ``""``) and ``colour``
+    (``#eee`` without a value). The page's script is checked against this in a browser test."""
+    layers, heads = spec["shape"]
+    span = (spec["hi"] - spec["lo"]) or 1.0
+    cells = []
+    for i, value in enumerate(spec["v"]):
+        at = f"L{i // heads}H{i % heads} {spec['name']}"
+        if value is None:
+            cells.append({"title": f"{at}: no value", "cls": "", "colour": "#eee"})
+            continue
+        text = f"{at}: {value:.{spec['digits']}f}{'%' if spec['unit'] == '%' else ''}"
+        if spec["n"] is not None and spec["n"][i] is not None:
+            text += f" (n={spec['n'][i]})"
+        cells.append({"title": text, "cls": spec["kind"] if i in spec["mark"] else "",
+                      "colour": _colour((value - spec["lo"]) / span)})
+    return cells
 
 
 def heatmap_html(grid: np.ndarray, name: str, unit: str = "%", counts: np.ndarray | None = None,
                  scale: tuple[float, float] | None = None, digits: int = 1, outline: np.ndarray | None = None) -> str:
-    """A layer x head heatmap as an HTML table: each cell coloured (viridis) and titled with its value.
+    """A layer x head heatmap: each cell coloured (viridis) and titled with its value, drawn by the
+    page's script from the numbers embedded (``data-heat``: :func:`heatmap_spec`; the cells are
+    :func:`heat_cells`), so that a study page with a thousand maps stays small.
 
     Args:
         grid: scores ``[layers, heads]`` (NaN: no value, grey).
@@ -230,32 +342,16 @@ def heatmap_html(grid: np.ndarray, name: str, unit: str = "%", counts: np.ndarra
         outline: ``[layers, heads]`` bools: the cells to outline in red (class ``marked``). Default
             none: the best (largest) cell is outlined (class ``best``) and named above the map.
     """
-    finite = grid[np.isfinite(grid)]
-    low, high = (0.0, 100.0) if unit == "%" else ((float(finite.min()), float(finite.max())) if finite.size else (0, 1))
-    low, high = scale if scale is not None else (low, high)
-    span = high - low or 1.0
-    best = np.unravel_index(np.nanargmax(grid), grid.shape) if finite.size and outline is None else None
-    layers, heads = grid.shape
-    rows = ["<tr><th></th>" + "".join(f"<th>{h}</th>" for h in range(heads)) + "</tr>"]
-    for layer in range(layers):
-        cells = [f"<th>{layer}</th>"]
-        for head in range(heads):
-            score = grid[layer, head]
-            if not np.isfinite(score):
-                cells.append(f'<td style="background:#eee" title="L{layer}H{head} {_e(name)}: no value"></td>')
-                continue
-            text = f"L{layer}H{head} {name}: {score:.{digits}f}{unit if unit == '%' else ''}"
-            if counts is not None and np.isfinite(counts[layer, head]):
-                text += f" (n={int(counts[layer, head])})"
-            marked = best == (layer, head) if outline is None else bool(outline[layer, head])
-            mark = f' class="{"best" if outline is None else "marked"}"' if marked else ""
-            cells.append(f'<td{mark} style="background:{_colour((score - low) / span)}" title="{_e(text)}" '
-                         f'data-value="{score:.6g}"></td>')
-        rows.append("<tr>" + "".join(cells) + "</tr>")
+    spec = heatmap_spec(grid, name, unit, counts, scale, digits, outline)
+    low, high = spec["lo"], spec["hi"]
     shown = "0-100%" if unit == "%" and scale is None else f"{low:.3g}-{high:.3g}"
-    best_text = f", best L{best[0]}H{best[1]} {grid[best]:.{digits}f}" if best is not None else ""
+    best_text = ""
+    if outline is None and spec["mark"]:
+        at = spec["mark"][0]
+        best_text = f", best L{at // spec['shape'][1]}H{at % spec['shape'][1]} {spec['v'][at]:.{digits}f}"
+    data = _e(json.dumps(spec, separators=(",", ":")))
     return (f'<div class="heat"><div class="name">{_e(name)}</div><div class="meta">scale {shown}{best_text}</div>'
-            f'<table class="heatmap">{"".join(rows)}</table><div class="readout"></div></div>')
+            f'<table class="heatmap" data-heat="{data}"></table><div class="readout"></div></div>')
 
 
 def _figure(path: Path, caption: str) -> str:
@@ -274,10 +370,14 @@ def _notes_html(notes: list[Note]) -> str:
 
 
 # --- sections ----------------------------------------------------------------------------------
-def comparison_section(comparison: Comparison, folder: Path) -> str:
+def comparison_section(comparison: Comparison, folder: Path, folded: bool = False) -> str:
     """The settings table (short names; the differing config keys on hover and in a legend table),
     the per-run table, the shared config, the score vs heads figure and the dev learning curves
-    (where runs have a per-epoch history)."""
+    (where runs have a per-epoch history).
+
+    ``folded`` (a study's page, whose lead has the answer and its figures; default False): the tables
+    and the dev curves folded, each under one summary line, and no score vs heads figure (the lead's
+    has one panel per task)."""
     summary, runs = comparison.summary, comparison.runs
     shown = numbers_shown(comparison.shown)
     values = pd.DataFrame({c: summary[f"{c} mean"] for c in summary.attrs["numbers"]})
@@ -286,23 +386,30 @@ def comparison_section(comparison: Comparison, folder: Path) -> str:
     hover = [legend.get(name, "") for name in shown["setting"]]
     shown_runs = runs_shown(runs)
     run_values = runs[[c for c in shown_runs.columns if c in runs and c not in ("run", "setting")]]
+    def fold(title: str, body: str) -> str:
+        return f"<details><summary>{_e(title)}</summary>{body}</details>" if folded else f"<h3>{_e(title)}</h3>{body}"
+
+    table = html_table(shown, values, "settings", titles={"setting": hover})
     parts = ['<section id="comparison"><h2>Comparison</h2>',
              f'<p class="meta">{len(runs)} runs in {len(summary)} settings; mean ± sample standard deviation over '
              "the runs (seeds) of each setting; scores in %. Click a header to sort; hover a setting for the "
              "config keys that set it apart.</p>",
-             html_table(shown, values, "settings", titles={"setting": hover})]
+             f"<details><summary>the settings, seeds pooled ({len(summary)})</summary>{table}</details>"
+             if folded else table]
     if legend:
         frame = pd.DataFrame({"setting": list(legend), "config keys that differ (where not the usual value)":
                               list(legend.values())})
-        parts.append("<h3>Settings</h3>" + html_table(frame, None, "legend", text_columns=(frame.columns[1],)))
-    parts += ["<h3>Runs</h3>", html_table(shown_runs, run_values, "runs", titles={"run": list(runs["run"])})]
+        parts.append(fold("Settings" if not folded else f"the settings' config keys ({len(legend)})",
+                          html_table(frame, None, "legend", text_columns=(frame.columns[1],))))
+    parts.append(fold("Runs" if not folded else f"the runs ({len(runs)})",
+                      html_table(shown_runs, run_values, "runs", titles={"run": list(runs["run"])})))
     shared = runs.attrs.get("shared", {})
     if shared:
         frame = pd.DataFrame({"key": list(shared), "value": [str(v) for v in shared.values()]})
         parts.append(f"<details><summary>config shared by all runs ({len(shared)} keys)</summary>"
                      f"{html_table(frame, None, 'shared', text_columns=('value',))}</details>")
     figures = []
-    if runs["heads kept"].notna().any() and runs["test score"].notna().any() and number_columns(runs):
+    if not folded and runs["heads kept"].notna().any() and runs["test score"].notna().any() and number_columns(runs):
         path = plot_score_vs_heads(runs, folder / "score-vs-heads.png")
         figures.append(_figure(path, "test score against heads kept, one point per run"))
     curves = plot_dev_curves(runs, folder)
@@ -310,34 +417,52 @@ def comparison_section(comparison: Comparison, folder: Path) -> str:
         figures.append(_figure(curves["dev_curves"], "dev score per epoch (each task's main metric), mean over the "
                                "seeds of each setting, band ± 1 standard deviation"))
     if figures:
-        parts.append('<div class="gallery">' + "".join(figures) + "</div>")
+        gallery = '<div class="gallery">' + "".join(figures) + "</div>"
+        parts.append(f"<details><summary>dev learning curves</summary>{gallery}</details>" if folded else gallery)
     parts.append("</section>")
     return "\n".join(parts)
 
 
-def significance_section(table: pd.DataFrame) -> str:
+def significance_section(table: pd.DataFrame, folded: bool = False) -> str:
     """The tests between settings (``test=``) as a section: what was tested and how
     (:data:`mtl_heads.reports.significance.TESTS_TEXT`), then the sortable table of
     :func:`mtl_heads.reports.significance.format_significance` (the columns as
     ``python -m mtl_heads compare test=`` prints them; means, the difference and the p values sort
-    as numbers).
+    as numbers) of the pairs that could be tested, with a filter box (rows naming a setting or a task);
+    the pairs that cannot be tested are one line per reason (how many, which), not rows.
 
     Args:
         table: :func:`mtl_heads.reports.significance.significance_table` of the pairs asked for
             (one row per pair and shared score; empty when no two settings share a task).
+        folded: the table folded under a summary line (a study's page, where the tests the claims use
+            are under each claim); default False.
     """
     head = ('<section id="significance"><h2>Significance between settings</h2>'
             f'<p class="meta">Is a difference more than seed noise? {_e(TESTS_TEXT)}</p>')
     if table.empty:
         return head + '<p class="note">No two settings share a task: nothing to test.</p></section>'
-    shown = format_significance(table)
-    values = pd.DataFrame({"A mean ± std (n)": table["mean A"], "B mean ± std (n)": table["mean B"],
-                           "B - A": table["difference"], "welch p": table["welch p"],
-                           "permutation p (smallest possible, splits)": table["permutation p"]})
+    untestable = table["welch p"].isna() & table["permutation p"].isna()
+    tested = table[~untestable].reset_index(drop=True)
+    shown = format_significance(tested)
+    values = pd.DataFrame({"A mean ± std (n)": tested["mean A"], "B mean ± std (n)": tested["mean B"],
+                           "B - A": tested["difference"], "welch p": tested["welch p"],
+                           "permutation p (smallest possible, splits)": tested["permutation p"]})
     pairs = len(table[["A", "B"]].drop_duplicates())
-    return (head + f'<p class="meta">{pairs} pair(s) of settings, {len(table)} test(s); each setting\'s mean ± '
-                   "sample standard deviation over its seeds (n); B - A is the difference of the means.</p>"
-            + html_table(shown, values, "significance-table", text_columns=("score", "note")) + "</section>")
+    lines = []
+    for note, group in table[untestable].groupby(table.loc[untestable, "note"].fillna("no p-value"), sort=True):
+        names = [f"{a} vs {b} ({score})" for a, b, score in zip(group["A"], group["B"], group["score"])]
+        lines.append(f"<li>{len(group)} test(s) {_e(note)}: {_e('; '.join(names))}</li>")
+    cannot = (f'<details><summary>{int(untestable.sum())} test(s) that cannot be tested, by reason</summary>'
+              f'<ul class="note">{"".join(lines)}</ul></details>') if lines else ""
+    box = ('<p><input type="search" class="filter" data-table="significance-table" size="40" '
+           'placeholder="filter: a setting or a task, e.g. pos (dynamic)"></p>')
+    body = (f'<p class="meta">{pairs} pair(s) of settings, {len(table)} test(s), {len(tested)} testable; each '
+            "setting's mean ± sample standard deviation over its seeds (n); B - A is the difference of the means.</p>"
+            + box + html_table(shown, values, "significance-table", text_columns=("score", "note")) + cannot)
+    if folded:
+        body = (f"<details><summary>every pair of settings asked for (test=): {len(tested)} test(s), "
+                f"{int(untestable.sum())} that cannot be tested</summary>{body}</details>")
+    return head + body + "</section>"
 
 
 def gate_pictures(runs: pd.DataFrame | list[Path], folder: Path) -> str:
@@ -396,11 +521,18 @@ def gate_pictures(runs: pd.DataFrame | list[Path], folder: Path) -> str:
         parts.append(_permutation_html(pd.read_csv(paths["correlation_permutation_csv"])))
     if moving:  # the CSV that python -m mtl_heads.gates reads back for its printed lines
         parts.append(stem_cells_html(pd.read_csv(paths["stem_cells_csv"]), still))
-    maps = [_figure(paths[k], k.removeprefix("gates/")) for k in paths if k.startswith("gates/")]
-    maps += [_figure(paths[f"kept/{s}"], f"heads kept per layer: {s}") for s in still if f"kept/{s}" in paths]
-    parts.append(f"<details><summary>gate map of each run ({sum(k.startswith('gates/') for k in paths)})"
+    rows = []  # each run's gate map as a heatmap (values, not pictures: 69 maps of a study cost 40 KB)
+    for setting, group in groups.items():
+        maps = [heatmap_html(run.values, f"{setting}: seed {run.seed}" if run.seed is not None else str(setting),
+                             unit="gate", scale=(0.0, 1.0), digits=3, outline=run.values >= KEEP_THRESHOLD)
+                for run in group]
+        rows.append(f'<div class="heatrow">{"".join(maps)}</div>')
+    charts = [_figure(paths[f"kept/{s}"], f"heads kept per layer: {s}") for s in still if f"kept/{s}" in paths]
+    parts.append(f"<details><summary>gate map of each run ({n_runs}), one row per setting"
                  f"{' and kept-per-layer charts of the settings whose gates never moved' if still else ''}</summary>"
-                 f'<div class="gallery">{"".join(maps)}</div></details>')
+                 f'<p class="meta">Gate value per head, layer (rows) x head (columns); red border = kept (gate at '
+                 f'least {KEEP_THRESHOLD:g}); hover a cell for its value.</p>'
+                 f'<div class="heatmaps">{"".join(rows)}</div><div class="gallery">{"".join(charts)}</div></details>')
     parts.append("</section>")
     return "\n".join(parts)
 
@@ -525,15 +657,22 @@ def probe_section(report, index: int, panels: int = PANELS) -> str:
     return "\n".join(parts)
 
 
-def _compared_reports(folder: Path, meta: dict) -> list | None:
-    """The probe reports a comparison was made of (``compare.json`` lists their folders, as given
-    then), read back; None when one of them is not found any more."""
-
-    reports = []
+def compared_folders(folder: Path, meta: dict) -> list[Path | None]:
+    """The probe report folders a comparison was made of (``compare.json`` lists them as given then:
+    looked up as given, beside the comparison and one folder up); None for one not found any more."""
+    found = []
     for given in meta.get("reports", []):
         given = Path(str(given))
         candidates = [given, folder / given.name, folder.parent / given.name, folder.parent.parent / given]
-        found = next((c for c in candidates if (c / "report.json").is_file()), None)
+        found.append(next((c for c in candidates if (c / "report.json").is_file()), None))
+    return found
+
+
+def _compared_reports(folder: Path, meta: dict) -> list | None:
+    """The probe reports a comparison was made of, read back; None when one of them is not found any more."""
+
+    reports = []
+    for found in compared_folders(folder, meta):
         if found is None:
             return None
         try:
@@ -551,12 +690,16 @@ def _model_name(report, fallback: str) -> str:
     return fallback
 
 
-def _side_by_side_heatmaps(reports: list, names: list[str], probe: str, panels: int) -> str:
-    """Per label (the most frequent, as the comparison chose them), one HTML heatmap per model in a row."""
+def _side_by_side_heatmaps(reports: list, names: list[str], probe: str, panels: int,
+                           groups: list[tuple[str, list[int]]] | None = None) -> str:
+    """Per label (the most frequent, as the comparison chose them), one HTML heatmap per model in a row;
+    with ``groups`` (``[(name, indices of reports)]``: seeds of a setting pooled), one per group, the
+    mean of its reports' grids (the seeds' counts summed)."""
 
     first = reports[0]
     layers, heads = int(first.meta.get("layers", 0)), int(first.meta.get("heads", 0))
     families = first.meta.get("families", {}).get(probe, {})
+    groups = groups or [(name, [i]) for i, name in enumerate(names)]
     parts = []
     for family, spec in families.items():
         in_all = set.intersection(*(set(r.tables[probe]["label"].astype(str)) for r in reports))
@@ -564,12 +707,17 @@ def _side_by_side_heatmaps(reports: list, names: list[str], probe: str, panels: 
         rows = []
         for label in labels:
             maps = []
-            for report, name in zip(reports, names):
-                table = report.tables[probe].assign(label=report.tables[probe]["label"].astype(str))
-                grid = heatmap_grid(table, label, layers, heads)
-                counts = heatmap_grid(table.assign(score=table["count"]), label, layers, heads) \
-                    if "count" in table else None
-                maps.append(heatmap_html(grid, f"{name}: {label}", spec.get("unit", "%"), counts))
+            for name, members in groups:
+                grids, counts = [], []
+                for i in members:
+                    table = reports[i].tables[probe].assign(label=reports[i].tables[probe]["label"].astype(str))
+                    grids.append(heatmap_grid(table, label, layers, heads))  # [layers, heads]
+                    if "count" in table:
+                        counts.append(heatmap_grid(table.assign(score=table["count"]), label, layers, heads))
+                grid = np.mean(grids, axis=0) if len(grids) > 1 else grids[0]
+                count = np.sum(counts, axis=0) if len(counts) == len(grids) else None
+                shown = f"{name} (mean of {len(members)})" if len(members) > 1 else name
+                maps.append(heatmap_html(grid, f"{shown}: {label}", spec.get("unit", "%"), count))
             rows.append(f'<div class="heatrow">{"".join(maps)}</div>')
         if rows:
             parts.append(f"<p class=\"meta\">{_e(probe)} / {_e(family)} ({_e(spec.get('unit', ''))}): the "
@@ -611,7 +759,7 @@ def probe_comparison_section(folder: Path, index: int, panels: int = PANELS) -> 
         parts.append(f"<h4>{_e(probe)}</h4>")
         heatmaps = ""
         if reports and all(probe in r.tables for r in reports):
-            heatmaps = _side_by_side_heatmaps(reports, shown, probe, max(1, panels // 2))
+            heatmaps = _side_by_side_heatmaps(reports, shown, probe, max(1, panels // 2), _groups(meta))
         if heatmaps:
             parts.append(heatmaps)
         else:
@@ -620,7 +768,12 @@ def probe_comparison_section(folder: Path, index: int, panels: int = PANELS) -> 
                 _figure(p, f"{probe} / {p.stem.removeprefix(f'compare-{probe}-')}: one row per label, one column per "
                            "model, one colour scale per row; red box = best head") for p in images) + "</div>")
         csv = folder / f"compare-{probe}.csv"
-        if csv.is_file():
+        if csv.is_file() and groups:
+            table = pd.read_csv(csv, keep_default_na=False, na_values=[""], dtype={"label": str})
+            text, numbers = _pooled_table(table, [str(g.get("name")) for g in groups])
+            parts.append(f"<details><summary>{_e(probe)}: best head per label, side by side ({len(table)} labels)"
+                         f"</summary>{html_table(text, numbers, f'probe-compare-{index}-{probe}')}</details>")
+        elif csv.is_file():
             table = pd.read_csv(csv, keep_default_na=False, na_values=[""], dtype={"label": str})
             numbers = table.select_dtypes("number")
             text = table.astype(object).where(table.notna(), "")
@@ -631,6 +784,44 @@ def probe_comparison_section(folder: Path, index: int, panels: int = PANELS) -> 
             parts.append(f"<details><summary>{_e(probe)}: best head per label, side by side ({len(table)} labels)"
                          f"</summary>{html_table(text, numbers, f'probe-compare-{index}-{probe}')}</details>")
     return "\n".join(parts)
+
+
+def _groups(meta: dict) -> list[tuple[str, list[int]]] | None:
+    """``[(group name, indices into meta["reports"])]`` of a pooled comparison; None when not pooled."""
+    if not meta.get("groups"):
+        return None
+    index = {str(r): i for i, r in enumerate(meta.get("reports", []))}
+    groups = [(str(g.get("name")), [index[str(r)] for r in g.get("reports", []) if str(r) in index])
+              for g in meta["groups"]]
+    return groups if all(members for _, members in groups) else None
+
+
+def _pooled_table(table: pd.DataFrame, groups: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(cell texts, numbers) of a pooled comparison's per-label table (``compare-<probe>.csv``): one
+    column per group whose cell stacks its mean, ``± std (n)``, its best head and, after the first
+    group, the difference of means against it with its p; so that 7 groups fit a laptop's width."""
+    def number(value, digits: str = ".1f") -> str:
+        return "" if not _is_number(value) else format(value, digits)
+
+    text = pd.DataFrame({"label": table["label"].astype(str)})
+    numbers = pd.DataFrame(index=table.index)
+    if "count" in table:
+        text["count"] = [number(v, ".0f") for v in table["count"]]
+        numbers["count"] = table["count"]
+    for i, group in enumerate(groups):
+        cells = []
+        for _, row in table.iterrows():
+            mean = row.get(f"mean:{group}")
+            lines = [f"± {number(row.get(f'std:{group}'))} (n={number(row.get(f'n:{group}'), '.0f')})"
+                     if _is_number(row.get(f"std:{group}")) else f"(n={number(row.get(f'n:{group}'), '.0f')})",
+                     str(row.get(f"head:{group}", "") or "")]
+            if i and _is_number(row.get(f"delta:{group}")):
+                p = row.get(f"p:{group}")
+                lines.append(f"Δ {row[f'delta:{group}']:+.1f}" + (f", p {p:.2g}" if _is_number(p) else ""))
+            cells.append(number(mean) + "\n" + "\n".join(line for line in lines if line))
+        text[group] = cells
+        numbers[group] = table.get(f"mean:{group}")
+    return text, numbers
 
 
 # --- the page ----------------------------------------------------------------------------------
@@ -665,6 +856,56 @@ def _has_runs(folder: Path, depth: int = MAX_DEPTH) -> bool:
     return False
 
 
+ATTENTION_REPORTS = 3  # panels side by side in the attention view: the pretrained encoder and two runs
+
+
+def attention_section(probe_dirs: list[Path], heads: dict | None = None) -> str:
+    """The attention view (:func:`mtl_heads.reports.attention_view.attention_html`) of the probe reports
+    given or compared that hold attention samples: the pretrained encoder's first, then the runs' (at
+    most :data:`ATTENTION_REPORTS` panels); the ``heads`` groups first (e.g. the stem cells), then the
+    best head of each probe label. "" when no report holds samples."""
+    folders = []
+    for path in map(Path, probe_dirs):
+        if folder_kind(path) == "probe comparison":
+            try:
+                meta = json.loads((path / "compare.json").read_text())
+            except (OSError, ValueError):
+                continue
+            folders += [f for f in compared_folders(path, meta) if f is not None]
+        else:
+            folders.append(path)
+    found = []
+    for folder in dict.fromkeys(f.resolve() for f in folders):
+        if read_samples(folder) is None:
+            continue
+        try:
+            meta = json.loads((folder / "report.json").read_text())
+        except (OSError, ValueError):
+            continue
+        run = meta.get("model_kind") == "run"
+        model = Path(str(meta.get("model", folder.name)))
+        label = f"fine-tuned {model.parent.name}/{model.name}" if run else f"pretrained {meta.get('model_name', model.name)}"
+        found.append((run, label, folder))
+    found.sort(key=lambda x: x[0])  # the pretrained encoder first (stable: the given order after)
+    reports = [(label, folder) for _, label, folder in found[:ATTENTION_REPORTS]]
+    if not reports:
+        return ""
+    groups = {**(heads or {}), **best_probe_heads(reports)}
+    return attention_html(reports, groups)
+
+
+def _covered(comparisons: list[Path]) -> set[Path]:
+    """The resolved folders of the probe reports that the comparisons (folders) were made of and still find."""
+    covered = set()
+    for folder in comparisons:
+        try:
+            meta = json.loads((folder / "compare.json").read_text())
+        except (OSError, ValueError):
+            continue
+        covered |= {f.resolve() for f in compared_folders(folder, meta) if f is not None}
+    return covered
+
+
 def split_specs(specs: list[str]) -> tuple[list[str], list[Path]]:
     """(run specs, probe folders): a folder with ``report.json`` is a probe report, one with
     ``compare.json`` a probe comparison; those below a folder given are taken too (at any depth up
@@ -686,7 +927,8 @@ def split_specs(specs: list[str]) -> tuple[list[str], list[Path]]:
 
 def build_page(run_specs: list[str], probe_dirs: list[Path], title: str = "mtl-heads report",
                root: str | Path = RUNS, panels: int = PANELS, notes: list[Note] | None = None,
-               tests: list[str] | None = None, lead: str = "") -> str:
+               tests: list[str] | None = None, lead: str = "",
+               heads: dict[str, list[tuple[int, int]]] | None = None) -> str:
     """The whole HTML page as a string (nothing in it refers outside the page).
 
     Args:
@@ -699,8 +941,11 @@ def build_page(run_specs: list[str], probe_dirs: list[Path], title: str = "mtl-h
         notes: what is given and not used is appended to it (and listed on the page). Default: a new list.
         tests: ``A,B`` texts or ``all`` of ``test=`` (:func:`mtl_heads.reports.significance.resolve_pairs`):
             adds the section of :func:`significance_section`. Default none: no such section.
-        lead: an HTML section put first (the claims of a study,
-            :func:`mtl_heads.reports.claims.claims_html`); default none.
+        lead: an HTML section put first (the claims and figures of a study,
+            :func:`mtl_heads.reports.study_page.study_lead`); default none.
+        heads: head groups the attention view offers first (``{"stem cells (DP)": [(layer, head)]}``,
+            :func:`mtl_heads.reports.study_page.stem_cell_groups`), before the probes' best heads;
+            default none: the best heads only.
 
     Raises ``ConfigError`` for nothing to report, ``tests`` without runs, a bad ``--test`` name (the
     message starts ``test=``), or broken run / probe files.
@@ -715,15 +960,20 @@ def build_page(run_specs: list[str], probe_dirs: list[Path], title: str = "mtl-h
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         if lead:
-            sections.append(lead)  # the answer first: the claims section (mtl_heads.reports.claims.claims_html)
+            sections.append(lead)  # the answer first: the claims and figures (mtl_heads.reports.study_page)
             nav.append(("claims", "Claims"))
+        attention = attention_section(probe_dirs, heads)
+        if attention:
+            sections.append(attention)
+            nav.append(("attention", "Attention"))
         if run_specs:
             comparison = compare_runs(run_specs, root, uses=PROBE_KINDS)
             notes += comparison.notes
-            sections.append(comparison_section(comparison, folder))
+            sections.append(comparison_section(comparison, folder, folded=bool(lead)))
             nav.append(("comparison", "Comparison"))
             if tests:
-                sections.append(significance_section(add_significance(comparison, tests).significance))
+                sections.append(significance_section(add_significance(comparison, tests).significance,
+                                                     folded=bool(lead)))
                 nav.append(("significance", "Significance"))
             sections.append(gate_pictures(comparison.runs, folder))
             nav.append(("gates", "Gates"))
@@ -736,9 +986,14 @@ def build_page(run_specs: list[str], probe_dirs: list[Path], title: str = "mtl-h
                 reports.append(read_report(path))
             except (OSError, ValueError) as err:
                 raise ConfigError(str(err)) from None
+        covered = _covered(comparisons)  # reports a comparison shows are not repeated
+        alone = [r for r in reports if Path(r.folder).resolve() not in covered]
         if reports:
-            sections.append('<section id="probes"><h2>Probes</h2>'
-                            + "\n".join(probe_section(r, i, panels) for i, r in enumerate(reports)) + "</section>")
+            again = [r.folder for r in reports if Path(r.folder).resolve() in covered]
+            said = (f'<p class="meta">{len(again)} probe report(s) are shown in the probe comparison below, not '
+                    f"repeated here: {_e(', '.join(Path(f).name for f in again))}.</p>") if again else ""
+            sections.append('<section id="probes"><h2>Probes</h2>' + said
+                            + "\n".join(probe_section(r, i, panels) for i, r in enumerate(alone)) + "</section>")
             nav.append(("probes", "Probes"))
         if comparisons:
             sections.append('<section id="probe-comparisons"><h2>Probe comparisons</h2>'
@@ -753,7 +1008,7 @@ def build_page(run_specs: list[str], probe_dirs: list[Path], title: str = "mtl-h
             f"<style>{CSS}</style></head><body><h1>{_e(title)}</h1>"
             f'<p class="meta">written {datetime.now():%Y-%m-%d %H:%M} by python -m mtl_heads.report</p>'
             f"<nav>{links}</nav>\n{_notes_html(notes)}\n" + "\n".join(sections)
-            + f"\n<script>{JS}</script></body></html>\n")
+            + f"\n<script>var VIRIDIS = {json.dumps(VIRIDIS)};\n{JS}</script></body></html>\n")
 
 
 def write_html(path: str | Path, run_specs: list[str], probe_dirs: list[Path], **kwargs) -> Path:

@@ -1,0 +1,330 @@
+"""The first screen of a study's HTML page: the answer before the tables.
+
+When the run folders given to ``python -m mtl_heads report`` hold a study (the claims of
+:mod:`mtl_heads.reports.claims` can be checked on them), :func:`study_lead` opens the page with:
+
+- the claims, one line each: a short name, the verdict (coloured; its rule on hover), its stability and
+  its key numbers; each unfolds to the question, He & Choi's answer, the rule and the tests the claim
+  used, grouped under it (``p raw, Holm adjusted``), so that the significance a reader needs is by its claim;
+- the three figures that carry them, side by side:
+
+  1. each task's test score against heads kept, one panel per task, coloured by regime (unpruned, DP,
+     DP at equal sparsity, SP), circles for single-task runs and diamonds for the MTL setting (SVG);
+  2. a layer x head map of how many tasks keep each head, the stem cells outlined, one tab per regime;
+  3. the task-by-task gate correlation, the pairs that beat both permutation nulls (global and
+     layer-aware, Holm-adjusted as claim 2 counts them) outlined, the nulls on hover, one tab per regime.
+
+Figure 1 is drawn by matplotlib as SVG, figures 2 and 3 are HTML tables (the page's heatmaps), so the
+first screen costs about 60 KB. Every number comes from the same functions as ``python -m mtl_heads
+claims`` (same seeds of the same shuffles), so the page and the claims command never disagree.
+"""
+from __future__ import annotations
+
+import html
+import io
+import math
+import re
+
+import numpy as np
+import pandas as pd
+
+from mtl_heads.config import ConfigError
+from mtl_heads.reports.claims import (REGIME_NAMES, REGIMES, RULES, VERDICT_WORDS, Claim, Study, _baseline,
+                                      _regime_gates, _stem_table, check_claims, read_study, stem_heads)
+from mtl_heads.reports.page import heatmap_html
+from mtl_heads.reports.plots import new_figure
+
+__all__ = ["SHORT", "study_lead", "stem_cell_groups", "claims_list", "score_figure", "stem_map", "correlation_map"]
+
+# a short name per claim (keyed as claims.RULES), for the one-line list
+SHORT = {"mtl": "MTL vs STL", "overlap": "Overlap across tasks", "stem": "Stem cells", "probes": "Probes",
+         "sp_dp": "DP vs SP", "needed": "Stem cells needed"}
+REGIME_COLOURS = {"none": "#7f7f7f", "dp": "#1f77b4", "budget": "#2ca02c", "sp": "#ff7f0e"}
+CSS = """
+.lead ol.claims{list-style:none;padding:0;margin:6px 0 10px;font-size:13px}
+.lead ol.claims li{margin:2px 0}
+.lead ol.claims summary{white-space:nowrap;overflow:hidden;text-overflow:ellipsis;color:#222;list-style:none}
+.lead ol.claims summary::-webkit-details-marker{display:none}
+.lead ol.claims summary::before{content:"\\25B8 ";color:#88a} .lead ol.claims details[open] summary::before{content:"\\25BE "}
+.lead ol.claims .short{font-weight:600;display:inline-block;min-width:11.5em}
+.lead .fragile{font-size:11px;color:#8a5a00;border:1px solid #e8c77a;border-radius:3px;padding:0 4px;cursor:help}
+.lead .stable{font-size:11px;color:#2a6a2a;border:1px solid #9c9;border-radius:3px;padding:0 4px;cursor:help}
+.lead .evidence{font-size:12px;margin:4px 0 10px 18px;max-width:1250px}
+.lead .evidence li{margin:2px 0;overflow-wrap:anywhere}
+.figures{display:flex;flex-wrap:wrap;gap:12px;align-items:flex-start}
+.figures figure{padding:6px 8px;flex:none}
+.figures figcaption{max-width:30em}
+#figure-stem,#figure-correlation{width:370px}
+#figure-stem .note,#figure-correlation .note{white-space:normal}
+.big .heat{display:inline-block}
+.figures figure svg{display:block;max-width:100%;height:auto}
+.tabs button{font-size:11px;margin:0 3px 3px 0;padding:1px 6px;border:1px solid #bbb;background:#f4f4f4;cursor:pointer}
+.tabs button.on{background:#335;color:#fff;border-color:#335}
+.big table.heatmap td{width:22px;height:22px}
+table.corr{border-collapse:collapse;font-size:11px}
+table.corr td,table.corr th{width:44px;height:30px;text-align:center;border:1px solid #fff;padding:0}
+table.corr th{font-weight:600;color:#444;background:none}
+table.corr td.beats{outline:2px solid #d00;outline-offset:-3px;font-weight:700}
+table.corr td.diag{font-style:italic}
+table.corr th.still{color:#999;font-style:italic;cursor:help}
+"""
+JS = """
+document.querySelectorAll(".tabs").forEach(function (tabs) {
+  var panes = tabs.parentNode.querySelectorAll(":scope > .pane");
+  tabs.querySelectorAll("button").forEach(function (b, i) {
+    b.addEventListener("click", function () {
+      tabs.querySelectorAll("button").forEach(function (x) { x.classList.toggle("on", x === b); });
+      panes.forEach(function (p, j) { p.hidden = j !== i; });
+    });
+  });
+});
+"""
+
+
+def _e(value) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _key(claim: Claim) -> str:
+    return next((k for k, rule in RULES.items() if rule == claim.rule), "")
+
+
+def _bold(text: str) -> str:
+    return re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", _e(text))
+
+
+# --- the claims ----------------------------------------------------------------------------------
+def claims_list(claims: list[Claim]) -> str:
+    """The claims as one line each (a folded ``<details>``): number and short name, the verdict
+    (coloured; its rule on hover), ``fragile`` or ``stable`` (what leaving a seed out does, on hover)
+    and the key numbers (cut at the line's end; in full on hover and unfolded). Unfolded: the question
+    and He & Choi's answer, the rule, every test the claim used with its raw and Holm-adjusted p, its notes."""
+    items = []
+    for number, claim in enumerate(claims, 1):
+        word = VERDICT_WORDS.get(claim.verdict, "cannot be tested")
+        stability = claim.stability or "stability not checked"
+        mark = ("" if not claim.stability else
+                f'<span class="{"stable" if claim.stability == "stable" else "fragile"}" title="{_e(stability)}">'
+                f'{"stable" if claim.stability == "stable" else "fragile"}</span> ')
+        answer = claim.answer.replace("**", "")
+        summary = (f'<summary title="{_e(claim.question)} {_e(answer)}"><span class="short">{number}. '
+                   f'{_e(SHORT.get(_key(claim), claim.question))}</span> <span class="verdict {claim.verdict or "none"}" '
+                   f'title="Rule: {_e(claim.rule)}">{_e(word[:1].upper() + word[1:])}</span> {mark}'
+                   f'<span class="answer">{_bold(claim.answer)}</span></summary>')
+        tests = "".join(f"<li>{_bold(line)}</li>" for line in claim.text_lines())
+        notes = "".join(f"<li>note: {_bold(note)}</li>" for note in claim.notes)
+        body = (f'<div class="evidence"><p><b>{_e(claim.question)}</b> He &amp; Choi: {_e(claim.paper)}.</p>'
+                f"<p><i>Rule:</i> {_e(claim.rule)}</p><p><i>Verdict:</i> {_e(word)} ({_e(stability)}): "
+                f"{_bold(claim.answer)}.</p>"
+                + (f"<p>The tests this claim used ({len(claim.tests)}; p raw, Holm adjusted over them):</p>"
+                   f"<ul>{tests}{notes}</ul>" if tests or notes else "") + "</div>")
+        items.append(f'<li id="claim-{number}"><details>{summary}{body}</details></li>')
+    return f'<ol class="claims">{"".join(items)}</ol>'
+
+
+# --- figure 1: score against heads kept ----------------------------------------------------------
+def _score_columns(runs: pd.DataFrame, tasks: list[str]) -> dict[str, str]:
+    found = {}
+    for task in tasks:
+        columns = [c for c in runs.columns if c.startswith(f"test {task} ")]
+        if columns and runs[columns[0]].notna().any():
+            found[task] = columns[0]
+    return found
+
+
+def score_figure(study: Study) -> str:
+    """Each task's test score against heads kept, one panel per task: one point per run of every
+    setting scoring that task (circles: single-task; diamonds: the MTL setting), coloured by regime.
+    An inline ``<svg>`` (text as text), or "" when no run has both numbers."""
+    runs = study.runs
+    columns = _score_columns(runs, study.tasks)
+    if not columns or "heads kept" not in runs or runs["heads kept"].isna().all():
+        return ""
+    import matplotlib
+
+    total = pd.to_numeric(runs.get("heads total"), errors="coerce").max() if "heads total" in runs else math.nan
+    cols = 3 if len(columns) > 2 else len(columns)
+    rows = math.ceil((len(columns) + 1) / cols)  # one cell for the legend
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "score-vs-heads", "font.size": 8}):
+        fig = new_figure(1.8 * cols, 1.55 * rows + 0.1)
+        axes = fig.subplots(rows, cols, squeeze=False)
+        for ax, (task, column) in zip(axes.ravel(), columns.items()):
+            for kind in ("none", "dp", "budget", "sp"):
+                for multi, marker in ((False, "o"), (True, "D")):
+                    mask = (runs["regime"] == kind) & runs[column].notna() & runs["heads kept"].notna() \
+                        & (runs["tasks"].str.contains(r"\+") == multi)
+                    if mask.any():
+                        ax.scatter(runs.loc[mask, "heads kept"], runs.loc[mask, column], s=14, marker=marker,
+                                   color=REGIME_COLOURS[kind], edgecolors="black", linewidths=0.3, alpha=0.85,
+                                   gid=f"runs-{task}-{kind}-{'mtl' if multi else 'stl'}")
+            ax.set_title(f"{task.upper()} ({column.split(' ', 2)[2]})", fontsize=8, pad=2)
+            if np.isfinite(total):
+                ax.set_xlim(-2, total + 2)
+            ax.tick_params(labelsize=7, length=2, pad=1)
+            ax.grid(alpha=0.3, linewidth=0.5)
+        for ax in axes.ravel()[len(columns):]:
+            ax.axis("off")
+        legend = axes.ravel()[len(columns)] if len(columns) < rows * cols else axes.ravel()[-1]
+        from matplotlib.lines import Line2D
+
+        handles = [Line2D([], [], marker="s", linestyle="", color=REGIME_COLOURS[k], label=REGIME_NAMES[k])
+                   for k in ("none", "dp", "budget", "sp") if (runs["regime"] == k).any()]
+        handles += [Line2D([], [], marker="o", linestyle="", color="#ccc", markeredgecolor="black", label="single task"),
+                    Line2D([], [], marker="D", linestyle="", color="#ccc", markeredgecolor="black",
+                           label=f"MTL ({study.mtl.count('+') + 1} tasks)" if study.mtl else "MTL")]
+        legend.legend(handles=handles, loc="center", fontsize=7, frameon=False, handletextpad=0.3)
+        fig.supxlabel("heads kept", fontsize=8)
+        fig.supylabel("test score (%)", fontsize=8)
+        out = io.StringIO()
+        fig.savefig(out, format="svg", metadata={"Date": None})
+    svg = out.getvalue()
+    svg = svg[svg.index("<svg"):]  # no XML declaration or DOCTYPE inside HTML
+    svg = re.sub(r'\s+xmlns(:xlink)?="[^"]*"', "", svg, count=2)  # HTML knows inline SVG: no namespace URLs
+    return re.sub(r"\s*<metadata>.*?</metadata>", "", svg, flags=re.S)
+
+
+# --- figures 2 and 3: per regime ------------------------------------------------------------------
+def _regimes(study: Study) -> list[tuple[str, dict]]:
+    """``[(regime, {TASK: gates})]`` of the regimes with two or more single-task settings, DP first."""
+    found = []
+    for kind in REGIMES:
+        gates = _regime_gates(study, kind)
+        if len(gates) >= 2:
+            found.append((kind, gates))
+    return found
+
+
+def stem_map(study: Study, kind: str, gates: dict) -> str:
+    """How many of a regime's tasks that pruned keep each head (layer x head), stem cells outlined."""
+    table = _stem_table(gates)
+    if table is None:
+        return '<p class="note">fewer than two tasks pruned in this regime: no stem cells to tell</p>'
+    pruned = [n for n, g in gates.items() if g.pruned]
+    still = [n for n in gates if n not in pruned]
+    grid = table.pivot(index="layer", columns="head", values="settings kept").to_numpy(float)  # [layers, heads]
+    outline = table.pivot(index="layer", columns="head", values="stem cell").to_numpy(bool)  # [layers, heads]
+    heat = heatmap_html(grid, f"tasks (of {len(pruned)}) keeping it", unit="tasks", scale=(0, len(pruned)), digits=0,
+                        outline=outline)
+    left = f"; {', '.join(still)} did not prune (left out)" if still else ""
+    return (f'<div class="big">{heat}</div><p class="note">{REGIME_NAMES[kind]}: {int(outline.sum())} stem cells '
+            f"(red border: kept by all {len(pruned)} of {', '.join(pruned)}){_e(left)}</p>")
+
+
+def correlation_map(study: Study, kind: str, gates: dict, claim: Claim | None) -> str:
+    """The task-by-task correlation of mean gates in a regime: off the diagonal each pair's Pearson r,
+    outlined where it beats both permutation nulls (claim 2's test: the larger of the global and the
+    layer-aware p, Holm-adjusted over the claim's tests, below 0.05); on the diagonal, italic, the
+    run-to-run consistency (mean correlation between a task's seeds). Hover: the nulls and the p values."""
+    table = _baseline(gates)
+    if table.empty:
+        return '<p class="note">fewer than two tasks whose gates moved</p>'
+    from mtl_heads.reports.gates import run_consistency
+    from mtl_heads.reports.page import _colour
+
+    names = list(gates)
+    rows = {(r["A"], r["B"]): r for r in table.to_dict("records")}
+    still = {n: f"{n} did not prune (keeps {g.kept_text()}): its pairs are not counted" for n, g in gates.items()
+             if not g.pruned}
+
+    def label(name: str) -> str:
+        return f'<th class="still" title="{_e(still[name])}">{_e(name)}*</th>' if name in still else f"<th>{_e(name)}</th>"
+
+    head = "<tr><th></th>" + "".join(label(n) for n in names) + "</tr>"
+    body = []
+    for a in names:
+        cells = [label(a)]
+        for b in names:
+            row = rows.get((a, b)) or rows.get((b, a))
+            if a == b:
+                value = run_consistency(gates[a].grids, gates[a].moved)
+                text = f"{a}: run-to-run consistency {value:.2f}" if np.isfinite(value) else f"{a}: one run"
+                shown = f"{value:.2f}" if np.isfinite(value) else ""
+                colour = _colour(value) if np.isfinite(value) else "#eee"
+                cells.append(f'<td class="diag" style="background:{colour};color:{_ink(value)}" title="{_e(text)}">'
+                             f"{shown}</td>")
+                continue
+            if row is None:
+                cells.append('<td style="background:#eee" title="gates did not move">n/a</td>')
+                continue
+            r = row["correlation"]
+            test = claim.tests.get(f"{REGIME_NAMES[kind]}, {row['A']} & {row['B']} correlation") if claim else None
+            beats = bool(test is not None and test.significant) and a not in still and b not in still
+            holm = f"; Holm-adjusted {test.adjusted:.2g}" if test is not None and np.isfinite(test.adjusted) else ""
+            why = "; " + "; ".join(still[n] for n in (a, b) if n in still) if a in still or b in still else ""
+            text = (f"{a} & {b}: r {r:.2f}; global null 95th pct {row['null 95%']:.2f} (p {row['p']:.2g}); "
+                    f"layer-aware null 95th pct {row['layer null 95%']:.2f} (p {row['layer p']:.2g}){holm}{why}"
+                    + ("; beats both nulls" if beats else ""))
+            cells.append(f'<td class="{"beats" if beats else ""}" style="background:{_colour(r)};color:{_ink(r)}" '
+                         f'title="{_e(text)}" data-value="{r:.4f}">{r:.2f}</td>')
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    shuffles = int(table["shuffles"].iloc[0])
+    return (f'<table class="corr">{head}{"".join(body)}</table><p class="note">Pearson r of mean gates; red border: '
+            f"beats both nulls ({shuffles:,} shuffles of the heads anywhere, and within their layer; the larger p, "
+            "Holm-adjusted over claim 2's tests, &lt; 0.05); diagonal: run-to-run consistency. Hover for the "
+            "nulls." + (f" *: did not prune ({_e(', '.join(still))}), not counted." if still else "") + "</p>")
+
+
+def _ink(value: float) -> str:
+    """Text colour readable on viridis at ``value`` (dark on the bright end)."""
+    return "#000" if np.isfinite(value) and value > 0.6 else "#fff"
+
+
+def _tabbed(panes: list[tuple[str, str]]) -> str:
+    """Panes behind one button each (the first shown); a single pane needs no buttons."""
+    if len(panes) == 1:
+        return panes[0][1]
+    buttons = "".join(f'<button type="button" class="{"on" if i == 0 else ""}">{_e(name)}</button>'
+                      for i, (name, _) in enumerate(panes))
+    return f'<div class="tabs">{buttons}</div>' + "".join(
+        f'<div class="pane"{"" if i == 0 else " hidden"}>{pane}</div>' for i, (_, pane) in enumerate(panes))
+
+
+def _figure(body: str, caption: str, ident: str) -> str:
+    return f'<figure id="{ident}">{body}<figcaption>{caption}</figcaption></figure>'
+
+
+def study_lead(specs: list[str]) -> str:
+    """The lead section of a study's page (claims and figures; module docstring), or "" when the runs
+    hold no study: no claim can be answered (a few runs of one setting)."""
+    try:
+        study = read_study(specs)
+        claims = check_claims(study)
+    except ConfigError:
+        return ""
+    if not any(c.verdict for c in claims):
+        return ""
+    overlap = next((c for c in claims if _key(c) == "overlap"), None)
+    regimes = _regimes(study)
+    figures = []
+    svg = score_figure(study)
+    if svg:
+        figures.append(_figure(svg, "Each task's test score against heads kept, one point per run.", "figure-score"))
+    if regimes:
+        stems = _tabbed([(REGIME_NAMES[k], stem_map(study, k, g)) for k, g in regimes])
+        figures.append(_figure(stems, "How many tasks keep each head, layer (rows) x head (columns); hover a cell.",
+                               "figure-stem"))
+        corr = _tabbed([(REGIME_NAMES[k], correlation_map(study, k, g, overlap)) for k, g in regimes])
+        figures.append(_figure(corr, "Do tasks keep the same heads? Gate correlation, task by task.",
+                               "figure-correlation"))
+    return (f'<section id="claims" class="lead"><style>{CSS}</style><h2>Claims</h2>'
+            '<p class="meta">He &amp; Choi 2021 checked on these runs: click a claim for its question, rule and '
+            "tests; hover a verdict for its rule. The same numbers: <code>python -m mtl_heads claims</code> on the "
+            f"same folders.</p>{claims_list(claims)}"
+            f'<div class="figures">{"".join(figures)}</div><script>{JS}</script></section>')
+
+
+def stem_cell_groups(specs: list[str]) -> dict[str, list[tuple[int, int]]]:
+    """``{"stem cells (DP)": [(layer, head), ...], ...}``: the stem cells of each regime of the study in
+    ``specs`` that has some (for the attention view); empty when the runs hold none."""
+    try:
+        study = read_study(specs)
+    except ConfigError:
+        return {}
+    groups = {}
+    for kind in REGIMES:
+        names = stem_heads(study, kind)
+        if names:
+            short = {"dp": "DP", "budget": "DP at equal sparsity", "sp": "SP"}[kind]
+            groups[f"stem cells ({short})"] = [tuple(int(x) for x in re.fullmatch(r"L(\d+)H(\d+)", n).groups())
+                                               for n in names]
+    return groups

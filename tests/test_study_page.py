@@ -1,0 +1,104 @@
+"""A study's page opens with the answer: the claims one line each, and the three figures that carry
+them, every number the same as the claims command's (made-up study of tests/test_claims.py)."""
+import html
+import json
+import re
+
+import pytest
+
+from mtl_heads.commands.report import main as report
+from mtl_heads.reports.claims import REGIME_NAMES, check_claims, read_study, stem_heads
+from mtl_heads.reports.page import heat_cells
+from mtl_heads.reports.study_page import study_lead
+from test_claims import LAYERS, STEM, make_study
+from test_compare import make_run
+
+
+@pytest.fixture(scope="module")
+def study_dir(tmp_path_factory):
+    return make_study(tmp_path_factory.mktemp("page") / "study")
+
+
+@pytest.fixture(scope="module")
+def lead(study_dir):
+    return study_lead([str(study_dir)])
+
+
+def _figure(lead: str, ident: str) -> str:
+    return lead[lead.index(f'<figure id="{ident}">'):].split("</figure>")[0]
+
+
+def test_claims_one_line_each_with_their_tests(study_dir, lead):
+    claims = check_claims(read_study([str(study_dir)]))
+    assert lead.startswith('<section id="claims" class="lead">')
+    assert [int(n) for n in re.findall(r'<li id="claim-(\d+)">', lead)] == [1, 2, 3, 4, 5, 6]
+    assert '<span class="short">1. MTL vs STL</span> <span class="verdict yes" title="Rule: replicated when MTL loses' \
+        in lead
+    assert '<span class="verdict none" title="Rule: from head ablations' in lead  # claim 6: cannot be tested
+    assert "**" not in lead and "<b>confounded</b>" in lead  # the claims' markdown emphasis as HTML
+    # unfolded, each claim holds the tests it used, with their raw and Holm-adjusted p (as the claims command)
+    for number, claim in enumerate(claims, 1):
+        item = lead[lead.index(f'<li id="claim-{number}">'):].split("</details></li>")[0]
+        text = html.unescape(re.sub(r"<[^>]+>", "", item))
+        for line in claim.text_lines() + [f"note: {note}" for note in claim.notes]:
+            assert line.replace("**", "") in text, line
+        assert claim.rule in text and claim.paper in text
+
+
+def test_score_figure_has_a_point_per_run_and_task(study_dir, lead):
+    figure = _figure(lead, "figure-score")
+    assert figure.startswith('<figure id="figure-score"><svg') and "<?xml" not in figure and "http" not in figure
+    runs = read_study([str(study_dir)]).runs
+    # one point per run and task it scores: pos in pos, pos-dp, pos-sp and mtl; ner in ner, ner-dp and mtl
+    expected = sum(int(runs[c].notna().sum()) for c in ("test pos accuracy", "test ner f1"))
+    assert expected == 3 * 7
+    groups = re.findall(r'<g id="runs-(\w+)-(\w+)-(stl|mtl)">(.*?)</g>', figure, flags=re.S)
+    assert sum(len(re.findall(r"<use ", body)) for *_, body in groups) == expected
+    assert {(task, kind, multi) for task, kind, multi, _ in groups} == {
+        ("pos", "none", "stl"), ("pos", "dp", "stl"), ("pos", "sp", "stl"), ("pos", "none", "mtl"),
+        ("ner", "none", "stl"), ("ner", "dp", "stl"), ("ner", "none", "mtl")}
+    assert "POS (accuracy)" in figure and "NER (f1)" in figure and "heads kept" in figure
+
+
+def test_stem_map_outlines_the_claims_stem_cells(study_dir, lead):
+    study = read_study([str(study_dir)])
+    figure = _figure(lead, "figure-stem")
+    spec = json.loads(html.unescape(re.search(r'data-heat="([^"]*)"', figure).group(1)))
+    cells = heat_cells(spec)
+    marked = {c["title"].split(" ")[0] for c in cells if c["cls"] == "marked"}
+    assert marked == set(stem_heads(study, "dp")) == STEM
+    assert spec["shape"] == [LAYERS, 6] and max(v for v in spec["v"]) == 2  # kept by both tasks that pruned
+    assert "6 stem cells (red border: kept by all 2 of POS, NER)" in figure
+
+
+def test_correlation_map_outlines_the_pairs_claim_2_counts(study_dir, lead):
+    claims = check_claims(read_study([str(study_dir)]))
+    overlap = claims[1]
+    figure = _figure(lead, "figure-correlation")
+    key = f"{REGIME_NAMES['dp']}, POS & NER correlation"
+    beats = overlap.tests[key].significant
+    cells = re.findall(r'<td class="(beats|)" [^>]*title="([^"]*)"', figure)
+    assert len(cells) == 2  # POS & NER, both ways
+    assert all((cls == "beats") == beats for cls, _ in cells)
+    assert "global null 95th pct" in cells[0][1] and "layer-aware null 95th pct" in cells[0][1]
+    assert f"Holm-adjusted {overlap.tests[key].adjusted:.2g}" in html.unescape(cells[0][1])
+
+
+def test_no_study_no_lead(tmp_path):
+    make_run(tmp_path / "one" / "pos" / "seed1", ("pos",), 1, experiment="pos")
+    assert study_lead([str(tmp_path / "one")]) == ""
+
+
+def test_a_study_page_folds_its_tables(study_dir, tmp_path, capsys):
+    out = tmp_path / "page.html"
+    assert report([str(study_dir), f"html={out}", "test=all"]) == 0
+    page = out.read_text()
+    assert '<a href="#claims">Claims</a>' in page
+    assert 0 < page.index('<section id="claims"') < page.index('id="comparison"')
+    comparison = page[page.index('<section id="comparison">'):page.index('<section id="significance">')]
+    assert "<details><summary>the settings, seeds pooled (6)</summary>" in comparison
+    assert "<details><summary>the runs (18)</summary>" in comparison
+    assert "alt=\"test score against heads kept" not in comparison  # the lead's figure has one panel per task
+    significance = page[page.index('<section id="significance">'):page.index('<section id="gates">')]
+    assert significance.index("<details><summary>every pair of settings asked for (test=)") \
+        < significance.index('class="filter"')
