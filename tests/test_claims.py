@@ -392,20 +392,3 @@ def test_cli(study_dir, tmp_path, capsys):
     assert main([str(tmp_path / "nothing")]) == 2
 
 
-def test_claims_open_the_report_page(study_dir, tmp_path, capsys):
-    """The HTML report of a study leads with the claims: one line each, the verdict coloured, its rule on hover."""
-    from mtl_heads.commands.report import main as report
-    from mtl_heads.reports.claims import claims_html
-
-    section = claims_html([str(study_dir)])
-    assert section.startswith('<section id="claims">') and section.count("<li>") == 6
-    assert '<span class="verdict yes" title="Rule: replicated when MTL loses to STL' in section
-    assert '<span class="verdict none" title="Rule: from head ablations' in section  # claim 6: cannot be tested
-    assert report([str(study_dir), f"html={tmp_path / 'page.html'}"]) == 0
-    page = (tmp_path / "page.html").read_text()
-    assert '<a href="#claims">Claims</a>' in page
-    assert 0 < page.index('<section id="claims"') < page.index('id="comparison"')
-    make_run(tmp_path / "one" / "pos" / "seed1", ("pos",), 1, experiment="pos")  # no study: no claims section
-    assert claims_html([str(tmp_path / "one")]) == ""
-    assert "**" not in claims_html([str(study_dir)])  # the claims' markdown emphasis is HTML on the page
-    assert "<b>confounded</b>" in claims_html([str(study_dir)])

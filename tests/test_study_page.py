@@ -1,8 +1,10 @@
 """A study's page opens with the answer: the claims one line each, and the three figures that carry
-them, every number the same as the claims command's (made-up study of tests/test_claims.py)."""
+them, every number the same as the claims command's (made-up study of tests/test_claims.py); and the
+EWT study's page as committed, in headless Chromium: first screen, width, size, attention arcs."""
 import html
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -102,3 +104,98 @@ def test_a_study_page_folds_its_tables(study_dir, tmp_path, capsys):
     significance = page[page.index('<section id="significance">'):page.index('<section id="gates">')]
     assert significance.index("<details><summary>every pair of settings asked for (test=)") \
         < significance.index('class="filter"')
+
+
+# --- the EWT study's page as committed (docs/ewt-study/report.html), in headless Chromium ----------------
+STUDY_PAGE = Path(__file__).resolve().parents[1] / "docs" / "ewt-study" / "report.html"
+SIZE_BUDGET = 3_000_000  # bytes
+FIRST_SCREEN = (1366, 800)  # a 1366 px laptop's browser window
+
+# elements sticking out past the right edge of the window, except where an ancestor clips them (the
+# claims' one-line summaries end in an ellipsis); and tables' boxes that scroll sideways
+WIDE = """
+var width = document.documentElement.clientWidth, out = [];
+document.querySelectorAll("body *").forEach(function (e) {
+  var r = e.getBoundingClientRect();
+  if (r.width === 0 || r.right <= width + 0.5) return;
+  for (var a = e.parentElement; a; a = a.parentElement) {
+    var o = getComputedStyle(a).overflowX;
+    if ((o === "hidden" || o === "clip") && a.getBoundingClientRect().right <= width + 0.5) return;
+  }
+  out.push(e.tagName + "#" + e.id + "." + e.className + " right " + Math.round(r.right));
+});
+document.querySelectorAll(".tablebox").forEach(function (b) {
+  if (b.scrollWidth > b.clientWidth) out.push("scrolls: " + b.querySelector("table").id);
+});
+return out;
+"""
+
+
+@pytest.fixture(scope="module")
+def study_page(tmp_path_factory):
+    if not STUDY_PAGE.is_file():
+        pytest.skip("docs/ewt-study/report.html is not in this checkout")
+    from test_report_html import _browser
+
+    driver = _browser(tmp_path_factory.mktemp("chromium"), FIRST_SCREEN[0])
+    driver.set_window_size(*FIRST_SCREEN)
+    driver.get(STUDY_PAGE.as_uri())
+    yield driver
+    driver.quit()
+
+
+def test_study_page_size():
+    if not STUDY_PAGE.is_file():
+        pytest.skip("docs/ewt-study/report.html is not in this checkout")
+    assert STUDY_PAGE.stat().st_size < SIZE_BUDGET
+
+
+def test_study_page_first_screen_answers(study_page):
+    """At 1366 x 800 the first screen shows every claim's verdict and the three figures, whole."""
+    driver = study_page
+    height = driver.execute_script("return window.innerHeight;")
+    verdicts = driver.execute_script(
+        "return Array.from(document.querySelectorAll('#claims ol.claims > li')).map(function (li) {"
+        "  var v = li.querySelector('.verdict'), r = v.getBoundingClientRect();"
+        "  return [v.textContent, r.bottom, li.getBoundingClientRect().height]; });")
+    assert len(verdicts) == 6
+    assert all(word and bottom <= height and line < 30 for word, bottom, line in verdicts), verdicts  # one line each
+    figures = driver.execute_script(
+        "return ['figure-score', 'figure-stem', 'figure-correlation'].map(function (id) {"
+        "  var r = document.getElementById(id).getBoundingClientRect(); return [id, r.top, r.bottom, r.right]; });")
+    width = driver.execute_script("return document.documentElement.clientWidth;")
+    assert all(bottom <= height + 40 and right <= width for _, _, bottom, right in figures), (height, figures)
+    drawn = driver.execute_script(
+        "return [document.querySelectorAll('#figure-score svg g[id^=runs-] use').length,"
+        " document.querySelectorAll('#figure-stem table.heatmap td.marked').length,"
+        " document.querySelectorAll('#figure-correlation table.corr td').length];")
+    assert drawn[0] > 100 and drawn[1] > 0 and drawn[2] > 0, drawn
+
+
+def test_study_page_no_sideways_scrolling(study_page):
+    """Nothing wider than the window at 1366 px, with every folded part open too."""
+    driver = study_page
+    assert driver.execute_script("return document.documentElement.scrollWidth;") <= 1366
+    assert driver.execute_script(WIDE) == []
+    driver.execute_script("document.querySelectorAll('details').forEach(function (d) { d.open = true; });")
+    try:
+        assert driver.execute_script("return document.documentElement.scrollWidth;") <= 1366
+        assert driver.execute_script(WIDE) == []
+    finally:
+        driver.execute_script("document.querySelectorAll('details').forEach(function (d) { d.open = false; });")
+
+
+def test_study_page_attention_draws_arcs_for_a_chosen_head(study_page):
+    driver = study_page
+    heads = driver.execute_script("return Array.from(document.querySelectorAll('#attention button.att-head'))"
+                                  ".map(function (b) { return b.getAttribute('data-head'); });")
+    assert "0.2" in heads  # L0H2: a stem cell of DP
+    button = driver.execute_script("return document.querySelector('#attention button.att-head[data-head=\"0.2\"]');")
+    driver.execute_script("arguments[0].scrollIntoView();", button)
+    button.click()
+    arcs = driver.execute_script(
+        "return Array.from(document.querySelectorAll('#attention .att-panel svg path[data-from]')).map(function (p) {"
+        "  return [+p.getAttribute('data-from'), +p.getAttribute('data-to'), +p.getAttribute('data-weight')]; });")
+    words = driver.execute_script("return document.querySelectorAll('#attention .att-panel')[0]"
+                                  ".querySelectorAll('svg text').length;")
+    assert arcs and all(0 <= a < words and 0 <= b < words and 0 < w <= 1 for a, b, w in arcs), (arcs[:5], words)

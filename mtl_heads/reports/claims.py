@@ -35,10 +35,8 @@ seed left out in turn (:func:`check_claims`), and one that changes is marked fra
 """
 from __future__ import annotations
 
-import html
 import json
 import math
-import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -57,8 +55,9 @@ from mtl_heads.reports.significance import permutation_test, significance_table,
 from mtl_heads.runs import is_probe_report
 
 __all__ = ["ALPHA", "NEAR_ALL", "SHUFFLES", "RULES", "MATCHED_RULE", "Test", "Claim", "Study", "regime", "holm",
-           "read_study", "read_ablations", "check_claims", "probe_skill", "pooled_ablation", "score_grid",
-           "claims_markdown", "claims_html", "splice"]
+           "read_study", "read_ablations", "check_claims", "regime_gates", "gate_baseline", "stem_table",
+           "probe_skill", "pooled_ablation", "score_grid",
+           "claims_markdown", "splice"]
 
 ALPHA = 0.05
 NEAR_ALL = 0.95  # a setting keeping at least this share of the heads (in most of its seeds) did not prune
@@ -528,12 +527,12 @@ def _gates(study: Study, setting: str) -> _Gates:
     return _Gates([r.values for r in runs], flags, max(r.group_size for r in runs))
 
 
-def _regime_gates(study: Study, kind: str) -> dict[str, _Gates]:
+def regime_gates(study: Study, kind: str) -> dict[str, _Gates]:
     """``{TASK: gates}`` of the single-task settings of a regime, in task order."""
     return {_task_name(t): _gates(study, s) for t in study.tasks if (s := study.setting(t, kind)) is not None}
 
 
-def _baseline(gates: dict[str, _Gates]) -> pd.DataFrame:
+def gate_baseline(gates: dict[str, _Gates]) -> pd.DataFrame:
     """:func:`permutation_baseline` over ``{label: gates}`` with :data:`SHUFFLES` shuffles."""
     return permutation_baseline({n: g.grids for n, g in gates.items()}, {n: g.moved for n, g in gates.items()},
                                 shuffles=SHUFFLES, block=max(g.block for g in gates.values()))
@@ -568,10 +567,10 @@ def overlap(study: Study) -> Claim:
                   RULES["overlap"])
     pairs = {}  # regime -> [(key, counted)]
     for kind in REGIMES:
-        gates = _regime_gates(study, kind)
+        gates = regime_gates(study, kind)
         if len(gates) < 2:
             continue
-        table = _baseline(gates)
+        table = gate_baseline(gates)
         if table.empty:
             claim.notes.append(f"{REGIME_NAMES[kind]}: fewer than two settings whose gates moved")
             continue
@@ -603,7 +602,7 @@ def overlap(study: Study) -> Claim:
     return claim
 
 
-def _stem_table(gates: dict[str, _Gates]) -> pd.DataFrame | None:
+def stem_table(gates: dict[str, _Gates]) -> pd.DataFrame | None:
     """:func:`stem_cells` of the settings that pruned (None with fewer than two)."""
     pruned = {n: g for n, g in gates.items() if g.pruned}
     if len(pruned) < 2:
@@ -613,7 +612,7 @@ def _stem_table(gates: dict[str, _Gates]) -> pd.DataFrame | None:
 
 def stem_heads(study: Study, kind: str) -> list[str]:
     """The stem cells of a regime in ``study``: heads kept in every single-task setting that pruned."""
-    table = _stem_table(_regime_gates(study, kind))
+    table = stem_table(regime_gates(study, kind))
     return [] if table is None else list(table.loc[table["stem cell"], "name"])
 
 
@@ -624,8 +623,8 @@ def stem(study: Study) -> Claim:
     pretrained = [r for r in study.reports if r.meta.get("model_kind") != "run"]
     found = {}  # regime -> (count key, [probe keys])
     for kind in REGIMES:
-        gates = _regime_gates(study, kind)
-        table = _stem_table(gates) if len(gates) >= 2 else None
+        gates = regime_gates(study, kind)
+        table = stem_table(gates) if len(gates) >= 2 else None
         if table is None:
             if len(gates) >= 2:
                 claim.notes.append(f"{REGIME_NAMES[kind]}: fewer than two single-task settings that pruned "
@@ -829,7 +828,7 @@ def _sp_dp_line(claim: Claim, study: Study, tasks: str, pair: _Pair) -> dict | N
     name = _setting_name(study, tasks)
     gates = {f"{name} DP": _gates(study, pair.dp), f"{name} SP": _gates(study, pair.sp)}
     why = _not_pruned(gates, gates)
-    table = _baseline(gates)
+    table = gate_baseline(gates)
     if table.empty:
         claim.notes.append(f"{pair.label}: the gates of DP or SP never moved")
         return None
@@ -1158,33 +1157,6 @@ def claims_markdown(study: Study, claims: list[Claim], command: str = "") -> str
     if study.notes:
         out += ["Notes:", ""] + [f"- {note}" for note in study.notes] + [""]
     return "\n".join(out)
-
-
-def _bold(text: str) -> str:
-    """Markdown ``**bold**`` (the claims' own emphasis, e.g. **confounded**) as HTML ``<b>``."""
-    return re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", text)
-
-
-def claims_html(specs: list[str]) -> str:
-    """He & Choi's claims on the runs (:mod:`mtl_heads.reports.claims`), one line each: the question,
-    the verdict (coloured; its rule on hover), its stability and its key numbers. Empty when the runs
-    hold no study, i.e. no claim can be answered (a few runs of one setting)."""
-    try:
-        claims = check_claims(read_study(specs))
-    except ConfigError:
-        return ""
-    if not any(c.verdict for c in claims):
-        return ""
-    items = []
-    for claim in claims:
-        word = VERDICT_WORDS.get(claim.verdict, "cannot be tested")
-        items.append(f'<li><b>{html.escape(claim.question)}</b> <span class="verdict {claim.verdict or "none"}" '
-                     f'title="Rule: {html.escape(claim.rule)}">{html.escape(word[:1].upper() + word[1:])}</span> '
-                     f'<span class="meta">({html.escape(claim.stability or "stability not checked")})</span><br>'
-                     f'{_bold(html.escape(claim.answer))}.</li>')
-    return ('<section id="claims"><h2>Claims</h2><p class="meta">He &amp; Choi 2021 checked on these runs; hover a '
-            'verdict for its rule. Every number, test and null: <code>python -m mtl_heads claims</code> on the same '
-            f'folders.</p><ol class="claims">{"".join(items)}</ol></section>')
 
 
 def splice(doc: str, generated: str, path: str = "doc") -> str:

@@ -264,7 +264,7 @@ def html_table(shown: pd.DataFrame, values: pd.DataFrame | None = None, table_id
             f'<tbody>{"".join(rows)}</tbody></table></div>')
 
 
-def _colour(fraction: float) -> str:
+def viridis_colour(fraction: float) -> str:
     """Viridis colour of ``fraction`` in [0, 1] as ``#rrggbb`` (the page's heatmaps use the same
     table, :data:`VIRIDIS`, in JavaScript)."""
     return VIRIDIS[int(min(max(fraction, 0.0), 1.0) * (len(VIRIDIS) - 1) + 0.5)]  # as Math.round
@@ -321,7 +321,7 @@ def heat_cells(spec: dict) -> list[dict]:
         if spec["n"] is not None and spec["n"][i] is not None:
             text += f" (n={spec['n'][i]})"
         cells.append({"title": text, "cls": spec["kind"] if i in spec["mark"] else "",
-                      "colour": _colour((value - spec["lo"]) / span)})
+                      "colour": viridis_colour((value - spec["lo"]) / span)})
     return cells
 
 

@@ -25,13 +25,16 @@ import io
 import math
 import re
 
+import matplotlib
 import numpy as np
 import pandas as pd
+from matplotlib.lines import Line2D
 
 from mtl_heads.config import ConfigError
-from mtl_heads.reports.claims import (REGIME_NAMES, REGIMES, RULES, VERDICT_WORDS, Claim, Study, _baseline,
-                                      _regime_gates, _stem_table, check_claims, read_study, stem_heads)
-from mtl_heads.reports.page import heatmap_html
+from mtl_heads.reports.claims import (REGIME_NAMES, REGIMES, RULES, VERDICT_WORDS, Claim, Study, gate_baseline,
+                                      regime_gates, stem_table, check_claims, read_study, stem_heads)
+from mtl_heads.reports.gates import run_consistency
+from mtl_heads.reports.page import heatmap_html, viridis_colour
 from mtl_heads.reports.plots import new_figure
 
 __all__ = ["SHORT", "study_lead", "stem_cell_groups", "claims_list", "score_figure", "stem_map", "correlation_map"]
@@ -140,8 +143,6 @@ def score_figure(study: Study) -> str:
     columns = _score_columns(runs, study.tasks)
     if not columns or "heads kept" not in runs or runs["heads kept"].isna().all():
         return ""
-    import matplotlib
-
     total = pd.to_numeric(runs.get("heads total"), errors="coerce").max() if "heads total" in runs else math.nan
     cols = 3 if len(columns) > 2 else len(columns)
     rows = math.ceil((len(columns) + 1) / cols)  # one cell for the legend
@@ -165,8 +166,6 @@ def score_figure(study: Study) -> str:
         for ax in axes.ravel()[len(columns):]:
             ax.axis("off")
         legend = axes.ravel()[len(columns)] if len(columns) < rows * cols else axes.ravel()[-1]
-        from matplotlib.lines import Line2D
-
         handles = [Line2D([], [], marker="s", linestyle="", color=REGIME_COLOURS[k], label=REGIME_NAMES[k])
                    for k in ("none", "dp", "budget", "sp") if (runs["regime"] == k).any()]
         handles += [Line2D([], [], marker="o", linestyle="", color="#ccc", markeredgecolor="black", label="single task"),
@@ -188,7 +187,7 @@ def _regimes(study: Study) -> list[tuple[str, dict]]:
     """``[(regime, {TASK: gates})]`` of the regimes with two or more single-task settings, DP first."""
     found = []
     for kind in REGIMES:
-        gates = _regime_gates(study, kind)
+        gates = regime_gates(study, kind)
         if len(gates) >= 2:
             found.append((kind, gates))
     return found
@@ -196,7 +195,7 @@ def _regimes(study: Study) -> list[tuple[str, dict]]:
 
 def stem_map(study: Study, kind: str, gates: dict) -> str:
     """How many of a regime's tasks that pruned keep each head (layer x head), stem cells outlined."""
-    table = _stem_table(gates)
+    table = stem_table(gates)
     if table is None:
         return '<p class="note">fewer than two tasks pruned in this regime: no stem cells to tell</p>'
     pruned = [n for n, g in gates.items() if g.pruned]
@@ -215,11 +214,9 @@ def correlation_map(study: Study, kind: str, gates: dict, claim: Claim | None) -
     outlined where it beats both permutation nulls (claim 2's test: the larger of the global and the
     layer-aware p, Holm-adjusted over the claim's tests, below 0.05); on the diagonal, italic, the
     run-to-run consistency (mean correlation between a task's seeds). Hover: the nulls and the p values."""
-    table = _baseline(gates)
+    table = gate_baseline(gates)
     if table.empty:
         return '<p class="note">fewer than two tasks whose gates moved</p>'
-    from mtl_heads.reports.gates import run_consistency
-    from mtl_heads.reports.page import _colour
 
     names = list(gates)
     rows = {(r["A"], r["B"]): r for r in table.to_dict("records")}
@@ -239,7 +236,7 @@ def correlation_map(study: Study, kind: str, gates: dict, claim: Claim | None) -
                 value = run_consistency(gates[a].grids, gates[a].moved)
                 text = f"{a}: run-to-run consistency {value:.2f}" if np.isfinite(value) else f"{a}: one run"
                 shown = f"{value:.2f}" if np.isfinite(value) else ""
-                colour = _colour(value) if np.isfinite(value) else "#eee"
+                colour = viridis_colour(value) if np.isfinite(value) else "#eee"
                 cells.append(f'<td class="diag" style="background:{colour};color:{_ink(value)}" title="{_e(text)}">'
                              f"{shown}</td>")
                 continue
@@ -254,7 +251,8 @@ def correlation_map(study: Study, kind: str, gates: dict, claim: Claim | None) -
             text = (f"{a} & {b}: r {r:.2f}; global null 95th pct {row['null 95%']:.2f} (p {row['p']:.2g}); "
                     f"layer-aware null 95th pct {row['layer null 95%']:.2f} (p {row['layer p']:.2g}){holm}{why}"
                     + ("; beats both nulls" if beats else ""))
-            cells.append(f'<td class="{"beats" if beats else ""}" style="background:{_colour(r)};color:{_ink(r)}" '
+            cells.append(f'<td class="{"beats" if beats else ""}" '
+                         f'style="background:{viridis_colour(r)};color:{_ink(r)}" '
                          f'title="{_e(text)}" data-value="{r:.4f}">{r:.2f}</td>')
         body.append("<tr>" + "".join(cells) + "</tr>")
     shuffles = int(table["shuffles"].iloc[0])
