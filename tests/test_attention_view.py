@@ -25,6 +25,7 @@ from probes.runner import run_probes
 from probes.samples import FILE, MAX_WORDS, MIN_WORDS, AttentionSamples
 from probes.sink import SinkProbe
 from test_decoder_lms import _save  # tiny random decoders with an offline-trained tokenizer
+from test_report_html import _browser  # headless Chromium, skipped without it
 
 SIZES = "data.demo_sizes={train: 24, dev: 12, test: 16}"
 CPU = torch.device("cpu")
@@ -245,25 +246,6 @@ def test_view_picks_the_best_probe_heads_and_stays_small(reports):
 
 
 # ---------------------------------------------------------------------- in a browser
-def _browser(tmp_path, width=1366):
-    if not shutil.which("chromium") or not shutil.which("chromedriver"):
-        pytest.skip("Debian's chromium / chromium-driver are not installed")
-    webdriver = pytest.importorskip("selenium.webdriver")
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = shutil.which("chromium")
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'profile'}", f"--window-size={width},1000",
-                 "--hide-scrollbars"):
-        options.add_argument(flag)
-    try:  # an explicit driver: Selenium Manager never looks for one online
-        return webdriver.Chrome(options=options, service=Service(shutil.which("chromedriver")))
-    except Exception as err:  # noqa: BLE001 -- a browser that cannot start here: skip, not fail
-        pytest.skip(f"headless chromium did not start: {err}")
-
-
 ARCS = ("return Array.from(document.querySelectorAll('.att-panel')).map(function (p) {"
         "  var s = p.querySelector('svg'); return [p.id, p.getAttribute('data-report'),"
         "  s ? s.querySelectorAll('text[data-q]').length : 0,"
