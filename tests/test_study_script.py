@@ -177,7 +177,13 @@ def test_retrain_moves_the_weights_only_when_the_record_is_reproduced(tmp_path, 
     score: the record is left as it was and the new run stays beside it, named."""
     root = tmp_path / "study"
     record_run(root / "pos" / "seed1")
-    same = record_run(tmp_path / "trained" / "pos", seconds=99.0)  # only the wall time differs
+    same = record_run(tmp_path / "trained" / "pos", seconds=99.0)  # only the wall time differs, and expected_l0
+    gates = json.loads((same / "gates.json").read_text())  # in its last bits (a float sum: summation order)
+    gates["expected_l0"] = (gates.get("expected_l0") or 36.0) * (1 + 2e-8)
+    (same / "gates.json").write_text(json.dumps(gates))
+    record = json.loads((root / "pos" / "seed1" / "gates.json").read_text())
+    record.setdefault("expected_l0", 36.0)
+    (root / "pos" / "seed1" / "gates.json").write_text(json.dumps(record))
     result = study(tmp_path, "retrain", SETTINGS="pos", FAKE_RUN=str(same), **fake["env"])
     assert result.returncode == 0, result.stderr
     assert f"reproduced: {root}/pos/seed1" in result.stdout
@@ -201,6 +207,14 @@ def test_retrain_moves_the_weights_only_when_the_record_is_reproduced(tmp_path, 
     assert not (root / "dep" / "seed1" / "model.safetensors").exists()
     assert (root / "dep" / ".seed1.retrained" / "model.safetensors").is_file()
     assert len(fake["log"]()) == 2
+    record_run(root / "con" / "seed1", "con")  # the same scores, one gate value not
+    moved = record_run(tmp_path / "trained" / "con", "con")
+    gates = json.loads((moved / "gates.json").read_text())
+    gates["values"][0][0] = 0.5
+    (moved / "gates.json").write_text(json.dumps(gates))
+    result = study(tmp_path, "retrain", SETTINGS="con", FAKE_RUN=str(moved), **fake["env"])
+    assert f"did not reproduce: {root}/con/seed1 (gates.json's values differs)" in result.stdout
+    shutil.rmtree(root / "con")
     assert f"not retrained: {root}/con/seed1 has no record" in study(tmp_path, "retrain", SETTINGS="con").stdout
 
 
