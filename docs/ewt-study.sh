@@ -240,16 +240,19 @@ sys.exit(sorted(json.load(open(sys.argv[1]))["heads"]) != sorted(sys.argv[2].spl
 EOF
 }
 ablate_one() {  # run folder $1, regime $2, heads $3; setting $4 and seed $5 for messages
-  local dir=$1 kind=$2 heads=$3 out=$1/ablation-$2-stem-cells
+  local dir=$1 kind=$2 heads=$3 out=$1/ablation-$2-stem-cells weights=$1
+  local side=${dir%/*}/.${dir##*/}.retrained  # a retraining that did not reproduce the record stands in for it
+  [[ ! -f $dir/model.safetensors && -f $side/model.safetensors ]] && weights=$side
   if [[ -f $out/ablation.json ]]; then
     if same_heads "$out/ablation.json" "$heads"; then echo "done: $out"
     else echo "stale: $out ablated other heads than today's $kind stem cells ($heads): remove it to ablate them"
       failed "$out"; fi
-  elif [[ ! -f $dir/model.safetensors ]]; then
+  elif [[ ! -f $weights/model.safetensors ]]; then
     echo "not run: $out needs the weights of $dir ($(retrain_hint "$4" "$5"))"
     failed "$out"
   else
-    python -m mtl_heads ablate "$dir" heads="$heads" label="$kind stem cells" methods=zero,mean \
+    [[ $weights == "$side" ]] && echo "ablating $side: the retraining of $dir, which did not reproduce its record"
+    python -m mtl_heads ablate "$weights" heads="$heads" label="$kind stem cells" methods=zero,mean \
       random_sets="$ABLATE_SETS" split=test progress=false "${ABLATE_EXTRA[@]}" out="$out" 2>&1 | sed -u "s|^|[$out] |" || failed "$out"
   fi
 }

@@ -343,6 +343,19 @@ def test_ablation_files_that_cannot_be_used_are_named(study_dir):
     assert any("is not among the study's runs; not used" in n for n in study.notes)
 
 
+def test_an_ablation_of_a_retraining_stands_for_its_run(study_dir):
+    """A run trained again that did not reproduce its record (docs/ewt-study.sh's retrain stage leaves it
+    in <setting>/.seed<N>.retrained) is ablated in the record's place, and the claims say so."""
+    write_ablation(study_dir / "pos" / "seed2" / "ablation-dp-stem-cells", study_dir / "pos" / ".seed2.retrained",
+                   sorted(STEM), {"zero": {"pos": 1.0}}, {"zero": {"pos": [0.0, 0.5]}})
+    study = read_study([str(study_dir)])
+    (path, record), = study.ablations
+    assert study.run_row(record["run"])["seed"] == 2 and study.run_row(record["run"])["setting"] == "pos"
+    assert any("a retraining of its run with the same config and seed that did not reproduce" in n
+               for n in study.notes)
+    assert not study.without_seed(2).ablations and study.without_seed(1).ablations
+
+
 def test_score_grid(study_dir):
     study = read_study([str(study_dir)])
     grid = score_grid(study).set_index("task (test)")

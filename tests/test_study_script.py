@@ -242,6 +242,14 @@ def test_ablate_runs_where_the_claims_look_skips_what_is_written_and_names_missi
     (out / "ablation.json").write_text(json.dumps({"run": "x", "heads": ["L0H0"], "methods": {}}))
     result = study(tmp_path, "ablate", SETTINGS="pos", ABLATE="dp", **fake["env"])
     assert f"stale: {out} ablated other heads than today's dp stem cells (L0H0,L1H1)" in result.stdout
+    # DEP's retraining did not reproduce its record: its weights stand in, the output goes to the record's folder
+    side = root / "dep" / ".seed1.retrained"
+    side.mkdir()
+    (side / "model.safetensors").write_text("weights")
+    result = study(tmp_path, "ablate", SETTINGS="dep", ABLATE="dp", **fake["env"])
+    assert f"ablating {side}: the retraining of {root}/dep/seed1, which did not reproduce its record" in result.stdout
+    assert fake["log"]()[-1][:2] == ["ablate", str(side)]
+    assert fake["log"]()[-1][-1] == f"out={root}/dep/seed1/ablation-dp-stem-cells"
 
 
 def test_matched_and_ner_lambda_runs(tmp_path, fake):

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -65,6 +66,7 @@ SHUFFLES = 10_000  # shuffles / random sets of every null here: Holm over a clai
 REGIMES = ("dp", "budget", "sp")  # the paper's regime (DP) first: gate verdicts read the first one present
 REGIME_NAMES = {"none": "unpruned", "dp": "dynamic pruning (DP)", "budget": "DP at equal sparsity",
                 "sp": "static pruning (SP)"}
+RETRAINED = re.compile(r"(^|/)\.seed\d+\.retrained/?$")  # docs/ewt-study.sh's retrain stage: a run trained again
 ABLATION_FILE = "ablation.json"  # what python -m mtl_heads.ablate writes
 VERDICT_METHODS = ("zero", "mean")  # ablations a "needed" verdict reads (resample is shown)
 TESTS = ("Tests: Welch's t-test over seeds (two-sided, unequal variances) for scores; for gates and head sets, "
@@ -258,8 +260,13 @@ class Study:
 
     def run_row(self, folder) -> pd.Series | None:
         """The run table's row of a run folder (by resolved path, else by its last two path parts:
-        ``<setting folder>/seed<N>``, for a study moved since), or None."""
+        ``<setting folder>/seed<N>``, for a study moved since), or None. A retraining of a run that did
+        not reproduce its record (``<setting folder>/.seed<N>.retrained``, docs/ewt-study.sh's retrain
+        stage) stands for that run: same config and seed, its own weights."""
         target = Path(str(folder))
+        retrained = re.fullmatch(r"\.seed(\d+)\.retrained", target.name)
+        if retrained:
+            target = target.parent / f"seed{retrained.group(1)}"
         paths = [Path(r) for r in self.runs["run"]]
         for match in ([p.resolve() == target.resolve() for p in paths], [p.parts[-2:] == target.parts[-2:] for p in paths]):
             if any(match):
@@ -341,6 +348,10 @@ def read_study(specs: list[str]) -> Study:
             study.notes.append(f"{path}: its run {record['run']} is not among the study's runs; not used")
         else:
             study.ablations.append((path, record))
+            if RETRAINED.search(str(record["run"])):
+                study.notes.append(f"{path}: ablates {record['run']}, a retraining of its run with the same config "
+                                   "and seed that did not reproduce the record's files (the record's scores are "
+                                   "the first training's; the ablation reads the retraining's weights)")
     return study
 
 
