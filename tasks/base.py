@@ -31,7 +31,14 @@ class Decoder(nn.Module):
     ``forward(words [batch, n_words, hidden], mask [batch, n_words]) -> scores``,
     ``loss(scores, targets, mask) -> scalar``, ``decode(scores, mask) -> list`` (one prediction per
     sentence, in the same form as ``Task.gold``).
+
+    ``reference``: when True, ``forward`` and ``decode`` run the decoder's previous, plainer
+    implementation (supar's modules and structures as they are, every score computed), kept to
+    check that the fast path predicts exactly the same outputs (``bench/predict_speed.py``,
+    ``tests/test_decode_speed_equivalence.py``); slower. The loss is the same either way.
     """
+
+    reference: bool = False
 
     def loss(self, scores: Any, targets: Any, mask: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -110,3 +117,55 @@ def pad_ids(rows: list[list[int]], n_words: int, pad: int = -100) -> torch.Tenso
     for i, row in enumerate(rows):
         out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
     return out
+
+
+# ---------------------------------------------------------------- shared decoder pieces
+
+
+def biaffine(layer: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """``layer(x, y)`` for a supar ``Biaffine`` ``layer``: ``[batch, n_out, seq_x, seq_y]`` (``n_out``
+    squeezed when 1), the same values, without supar's division by ``n_in ** scale`` when ``scale``
+    is 0 (a division by 1, one pass over every pair, forward and backward, for nothing)."""
+    if layer.bias_x:
+        x = torch.cat((x, torch.ones_like(x[..., :1])), -1)
+    if layer.bias_y:
+        y = torch.cat((y, torch.ones_like(y[..., :1])), -1)
+    s = torch.einsum("bxi,oij,byj->boxy", x, layer.weight, y)  # [batch, n_out, seq_x, seq_y]
+    if layer.scale:
+        s = s / layer.n_in ** layer.scale
+    return s.squeeze(1)
+
+
+def linears(x: torch.Tensor, layers: list[nn.Linear]) -> list[torch.Tensor]:
+    """``[layer(x) for layer in layers]`` for linear layers reading the same ``x``, done as one
+    matrix product (each output column is the same dot product; a layer without bias adds 0)."""
+    weight = torch.cat([layer.weight for layer in layers])  # [sum out_features, in_features]
+    bias = torch.cat([layer.bias if layer.bias is not None else layer.weight.new_zeros(layer.out_features)
+                      for layer in layers])
+    return list(nn.functional.linear(x, weight, bias).split([layer.out_features for layer in layers], -1))
+
+
+def mlps(x: torch.Tensor, layers: list[nn.Module], more: list[nn.Linear] = ()) -> list[torch.Tensor]:
+    """``[layer(x) for layer in layers] + [linear(x) for linear in more]`` for supar ``MLP`` layers
+    and linear layers reading the same ``x``: their linear maps as one matrix product
+    (:func:`linears`), then each MLP's activation and dropout, in order (so the same dropout masks)."""
+    parts = linears(x, [layer.linear for layer in layers] + list(more))
+    return [layer.dropout(layer.activation(part)) for layer, part in zip(layers, parts)] + parts[len(layers):]
+
+
+def biaffine_pairs(layer: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """``layer(x, y).permute(0, 2, 3, 1)``, ``[batch, seq_x, seq_y, n_out]``, for a supar ``Biaffine``
+    with many outputs (a label scorer), up to rounding: ``y``'s side is multiplied by the weight
+    first, so that the product with ``x`` comes out with the labels last, where supar's einsum
+    produces ``[batch, n_out, seq_x, seq_y]`` (through a copy) for it to be permuted (and copied
+    again when read). About a third less time forward; the sums run in another order."""
+    if layer.bias_x:
+        x = torch.cat((x, torch.ones_like(x[..., :1])), -1)
+    if layer.bias_y:
+        y = torch.cat((y, torch.ones_like(y[..., :1])), -1)
+    batch, seq_y, dim_y = y.shape
+    n_out, dim_x = layer.weight.shape[:2]
+    yw = y.reshape(-1, dim_y) @ layer.weight.permute(2, 0, 1).reshape(dim_y, n_out * dim_x)  # [batch * seq_y, o * i]
+    s = x @ yw.view(batch, seq_y * n_out, dim_x).transpose(1, 2)  # [batch, seq_x, seq_y * n_out]
+    s = s.view(batch, x.shape[1], seq_y, n_out)
+    return s / layer.n_in ** layer.scale if layer.scale else s

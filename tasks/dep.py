@@ -9,6 +9,7 @@ import warnings
 from collections import Counter
 from typing import NamedTuple
 
+import numpy as np
 import torch
 from supar.modules import MLP, Biaffine
 from supar.structs import DependencyCRF, MatrixTree
@@ -19,7 +20,7 @@ from mtl_heads.data.errors import data_error
 from mtl_heads.data.headrules import PUNCT_TAGS, check_tree
 from mtl_heads.data.sentence import Sentence
 from mtl_heads.precision import fp32, full_precision
-from tasks.base import Decoder, Metric, Task, pad_ids
+from tasks.base import Decoder, Metric, Task, biaffine, biaffine_pairs, mlps, pad_ids
 
 MIN = -1e32  # score of impossible arcs (supar's convention; finite, so no inf - inf = nan)
 
@@ -127,11 +128,20 @@ class BiaffineParser(Decoder):
 
     def forward(self, words: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``words`` ``[batch, 1 + n_words, hidden]``, ``mask`` ``[batch, 1 + n_words]`` (root
-        column True) -> ``(s_arc [batch, seq, seq], s_rel [batch, seq, seq, n_rels])``."""
-        s_arc = self.arc_attn(self.arc_mlp_d(words), self.arc_mlp_h(words)).float()  # [batch, seq, seq]
+        column True) -> ``(s_arc [batch, seq, seq], s_rel [batch, seq, seq, n_rels])``.
+
+        The four MLPs as one product (:func:`~tasks.base.mlps`), the arc scores without supar's
+        division by 1 (:func:`~tasks.base.biaffine`; the same values bit for bit), the label scores
+        labels last (:func:`~tasks.base.biaffine_pairs`); ``self.reference``: supar's modules."""
+        if self.reference:
+            s_arc = self.arc_attn(self.arc_mlp_d(words), self.arc_mlp_h(words)).float()  # [batch, seq, seq]
+            s_arc = s_arc.masked_fill(~mask.unsqueeze(1), MIN)  # padded heads impossible
+            s_rel = self.rel_attn(self.rel_mlp_d(words), self.rel_mlp_h(words)).permute(0, 2, 3, 1)  # [b, seq, seq, R]
+            return s_arc, s_rel
+        arc_d, arc_h, rel_d, rel_h = mlps(words, [self.arc_mlp_d, self.arc_mlp_h, self.rel_mlp_d, self.rel_mlp_h])
+        s_arc = biaffine(self.arc_attn, arc_d, arc_h).float()  # [batch, seq, seq]
         s_arc = s_arc.masked_fill(~mask.unsqueeze(1), MIN)  # padded heads impossible
-        s_rel = self.rel_attn(self.rel_mlp_d(words), self.rel_mlp_h(words)).permute(0, 2, 3, 1)  # [b, seq, seq, R]
-        return s_arc, s_rel
+        return s_arc, biaffine_pairs(self.rel_attn, rel_d, rel_h)
 
     @fp32  # softmax / cross-entropy over heads and labels in fp32, autocast off
     def loss(self, scores, targets: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor) -> torch.Tensor:
@@ -146,9 +156,7 @@ class BiaffineParser(Decoder):
         words = mask[:, 1:] & heads.ge(0)  # [batch, n_words]
         heads = heads.masked_fill(~words, 0)
         s_arc = s_arc[:, 1:].float()  # [batch, n_words, seq]
-        s_rel = s_rel[:, 1:].float()  # [batch, n_words, seq, n_rels]
-        index = heads[..., None, None].expand(-1, -1, 1, s_rel.shape[-1])  # [batch, n_words, 1, n_rels]
-        s_rel = s_rel.gather(2, index).squeeze(2)  # [batch, n_words, n_rels]
+        s_rel = rels_at(s_rel[:, 1:], heads).float()  # [batch, n_words, n_rels]
         arc_loss = nn.functional.cross_entropy(s_arc[words], heads[words])
         rels = rels.masked_fill(~words, -100)
         if rels.ge(0).any():
@@ -158,7 +166,35 @@ class BiaffineParser(Decoder):
         return arc_loss + rel_loss
 
     def decode(self, scores, mask: torch.Tensor) -> list[Parse]:
-        """The best tree per sentence (``decode`` algorithm) and the best label on each arc."""
+        """The best tree per sentence (``decode`` algorithm) and the best label on each arc.
+
+        Greedy heads where they already form a (projective, for eisner) single-root tree
+        (:func:`is_tree`, one batched test), else MST (:func:`mst`: supar's Chu-Liu/Edmonds on
+        NumPy arrays) or Eisner (supar's ``DependencyCRF``); labels are read at the chosen arcs
+        only. ``self.reference``: the previous path (supar's ``CoNLL.istree`` per sentence,
+        ``MatrixTree``, every arc labelled), which gives the same parses."""
+        if self.reference:
+            return self._decode_reference(scores, mask)
+        s_arc, s_rel = scores
+        s_arc = s_arc.detach().float()  # [batch, seq, seq]
+        lens = mask[:, 1:].sum(-1)  # [batch], words without the root
+        arcs = s_arc.argmax(-1)  # [batch, seq]: each word's best head
+        proj = self.algorithm == "eisner"
+        bad = ~is_tree(arcs, lens, proj)  # [batch]
+        if bad.any():
+            with full_precision(s_arc.device):  # the tree search in fp32, autocast off
+                if proj:
+                    with torch.enable_grad():  # DependencyCRF's argmax differentiates the max score
+                        arcs[bad] = DependencyCRF(s_arc[bad], lens[bad]).argmax
+                else:
+                    arcs[bad] = mst(MatrixTree(s_arc[bad], lens[bad]))
+        rels = rels_at(s_rel.detach(), arcs).argmax(-1)  # [batch, seq]: the best label at the chosen arc
+        return [Parse(row_arcs[1:n + 1], [self.labels[r] for r in row_rels[1:n + 1]])
+                for row_arcs, row_rels, n in zip(arcs.tolist(), rels.tolist(), lens.tolist())]
+
+    def _decode_reference(self, scores, mask: torch.Tensor) -> list[Parse]:
+        """The previous decoding: supar's ``CoNLL.istree`` per sentence, then ``MatrixTree`` or
+        ``DependencyCRF`` on the others, and every arc's best label."""
         s_arc, s_rel = scores
         s_arc = s_arc.detach().float()  # [batch, seq, seq]
         lens = mask[:, 1:].sum(-1)  # [batch], words without the root
@@ -186,6 +222,159 @@ class BiaffineParser(Decoder):
         for row_arcs, row_rels, n in zip(arcs.tolist(), rels.tolist(), lens.tolist()):
             out.append(Parse(row_arcs[1:n + 1], [self.labels[r] for r in row_rels[1:n + 1]]))
         return out
+
+
+def rels_at(s_rel: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
+    """``[batch, seq, n_rels]``: the label scores ``s_rel`` ``[batch, seq, seq, n_rels]`` of each
+    position with its head ``heads`` ``[batch, seq]``."""
+    return s_rel.gather(2, heads[..., None, None].expand(-1, -1, 1, s_rel.shape[-1])).squeeze(2)
+
+
+# ---------------------------------------------------------------- tree search
+
+
+def is_tree(arcs: torch.Tensor, lens: torch.Tensor, projective: bool = False) -> torch.Tensor:
+    """``[batch]`` bool: the heads form a single-root tree (and a projective one with
+    ``projective``), as supar's ``CoNLL.istree(heads, projective)`` decides for each sentence,
+    tested on the whole batch at once.
+
+    Args:
+        arcs: ``[batch, 1 + n_words]`` head of each position (position 0, the root, is ignored).
+        lens: ``[batch]`` words per sentence.
+        projective: also require no two arcs to cross (the root arcs ``0 -> d`` included).
+    """
+    seq = arcs.shape[1]
+    position = torch.arange(seq, device=arcs.device)  # [seq]
+    words = position.ge(1) & position.le(lens[:, None])  # [batch, seq]
+    heads = arcs.masked_fill(~words, 0)  # the root and padding point at the root
+    ok = (heads.eq(0) & words).sum(-1).eq(1) & ~(heads.eq(position) & words).any(-1)  # one root child, no self-loop
+    up = heads  # up[d]: the ancestor 2^k steps above d (the root absorbs); after log2(seq) doublings
+    for _ in range(max(1, (seq - 1).bit_length())):  # every word that is not on a cycle has reached it
+        up = up.gather(1, up)
+    ok &= up.eq(0).all(-1)
+    if projective:
+        lo, hi = torch.minimum(heads, position), torch.maximum(heads, position)  # [batch, seq] arc ends
+        # arc a and arc b cross: lo_a < lo_b < hi_a < hi_b
+        cross = lo[:, :, None].lt(lo[:, None]) & lo[:, None].lt(hi[:, :, None]) & hi[:, :, None].lt(hi[:, None])
+        ok &= ~(cross & words[:, :, None] & words[:, None]).flatten(1).any(-1)
+    return ok
+
+
+def mst(tree: MatrixTree) -> torch.Tensor:
+    """The best single-root non-projective tree of each sentence under supar's ``tree``:
+    ``tree.argmax`` (``supar.structs.fn.mst``: Chu-Liu/Edmonds, then, when the tree has several
+    root children, Chu-Liu/Edmonds again with each of them as the only one), step for step on
+    NumPy arrays rather than on tensors of a few elements, so the same trees, ties included.
+
+    Args:
+        tree: the structure over arc scores ``tree.scores`` ``[batch, seq, seq]`` (float32,
+            ``[dependent, head]``, column 0 the root) and ``tree.lens`` ``[batch]`` words per
+            sentence; single-root (``multiroot=False``, supar's default).
+
+    Returns:
+        ``[batch, seq]`` heads (0 at the root and past each sentence's end), on the scores' device.
+    """
+    if tree.multiroot:
+        raise ValueError("mst finds single-root trees; use tree.argmax for multiroot=True")
+    s_arc, lens = tree.scores.detach(), tree.lens
+    scores, out = s_arc.cpu().numpy(), np.zeros(s_arc.shape[:2], dtype=np.int64)
+    for b, n in enumerate(lens.tolist()):
+        s = scores[b, :n + 1, :n + 1].copy()
+        tree = _chuliu_edmonds(s)
+        roots = np.nonzero(tree[1:] == 0)[0] + 1
+        if len(roots) > 1:
+            s_root = s[:, 0].copy()
+            s_best = MIN
+            s[:, 0] = MIN
+            for root in roots:
+                s[:, 0] = MIN
+                s[root, 0] = s_root[root]
+                t = _chuliu_edmonds(s)
+                s_tree = _sum32(s[np.arange(1, n + 1), t[1:]][:, None])  # [n, 1] as supar's gather
+                if s_tree > s_best:
+                    s_best, tree = s_tree, t
+        out[b, :n + 1] = tree
+    return torch.from_numpy(out).to(s_arc.device)
+
+
+def _sum32(values: np.ndarray) -> float:
+    """A float32 sum that is torch's to the last bit (supar sums with torch; NumPy's pairwise sum
+    may round otherwise, and the sums are compared)."""
+    return torch.from_numpy(np.ascontiguousarray(values)).sum().item()
+
+
+def _chuliu_edmonds(s: np.ndarray) -> np.ndarray:
+    """``supar.structs.fn.chuliu_edmonds`` on a ``[seq, seq]`` float32 array (changed in place as
+    supar changes its tensor): greedy heads, then the first cycle that supar's Tarjan search
+    yields is contracted and the contracted graph solved recursively."""
+    s[0, 1:] = MIN
+    diagonal = np.arange(1, len(s))
+    s[diagonal, diagonal] = MIN  # no self-loops
+    tree = s.argmax(-1)
+    cycle = _first_cycle(tree)
+    if cycle is None:
+        return tree
+    cycle = np.asarray(cycle)
+    outside = np.ones(len(s), dtype=bool)
+    outside[cycle] = False
+    noncycle = np.flatnonzero(outside)
+    s_cycle = s[cycle, tree[cycle]]  # scores of the cycle's arcs
+    s_dep = s[noncycle][:, cycle]  # s(c -> x): a cycle word heading a word outside
+    deps = s_dep.argmax(1)
+    # s(x -> c): a word outside heading a cycle word, less the cycle arc it breaks, plus the cycle
+    s_head = s[cycle][:, noncycle] - s_cycle.reshape(-1, 1) + np.float32(_sum32(s_cycle))
+    heads = s_head.argmax(0)
+    contracted = np.append(noncycle, -1)
+    s = s[contracted][:, contracted]
+    s[:-1, -1] = s_dep[np.arange(len(deps)), deps]
+    s[-1, :-1] = s_head[heads, np.arange(len(heads))]
+    y = _chuliu_edmonds(s)
+    y, cycle_head = y[:-1], y[-1]
+    subtree = y < len(y)
+    tree[noncycle[subtree]] = noncycle[y[subtree]]
+    subtree = ~subtree
+    tree[noncycle[subtree]] = cycle[deps[subtree]]
+    tree[cycle[heads[cycle_head]]] = noncycle[cycle_head]
+    return tree
+
+
+def _first_cycle(tree: np.ndarray) -> list[int] | None:
+    """The cycle (two words or more) that ``next(supar.structs.fn.tarjan(tree[1:]))`` yields, in
+    its order, or None: Tarjan's search starts from the words in index order and follows
+    dependents, so it completes first the cycle holding the smallest word on any cycle, ``i``,
+    and pops it as ``head(i), head(head(i)), ..., i``."""
+    heads = tree.tolist()
+    state = [0] * len(heads)  # 0 unseen, 1 on the current walk, 2 done
+    state[0] = 2
+    on_cycle = []
+    for start in range(1, len(heads)):
+        walk, d = [], start
+        while state[d] == 0:
+            state[d] = 1
+            walk.append(d)
+            d = heads[d]
+        if state[d] == 1 and heads[d] != d:  # the walk closed a cycle at d (a self-loop is no cycle)
+            on_cycle.append(d)
+        for w in walk:
+            state[w] = 2
+    if not on_cycle:
+        return None
+    first = min(_cycle_of(heads, d) for d in on_cycle)[0]
+    return _cycle_of(heads, first)[1]
+
+
+def _cycle_of(heads: list[int], d: int) -> tuple[int, list[int]]:
+    """``(smallest word, [head(i), head(head(i)), ..., i])`` of the cycle through ``d``, ``i`` its smallest word."""
+    members, w = [d], heads[d]
+    while w != d:
+        members.append(w)
+        w = heads[w]
+    i = min(members)
+    order, w = [], heads[i]
+    while w != i:
+        order.append(w)
+        w = heads[w]
+    return i, order + [i]
 
 
 class DepTask(Task):

@@ -95,9 +95,44 @@ class CRFTagger(Decoder):
 
     @fp32
     def decode(self, scores: torch.Tensor, mask: torch.Tensor) -> list[list[str]]:
-        best = self._crf(scores.detach(), mask).argmax.tolist()  # [batch, n_words]
+        """The best tag sequence of each sentence: :func:`viterbi` (supar's ``LinearChainCRF``
+        argmax without its autograd pass); ``self.reference``: ``LinearChainCRF.argmax`` itself."""
+        if self.reference:
+            best = self._crf(scores.detach(), mask).argmax.tolist()  # [batch, n_words]
+        else:
+            best = viterbi(self._crf(scores.detach(), mask)).tolist()
         lengths = mask.sum(-1).tolist()
         return [[self.labels[i] for i in row[:n]] for row, n in zip(best, lengths)]
+
+
+def viterbi(crf: LinearChainCRF) -> torch.Tensor:
+    """``[batch, n_words]`` best tags of supar's ``crf`` (0 past each sentence's end): ``crf.argmax``
+    without its autograd pass. The max-semiring forward pass of ``LinearChainCRF`` (the same
+    additions and ``max`` calls, so the same first best tag on a tie) with back-pointers, where
+    supar differentiates the best score.
+
+    Args:
+        crf: the structure over emission scores ``crf.scores`` ``[batch, n_words, n_tags]``,
+            transitions ``crf.trans`` ``[n_tags + 1, n_tags + 1]`` (row / column ``-1`` the start /
+            end) and lengths ``crf.lens`` ``[batch]`` (each at least 1).
+    """
+    scores, trans, lens = crf.scores.detach(), crf.trans.detach(), crf.lens
+    batch, seq, _ = scores.shape
+    scores, position = scores.transpose(0, 1), torch.arange(seq, device=scores.device)  # [seq, batch, n_tags]
+    mask = lens.unsqueeze(-1).gt(position).t()  # [seq, batch]
+    alpha = trans[-1, :-1] + scores[0]  # [batch, n_tags]
+    back = []  # per position i >= 1: [batch, n_tags] best previous tag
+    for i in range(1, seq):
+        best, prev = (alpha.unsqueeze(2) + trans[:-1, :-1]).max(1)  # [batch, n_tags]
+        alpha = torch.where(mask[i].unsqueeze(-1), best + scores[i], alpha)
+        back.append(prev)
+    tag = (alpha + trans[:-1, -1]).max(1)[1]  # [batch]: the best last tag
+    last, tags = lens - 1, torch.zeros(batch, seq, dtype=torch.long, device=scores.device)
+    tags[:, -1] = tag
+    for i in range(seq - 2, -1, -1):  # back from each sentence's last word (positions past it: anything)
+        prev = back[i].gather(1, tags[:, i + 1:i + 2]).squeeze(1)  # back[i]: the pointers of position i + 1
+        tags[:, i] = torch.where(last.eq(i), tag, prev)
+    return tags.masked_fill(~mask.t(), 0)
 
 
 class BiaffineSpanTagger(Decoder):

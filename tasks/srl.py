@@ -29,7 +29,7 @@ from mtl_heads.config import ConfigError
 from mtl_heads.data.errors import data_error
 from mtl_heads.data.sentence import Sentence
 from mtl_heads.precision import full_precision
-from tasks.base import Decoder, Metric, Task
+from tasks.base import Decoder, Metric, Task, biaffine, mlps
 
 logger = logging.getLogger(__name__)
 
@@ -219,13 +219,18 @@ class SpanSrlDecoder(Decoder):
         n_unary: size of the boundary representations of ``phi_a`` (default 150).
 
     ``forward`` returns a dict of scores: ``predicates`` ``[batch, n_words]`` (logits),
-    ``pred_repr`` ``[batch, n_words, n_mlp]``, the candidates ``span_index`` ``[batch, C]`` (each
-    candidate's place in the flattened ``[n_words, width]`` span grid, ``start * width + w``, with
-    ``width = min(max_width, n_words)``) and ``span_keep`` ``[batch, C]`` (False = padding, or a
-    span outside the sentence), and their representations ``spans`` ``[batch, C, n_mlp]``; with
+    ``words`` ``[batch, n_words, hidden]`` (the input, whose predicate representations
+    ``pred_repr`` are made for the predicates only), the candidates ``span_index`` ``[batch, C]``
+    (each candidate's place in the flattened ``[n_words, width]`` span grid, ``start * width + w``,
+    with ``width = min(max_width, n_words)``) and ``span_keep`` ``[batch, C]`` (False = padding, or
+    a span outside the sentence), and their representations ``spans`` ``[batch, C, n_mlp]``; with
     pruning also ``span_scores`` ``[batch, n_words, width]`` (``phi_a`` of every span). Without
     pruning ``C = n_words * width``. Role scores are built in ``loss`` / ``decode`` only for the
-    gold / predicted predicates.
+    gold / predicted predicates, and only for real ones (a batch pads its sentences' predicates to
+    the most any has). The word-level linear maps run as one matrix product. With
+    ``reference`` (:class:`~tasks.base.Decoder`) the forward is the previous one, which returns
+    ``pred_repr`` ``[batch, n_words, n_mlp]`` of every word instead of ``words``, and decoding reads
+    the candidates one predicate at a time; both give the same frames.
     """
 
     def __init__(self, hidden_size: int, labels: list[str], max_width: int = 30, n_mlp: int = 300,
@@ -259,6 +264,42 @@ class SpanSrlDecoder(Decoder):
             self.unary_width = nn.Parameter(torch.zeros(max_width))
 
     def forward(self, words: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        if self.reference:
+            return self._forward_reference(words, mask)
+        batch, n_words = words.shape[:2]
+        width = min(self.max_width, n_words)
+        ends = (span_ends(n_words, width, words.device) - 1).clamp(max=n_words - 1)  # [n, w] inclusive
+        valid = self.span_mask(mask, width)                                # [batch, n, w]
+        # the word-level linear maps as one product: predicate MLP, phi_a's boundary MLPs, span ends
+        unary_mlps = [self.unary_start, self.unary_end] if self.span_ratio is not None else []
+        pred_hidden, *parts = mlps(words, [self.pred_mlp] + unary_mlps, [self.span_start, self.span_end])
+        *unary_parts, start, end = parts                                   # start, end: [batch, n, d]
+        scores = {
+            "predicates": self.pred_score(pred_hidden).squeeze(-1),        # [batch, n]
+            "words": words,                         # pred_repr is computed for the predicates only
+        }
+        if self.span_ratio is None:                                        # every span is a candidate
+            spans = start[:, :, None] + end[:, ends] + self.width_embed.weight[:width]  # [batch, n, w, d]
+            scores["span_index"] = torch.arange(n_words * width, device=words.device).expand(batch, -1)  # [batch, n*w]
+            scores["span_keep"] = valid.flatten(1)                         # [batch, n*w]
+            scores["spans"] = self.span_dropout(self.span_act(spans)).flatten(1, 2)  # [batch, n*w, d]
+            return scores
+        first_repr, last_repr = unary_parts                                # [batch, n, n_unary] each
+        with full_precision(words.device):
+            unary = biaffine(self.unary, first_repr.float(), last_repr.float())  # [batch, n, n]
+            unary = unary.gather(2, ends.expand(batch, -1, -1)) + self.unary_width[:width]  # [batch, n, w]
+        index, keep = self.prune_spans(unary, valid, mask)                 # [batch, C] each
+        first, offset = index // width, index % width                      # [batch, C] start, width - 1
+        last = (first + offset).clamp(max=n_words - 1)                     # [batch, C] inclusive end
+        dim = start.shape[-1]
+        spans = (start.gather(1, first[..., None].expand(-1, -1, dim))     # [batch, C, d]
+                 + end.gather(1, last[..., None].expand(-1, -1, dim)) + self.width_embed(offset))
+        scores.update(span_scores=unary, span_index=index, span_keep=keep,
+                      spans=self.span_dropout(self.span_act(spans)))       # spans: [batch, C, d]
+        return scores
+
+    def _forward_reference(self, words: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The previous forward: one product per linear layer, ``pred_repr`` of every word."""
         batch, n_words = words.shape[:2]
         width = min(self.max_width, n_words)
         ends = (span_ends(n_words, width, words.device) - 1).clamp(max=n_words - 1)  # [n, w] inclusive
@@ -304,13 +345,31 @@ class SpanSrlDecoder(Decoder):
         keep = torch.arange(n_keep, device=mask.device) < count[:, None]   # [batch, C]
         return index, keep
 
-    def role_scores(self, scores: dict[str, torch.Tensor], predicates: torch.Tensor) -> torch.Tensor:
+    def role_scores(self, scores: dict[str, torch.Tensor], predicates: torch.Tensor,
+                    real: torch.Tensor | None = None) -> torch.Tensor:
         """``[batch, n_preds, C, 1 + n_roles]`` float32 scores (class 0 = null, fixed 0) of the
-        candidate spans for the predicates at word indices ``predicates`` ``[batch, n_preds]``."""
+        candidate spans for the predicates at word indices ``predicates`` ``[batch, n_preds]``.
+        ``real`` ``[batch, n_preds]``: the predicates that are not padding; only theirs are computed
+        (the others' rows are 0), where a batch pads every sentence to its most predicates."""
         spans = scores["spans"]                                            # [batch, C, d]
-        index = predicates[..., None].expand(-1, -1, spans.shape[-1])      # [batch, P, d]
-        preds = scores["pred_repr"].gather(1, index)                       # [batch, P, d]
-        s = self.role(preds, spans).float()                                # [batch, R, P, C]
+        if "pred_repr" in scores:                                          # the reference forward's
+            index = predicates[..., None].expand(-1, -1, spans.shape[-1])  # [batch, P, d]
+            preds = scores["pred_repr"].gather(1, index)                   # [batch, P, d]
+            s = self.role(preds, spans).float()                            # [batch, R, P, C]
+        else:                                                              # pred_repr of the predicates only
+            words = scores["words"]
+            preds = self.pred_repr(words.gather(1, predicates[..., None].expand(-1, -1, words.shape[-1])))
+            if real is None:
+                s = biaffine(self.role, preds, spans).float()              # [batch, R, P, C]
+            else:
+                b, k = real.nonzero(as_tuple=True)                         # [K] each: the real predicates
+                x = torch.cat((preds[b, k], preds.new_ones(len(b), 1)), -1)  # [K, d + 1]
+                y = torch.cat((spans, spans.new_ones(spans.shape[:-1] + (1,))), -1)[b]  # [K, C, d + 1]
+                # [R, K, d + 1] -> [K, R, C]: one product per role, no copy of the weight (einsum makes one)
+                s_real = torch.matmul(x, self.role.weight).transpose(0, 1) @ y.transpose(1, 2)
+                s = s_real.new_zeros(preds.shape[0], self.role.n_out, preds.shape[1], spans.shape[1])
+                s[b, :, k] = s_real                                        # [batch, R, P, C]
+                s = s.float()
         if self.role.n_out == 1:                                           # Biaffine squeezes n_out = 1
             s = s.unsqueeze(1)
         s = s.permute(0, 2, 3, 1)                                          # [batch, P, C, R]
@@ -343,7 +402,7 @@ class SpanSrlDecoder(Decoder):
                              "(batch, predicates, words, span widths): are the task's and the "
                              "decoder's max_width the same?")
         # the role biaffine may run under autocast (bf16); its scores come back as float32
-        role_scores = self.role_scores(scores, targets["predicate_index"])  # [batch, P, C, 1+R]
+        role_scores = self.role_scores(scores, targets["predicate_index"], targets["predicate_mask"])  # [batch, P, C, 1+R]
         index = scores["span_index"][:, None].expand(-1, n_preds, -1)      # [batch, P, C]
         gold = roles.reshape(batch, n_preds, -1).gather(2, index)          # [batch, P, C]
         keep = targets["predicate_mask"][:, :, None] & scores["span_keep"][:, None]  # [batch, P, C]
@@ -369,20 +428,60 @@ class SpanSrlDecoder(Decoder):
         whose best role beats null, leaving out spans that contain the predicate word (no gold
         argument does: the predicate lies in its ``V`` span, which no argument overlaps, and a
         prediction must be writable beside its ``V``). Returns ``[(predicate, [(start,
-        end_exclusive, role), ...]), ...]`` per sentence, sorted by predicate."""
+        end_exclusive, role), ...]), ...]`` per sentence, sorted by predicate.
+
+        The candidates of every predicate of the batch are read in one transfer; with
+        ``self.reference`` the previous path (one read per predicate), which gives the same frames."""
         scores = {k: v.detach() for k, v in scores.items()}
         is_pred = scores["predicates"].gt(0) & mask                        # [batch, n]
-        preds = [row.nonzero().flatten().tolist() for row in is_pred]
-        n_preds = max([1] + [len(p) for p in preds])
-        index = torch.zeros(len(preds), n_preds, dtype=torch.long, device=mask.device)
-        for b, p in enumerate(preds):
-            index[b, : len(p)] = torch.tensor(p, dtype=torch.long)
-        best, role = self.role_scores(scores, index)[..., 1:].max(-1)      # [batch, P, C]
+        if self.reference:
+            return self._decode_reference(scores, mask, is_pred)
+        n_preds = max(1, int(is_pred.sum(-1).max()))
+        # [batch, P]: each sentence's predicates in word order, then padding (word 0)
+        rank, order = is_pred.to(torch.int8).sort(dim=-1, descending=True, stable=True)
+        index = order[:, :n_preds].masked_fill(~rank[:, :n_preds].bool(), 0)
+        best, role, starts, ends, keep = self._candidates(scores, mask, index, rank[:, :n_preds].bool())
+        b_k_c = keep.nonzero()                                             # [found, 3]: batch, predicate, candidate
+        b, k, c = b_k_c.unbind(1)
+        found = zip(b_k_c.tolist(), best[b, k, c].tolist(), starts[b, c].tolist(), ends[b, c].tolist(),
+                    role[b, k, c].tolist())
+        candidates: dict[tuple[int, int], list] = {}
+        for (bb, kk, _), score, start, end, r in found:
+            candidates.setdefault((bb, kk), []).append((score, start, end, self.labels[r]))
+        return [[(p, greedy_arguments(candidates.get((bb, kk), []), self.unique_core)) for kk, p in enumerate(row)]
+                for bb, row in enumerate(self._predicates(is_pred))]
+
+    @staticmethod
+    def _predicates(is_pred: torch.Tensor) -> list[list[int]]:
+        """Per sentence, its predicate words in order."""
+        rows = [[] for _ in range(is_pred.shape[0])]
+        for b, p in is_pred.nonzero().tolist():
+            rows[b].append(p)
+        return rows
+
+    def _candidates(self, scores: dict[str, torch.Tensor], mask: torch.Tensor, index: torch.Tensor,
+                    real: torch.Tensor | None = None):
+        """``best``, ``role`` ``[batch, P, C]`` (best non-null role and its score), ``starts``,
+        ``ends`` ``[batch, C]`` (exclusive), ``keep`` ``[batch, P, C]`` (role beats null, a kept
+        candidate, not over its predicate) for the predicates at words ``index`` ``[batch, P]``
+        (``real``: those that are not padding, see :meth:`role_scores`)."""
+        best, role = self.role_scores(scores, index, real)[..., 1:].max(-1)  # [batch, P, C]
         width = min(self.max_width, mask.shape[1])
         starts = scores["span_index"] // width                             # [batch, C]
         ends = starts + scores["span_index"] % width + 1                   # [batch, C] exclusive
         covers = starts[:, None].le(index[..., None]) & ends[:, None].gt(index[..., None])  # [batch, P, C]
         keep = best.gt(0) & scores["span_keep"][:, None] & ~covers         # [batch, P, C]
+        return best, role, starts, ends, keep
+
+    def _decode_reference(self, scores: dict[str, torch.Tensor], mask: torch.Tensor,
+                          is_pred: torch.Tensor) -> list[list[Frame]]:
+        """The previous reading of the candidates: one ``nonzero`` and four transfers per predicate."""
+        preds = [row.nonzero().flatten().tolist() for row in is_pred]
+        n_preds = max([1] + [len(p) for p in preds])
+        index = torch.zeros(len(preds), n_preds, dtype=torch.long, device=mask.device)
+        for b, p in enumerate(preds):
+            index[b, : len(p)] = torch.tensor(p, dtype=torch.long)
+        best, role, starts, ends, keep = self._candidates(scores, mask, index)
         out = []
         for b, words in enumerate(preds):
             frames = []
@@ -506,14 +605,21 @@ class SrlTask(Task):
         index = torch.zeros(len(sentences), n_preds, dtype=torch.long)
         pmask = torch.zeros(len(sentences), n_preds, dtype=torch.bool)
         roles = torch.zeros(len(sentences), n_preds, n_words, width, dtype=torch.long)
+        # gathered in Python, then written in one indexed assignment per tensor (a span given twice
+        # for one predicate keeps its last role, as writing them one by one did)
+        found, preds = {}, []
         for b, sentence_frames in enumerate(frames):
             for k, (p, args) in enumerate(sentence_frames):
-                predicates[b, p], index[b, k], pmask[b, k] = 1, p, True
+                preds.append((b, k, p))
                 for start, end, role in args:
                     if end - start > self.max_width:  # cannot be predicted (counted by fit_labels)
                         continue
-                    role_id = self.index[role] + 1 if role in self.index else -100  # unseen: ignored
-                    roles[b, k, start, end - start - 1] = role_id
+                    found[b, k, start, end - start - 1] = self.index[role] + 1 if role in self.index else -100
+        if preds:
+            b, k, p = torch.tensor(preds).T
+            predicates[b, p], index[b, k], pmask[b, k] = 1, p, True
+        if found:
+            roles[tuple(torch.tensor(list(found)).T)] = torch.tensor(list(found.values()))  # -100: unseen, ignored
         return {"predicates": predicates, "predicate_index": index, "predicate_mask": pmask, "roles": roles}
 
     def build_decoder(self, hidden_size: int) -> SpanSrlDecoder:

@@ -1,0 +1,215 @@
+"""The fast decoders give what the previous ones gave: each rewritten structure against supar's own
+(ties included: integer scores make many), each decoder's fast path against its ``reference`` path
+(``Decoder.reference``: the previous implementation), and a five-task model on 50 EWT test sentences
+predicting the same layers both ways."""
+import random
+import warnings
+
+import nltk
+import pytest
+import torch
+from supar.structs import ConstituencyCRF, LinearChainCRF, MatrixTree
+from supar.utils.transform import CoNLL
+
+from tasks import TASKS
+from tasks.base import biaffine, biaffine_pairs, mlps
+from tasks.con import chart_to_tree, cky, span_marginals, tree_to_chart, with_leaves
+from tasks.dep import MIN, is_tree, mst
+from tasks.ner import viterbi
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def scores_with_ties(shape, seed, integer):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(-3, 4, shape, generator=g).float() if integer else torch.randn(shape, generator=g) * 3
+
+
+@pytest.mark.parametrize("integer", [True, False])
+def test_mst_is_supars_matrix_tree(integer):
+    lengths = [1, 2, 5, 7, 9, 9]
+    seq = 1 + max(lengths)
+    mask = torch.tensor([[True] * (1 + n) + [False] * (seq - 1 - n) for n in lengths])
+    for trial in range(40):
+        s_arc = scores_with_ties((len(lengths), seq, seq), trial, integer)
+        if trial % 3 == 0:  # many words want the root: the single-root search runs
+            s_arc[:, :, 0] += 4
+        s_arc = s_arc.masked_fill(~mask.unsqueeze(1), MIN)
+        lens = mask[:, 1:].sum(-1)
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            expected = MatrixTree(s_arc.clone(), lens).argmax
+        assert torch.equal(mst(MatrixTree(s_arc, lens)), expected), trial
+
+
+def test_is_tree_is_supars_istree():
+    rng = random.Random(0)
+    rows, lens = [], []
+    for _ in range(3000):
+        n = rng.randint(1, 7)
+        heads = [rng.randint(0, n) for _ in range(n)]
+        if rng.random() < 0.5:  # a tree more often than chance would make one
+            order = list(range(1, n + 1))
+            rng.shuffle(order)
+            heads = [0] * n
+            for k, d in enumerate(order[1:], 1):
+                heads[d - 1] = order[rng.randrange(k)]
+        rows.append([0] + heads + [0] * (7 - n))
+        lens.append(n)
+    arcs, lens = torch.tensor(rows), torch.tensor(lens)
+    for proj in (False, True):
+        expected = [CoNLL.istree(row[1:n + 1], proj) for row, n in zip(rows, lens.tolist())]
+        assert is_tree(arcs, lens, proj).tolist() == expected
+
+
+@pytest.mark.parametrize("integer", [True, False])
+def test_cky_is_supars_argmax_ties_included(integer):
+    lens = torch.tensor([1, 2, 4, 6, 6])
+    for trial in range(20):
+        s = scores_with_ties((len(lens), 7, 7), trial, integer)
+        expected = [[tuple(span) for span in chart] for chart in ConstituencyCRF(s.clone(), lens).argmax]
+        assert cky(ConstituencyCRF(s, lens)) == expected
+
+
+def test_marginals_are_supars_and_mbr_picks_the_same_trees():
+    lens = torch.tensor([1, 2, 4, 6, 9, 9])
+    for trial in range(20):
+        s = scores_with_ties((len(lens), 10, 10), trial, integer=False) * (4 if trial % 2 else 1)  # some saturate
+        theirs = ConstituencyCRF(s.clone(), lens).marginals.detach()
+        ours = span_marginals(ConstituencyCRF(s, lens))
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-5)
+        expected = [[tuple(x) for x in c] for c in ConstituencyCRF(theirs, lens).argmax]
+        assert cky(ConstituencyCRF(ours, lens)) == expected  # MBR
+
+
+@pytest.mark.parametrize("integer", [True, False])
+def test_viterbi_is_supars_linear_chain_argmax(integer):
+    for trial in range(30):
+        scores = scores_with_ties((5, 8, 4), trial, integer)
+        trans = scores_with_ties((5, 5), 1000 + trial, integer)
+        lens = torch.tensor([1, 3, 8, 5, 8])
+        expected = LinearChainCRF(scores.clone(), trans.clone(), lens).argmax
+        assert torch.equal(viterbi(LinearChainCRF(scores, trans, lens)), expected)
+
+
+def test_with_leaves_is_the_copy_and_relabel_it_replaces():
+    tree = nltk.Tree.fromstring("(TOP (S (NP (_ 0) (_ 1)) (VP (_ 2) (NP (_ 3))) (_ 4)))")
+    words, tags = ["She", "saw", "it", "go", "."], ["PRP", "VBD", "PRP", "VB", "."]
+    for given in (tags, None):
+        expected = tree.copy(deep=True)
+        for i, position in enumerate(expected.treepositions("leaves")):
+            expected[position] = words[i]
+            if given is not None:
+                expected[position[:-1]].set_label(given[i])
+        copy, n = with_leaves(tree, words, given)
+        assert (copy, n) == (expected, 5) and str(copy) == str(expected)
+    assert str(tree) == "(TOP (S (NP (_ 0) (_ 1)) (VP (_ 2) (NP (_ 3))) (_ 4)))"  # left as it was
+    assert chart_to_tree(words, tree_to_chart(expected)).leaves() == words
+
+
+def test_fused_layers_give_the_modules_values():
+    from supar.modules import MLP, Biaffine
+
+    torch.manual_seed(0)
+    layers = [MLP(16, 10), MLP(16, 10), MLP(16, 4), MLP(16, 4)]
+    x = torch.randn(3, 5, 16)
+    for got, layer in zip(mlps(x, layers), layers):
+        torch.testing.assert_close(got, layer.eval()(x), rtol=1e-6, atol=1e-6)
+    for n_out, bias_y in ((1, False), (7, True)):
+        layer = Biaffine(10, n_out, bias_x=True, bias_y=bias_y)
+        torch.nn.init.normal_(layer.weight)
+        a, b = torch.randn(3, 5, 10), torch.randn(3, 5, 10)
+        assert torch.equal(biaffine(layer, a, b), layer(a, b))  # the same einsum: the same bits
+        expected = layer(a, b).unsqueeze(1) if n_out == 1 else layer(a, b)
+        torch.testing.assert_close(biaffine_pairs(layer, a, b), expected.permute(0, 2, 3, 1), rtol=1e-5, atol=1e-5)
+
+
+def random_decoder(name, options=None, hidden=12, labels=None, seed=0):
+    """A task decoder in eval mode with every weight drawn at random (supar's biaffines start at 0)."""
+    task = TASKS[name](options or {})
+    task.load_labels(labels or [f"L{k}" for k in range(5)])
+    decoder = task.build_decoder(hidden).eval()
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for p in decoder.parameters():
+            p.normal_(0, 0.7)
+    return decoder
+
+
+def both_ways(decoder, words, mask):
+    out = []
+    for reference in (False, True):
+        decoder.reference = reference
+        with torch.no_grad():
+            out.append(decoder.decode(decoder(words, mask), mask))
+    decoder.reference = False
+    return out
+
+
+CASES = [("dep", {"decode": "mst"}), ("dep", {"decode": "eisner"}), ("con", {"mbr": True}), ("con", {"mbr": False}),
+         ("srl", {"span_ratio": 0.8}), ("srl", {"span_ratio": "off", "max_width": 4}), ("ner", {"decoder": "crf"})]
+
+
+@pytest.mark.parametrize("name, options", CASES, ids=[f"{n}-{list(o.values())[0]}" for n, o in CASES])
+def test_fast_decoding_is_the_reference_decoding(name, options):
+    labels = ["B-ORG", "B-PER", "I-ORG", "I-PER", "O"] if name == "ner" else None
+    lengths = [1, 2, 3, 6, 9, 12, 12]
+    for seed in range(4):
+        decoder = random_decoder(name, options, labels=labels, seed=seed)
+        seq = max(lengths) + (name == "dep")
+        mask = torch.tensor([[True] * (n + (name == "dep")) + [False] * (seq - n - (name == "dep")) for n in lengths])
+        words = torch.randn(len(lengths), seq, 12, generator=torch.Generator().manual_seed(seed))
+        fast, reference = both_ways(decoder, words, mask)
+        assert fast == reference, seed
+
+
+def test_fast_and_reference_losses_agree():
+    torch.manual_seed(0)
+    sentence_words = torch.randn(2, 6, 12)
+    mask = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])
+    con = random_decoder("con")
+    spans = torch.zeros(2, 7, 7, dtype=torch.bool)
+    for b, chart in enumerate([[(0, 6), (0, 2), (0, 1), (1, 2), (2, 6), (2, 3), (3, 6), (3, 4), (4, 6), (4, 5),
+                                (5, 6)], [(0, 4), (0, 1), (1, 4), (1, 2), (2, 4), (2, 3), (3, 4)]]):
+        for i, j in chart:
+            spans[b, i, j] = True
+    targets = {"spans": spans, "labels": torch.where(spans, 2, -100)}
+    losses = []
+    for reference in (False, True):
+        con.reference = reference
+        losses.append(con.loss(con(sentence_words, mask), targets, mask))
+    con.reference = False
+    torch.testing.assert_close(losses[0], losses[1])
+
+
+def test_five_tasks_on_ewt_test_slice_predict_the_same_both_ways(ewt, tiny_encoder_dir):
+    """50 EWT test sentences through a five-task model (a small random encoder, random decoders):
+    every layer the Predictor writes is the same with the fast decoders and the reference ones."""
+    from mtl_heads.data.conll2012 import read_conll2012
+    from mtl_heads.encoder import GatedEncoder
+    from mtl_heads.inference import Predictor
+    from mtl_heads.model import MultiTaskModel
+
+    sentences = read_conll2012(ewt / "en_ewt.test.gold_conll")[:50]
+    tasks = {name: TASKS[name]() for name in ("pos", "ner", "dep", "con", "srl")}
+    for name, task in tasks.items():
+        if name == "dep":  # the gold_conll file has no dependencies; any relation names will do
+            task.load_labels(["nsubj", "obj", "root", "punct", "det"])
+        else:
+            task.fit_labels([s for s in sentences if task.usable(s)])
+    encoder = GatedEncoder.from_pretrained(str(tiny_encoder_dir))
+    torch.manual_seed(0)
+    model = MultiTaskModel(encoder, tasks)
+    with torch.no_grad():
+        for p in model.decoders.parameters():
+            p.normal_(0, 0.5)
+    predictor = Predictor(model, device="cpu")
+    words = [s.words for s in sentences]
+    fast = predictor.predict_sentences(words, batch_size=16).sentences
+    for decoder in model.decoders.values():
+        decoder.reference = True
+    reference = predictor.predict_sentences(words, batch_size=16).sentences
+    for layer in ("pos", "entities", "heads", "rels", "predicates", "arguments"):
+        assert [getattr(s, layer) for s in fast] == [getattr(s, layer) for s in reference], layer
+    assert [str(s.tree) for s in fast] == [str(s.tree) for s in reference]
+    assert sum(len(s.predicates) for s in fast) > 0 and sum(len(a) for s in fast for a in s.arguments) > 0
