@@ -5,7 +5,8 @@ Part ``table``: batches of 32 sentences of exactly 40 words, built by joining de
 sentences (so every layer is real: POS, trees, entities, SRL, dependencies converted from the
 trees). Prints, for each decoder, milliseconds per batch for forward+loss+backward on the
 encoder's (detached) output and for forward+decode (evaluation), next to the encoder's own forward
-time on the same batch, and their ratios. SRL is timed twice: ``srl`` with its default candidate
+time on the same batch, their ratios, and both times again on the decoder's reference path
+(``Decoder.reference``: its previous implementation). SRL is timed twice: ``srl`` with its default candidate
 pruning (the best ``task.srl.span_ratio`` x n spans per sentence, 0.8) and ``srl-all`` without
 (``span_ratio=off``: every span up to ``max_width`` words, the decoder before pruning).
 
@@ -168,8 +169,9 @@ def decoder_table(args, device: torch.device) -> None:
         enc_ms = median_ms(encode, args.repeats, device)
     print(f"device={device} threads={torch.get_num_threads()} encoder={args.encoder} batch={args.batch} "
           f"words={args.words} sub-words={batch['input_ids'].shape[1]}")
-    print(f"{'':9} {'train ms':>12} {'decode ms':>10} {'/encoder fwd':>13}   (encoder forward: {enc_ms:.1f} ms; "
-          "train = decoder forward+loss+backward)")
+    print(f"{'':9} {'train ms':>12} {'decode ms':>10} {'/encoder fwd':>13} {'reference: train':>17} {'decode':>7}"
+          f"   (encoder forward: {enc_ms:.1f} ms; train = decoder forward+loss+backward; reference = "
+          "Decoder.reference, the previous implementation)")
     with torch.no_grad():
         out = encode()
     words = out.words.detach()
@@ -189,6 +191,7 @@ def decoder_table(args, device: torch.device) -> None:
                 decoder.decode(decoder(x, mask), mask)
 
         train_ms = median_ms(train_step, args.repeats, device)
+        reference_train_ms = median_ms(on_reference(decoder, train_step), args.repeats, device)
         # Decode a decoder that has fitted this batch: an untrained one is the worst case for the
         # tree decoders (no greedy parse is a tree, so every sentence needs Chu-Liu/Edmonds).
         optimizer = torch.optim.Adam(decoder.parameters(), lr=1e-3)
@@ -198,8 +201,21 @@ def decoder_table(args, device: torch.device) -> None:
             optimizer.step()
         decoder.eval()
         decode_ms = median_ms(decode_step, args.repeats, device)
+        reference_decode_ms = median_ms(on_reference(decoder, decode_step), args.repeats, device)
         decoder.train()
-        print(f"{name:9} {train_ms:12.1f} {decode_ms:10.1f} {train_ms / enc_ms:6.2f} / {decode_ms / enc_ms:5.2f}")
+        print(f"{name:9} {train_ms:12.1f} {decode_ms:10.1f} {train_ms / enc_ms:6.2f} / {decode_ms / enc_ms:5.2f} "
+              f"{reference_train_ms:17.1f} {reference_decode_ms:7.1f}")
+
+
+def on_reference(decoder, fn):
+    """``fn`` run with ``decoder`` on its reference path (``Decoder.reference``)."""
+    def run():
+        decoder.reference = True
+        try:
+            return fn()
+        finally:
+            decoder.reference = False
+    return run
 
 
 

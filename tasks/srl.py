@@ -362,14 +362,17 @@ class SpanSrlDecoder(Decoder):
             if real is None:
                 s = biaffine(self.role, preds, spans).float()              # [batch, R, P, C]
             else:
+                # the biaffine's first product (pred_repr x weight, the larger one with pruning) for the
+                # real predicates only, one product per role (no copy of the weight, as einsum makes);
+                # the second, with the spans, over the batch as usual (padding rows 0)
                 b, k = real.nonzero(as_tuple=True)                         # [K] each: the real predicates
                 x = torch.cat((preds[b, k], preds.new_ones(len(b), 1)), -1)  # [K, d + 1]
-                y = torch.cat((spans, spans.new_ones(spans.shape[:-1] + (1,))), -1)[b]  # [K, C, d + 1]
-                # [R, K, d + 1] -> [K, R, C]: one product per role, no copy of the weight (einsum makes one)
-                s_real = torch.matmul(x, self.role.weight).transpose(0, 1) @ y.transpose(1, 2)
-                s = s_real.new_zeros(preds.shape[0], self.role.n_out, preds.shape[1], spans.shape[1])
-                s[b, :, k] = s_real                                        # [batch, R, P, C]
-                s = s.float()
+                xw_real = torch.matmul(x, self.role.weight).transpose(0, 1)  # [K, R, d + 1]
+                xw = xw_real.new_zeros(*preds.shape[:2], *xw_real.shape[1:])  # [batch, P, R, d + 1]
+                xw[b, k] = xw_real
+                y = torch.cat((spans, spans.new_ones(spans.shape[:-1] + (1,))), -1)  # [batch, C, d + 1]
+                s = (xw.flatten(1, 2) @ y.transpose(1, 2)).view(*xw.shape[:3], -1)  # [batch, P, R, C]
+                s = s.transpose(1, 2).float()                              # [batch, R, P, C]
         if self.role.n_out == 1:                                           # Biaffine squeezes n_out = 1
             s = s.unsqueeze(1)
         s = s.permute(0, 2, 3, 1)                                          # [batch, P, C, R]
