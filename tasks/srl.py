@@ -279,24 +279,12 @@ class SpanSrlDecoder(Decoder):
             "words": words,                         # pred_repr is computed for the predicates only
         }
         if self.span_ratio is None:                                        # every span is a candidate
-            spans = start[:, :, None] + end[:, ends] + self.width_embed.weight[:width]  # [batch, n, w, d]
-            scores["span_index"] = torch.arange(n_words * width, device=words.device).expand(batch, -1)  # [batch, n*w]
-            scores["span_keep"] = valid.flatten(1)                         # [batch, n*w]
-            scores["spans"] = self.span_dropout(self.span_act(spans)).flatten(1, 2)  # [batch, n*w, d]
-            return scores
+            return self._every_span(scores, start, end, ends, valid)
         first_repr, last_repr = unary_parts                                # [batch, n, n_unary] each
         with full_precision(words.device):
             unary = biaffine(self.unary, first_repr.float(), last_repr.float())  # [batch, n, n]
             unary = unary.gather(2, ends.expand(batch, -1, -1)) + self.unary_width[:width]  # [batch, n, w]
-        index, keep = self.prune_spans(unary, valid, mask)                 # [batch, C] each
-        first, offset = index // width, index % width                      # [batch, C] start, width - 1
-        last = (first + offset).clamp(max=n_words - 1)                     # [batch, C] inclusive end
-        dim = start.shape[-1]
-        spans = (start.gather(1, first[..., None].expand(-1, -1, dim))     # [batch, C, d]
-                 + end.gather(1, last[..., None].expand(-1, -1, dim)) + self.width_embed(offset))
-        scores.update(span_scores=unary, span_index=index, span_keep=keep,
-                      spans=self.span_dropout(self.span_act(spans)))       # spans: [batch, C, d]
-        return scores
+        return self._best_spans(scores, start, end, unary, valid, mask)
 
     def _forward_reference(self, words: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
         """The previous forward: one product per linear layer, ``pred_repr`` of every word."""
@@ -311,17 +299,34 @@ class SpanSrlDecoder(Decoder):
             "pred_repr": self.pred_repr(words),                                # [batch, n, d]
         }
         if self.span_ratio is None:                                        # every span is a candidate
-            spans = start[:, :, None] + end[:, ends] + self.width_embed.weight[:width]  # [batch, n, w, d]
-            scores["span_index"] = torch.arange(n_words * width, device=words.device).expand(batch, -1)  # [batch, n*w]
-            scores["span_keep"] = valid.flatten(1)                         # [batch, n*w]
-            scores["spans"] = self.span_dropout(self.span_act(spans)).flatten(1, 2)  # [batch, n*w, d]
-            return scores
+            return self._every_span(scores, start, end, ends, valid)
         # phi_a of every span: boundary biaffine [batch, n (first), n (last)] read at (i, i + w), + width
         # bias; in fp32 with autocast off (cheap), so that the top-k choice is not made on bf16 ties
         first_repr, last_repr = self.unary_start(words), self.unary_end(words)  # [batch, n, n_unary] each
         with full_precision(words.device):
             unary = self.unary(first_repr.float(), last_repr.float())      # [batch, n, n]
             unary = unary.gather(2, ends.expand(batch, -1, -1)) + self.unary_width[:width]  # [batch, n, w]
+        return self._best_spans(scores, start, end, unary, valid, mask)
+
+    def _every_span(self, scores: dict, start: torch.Tensor, end: torch.Tensor, ends: torch.Tensor,
+                    valid: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``scores`` with every span up to ``max_width`` words as a candidate (``span_ratio=off``).
+
+        Args:
+            start, end: ``[batch, n, d]`` the span boundaries' linear maps; ends: ``[n, w]`` each
+            span's inclusive last word; valid: ``[batch, n, w]`` spans inside their sentence."""
+        batch, n_words, width = valid.shape
+        spans = start[:, :, None] + end[:, ends] + self.width_embed.weight[:width]  # [batch, n, w, d]
+        scores["span_index"] = torch.arange(n_words * width, device=start.device).expand(batch, -1)  # [batch, n*w]
+        scores["span_keep"] = valid.flatten(1)                             # [batch, n*w]
+        scores["spans"] = self.span_dropout(self.span_act(spans)).flatten(1, 2)  # [batch, n*w, d]
+        return scores
+
+    def _best_spans(self, scores: dict, start: torch.Tensor, end: torch.Tensor, unary: torch.Tensor,
+                    valid: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``scores`` with the candidate spans kept by :meth:`prune_spans` on their unary scores
+        ``unary`` ``[batch, n, w]`` (``start``, ``end``, ``valid`` as in :meth:`_every_span`)."""
+        n_words, width = valid.shape[1:]
         index, keep = self.prune_spans(unary, valid, mask)                 # [batch, C] each
         first, offset = index // width, index % width                      # [batch, C] start, width - 1
         last = (first + offset).clamp(max=n_words - 1)                     # [batch, C] inclusive end
