@@ -429,4 +429,8 @@ def test_bench_runs_on_a_given_run(run_dir, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert f"{len(SENTENCES)} sentences" in printed and printed.strip().splitlines()[-1].startswith(
         "ratio predict/encoder = ")
-    assert result["ratio"] > 0 and set(result["parts"]) == {"encoder", *TASKS}
+    assert result["ratio"] > 0 and set(result["parts"]) == {"encoder"} | {f"{t} {step}" for t in TASKS
+                                                                         for step in ("forward", "decode")}
+    forwards = sum(v for k, v in result["parts"].items() if k.endswith("forward"))
+    assert result["floor"] == pytest.approx(1 + forwards / result["parts"]["encoder"])
+    assert "floor of the ratio with this model: " in printed
