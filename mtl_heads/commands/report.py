@@ -24,7 +24,7 @@ from mtl_heads.cli import Arguments, command, config_file
 from mtl_heads.config import ConfigError
 from mtl_heads.reports.page import split_specs, write_html
 from mtl_heads.reports.runs import Note, folder_kind
-from mtl_heads.reports.study_page import stem_cell_groups, study_lead
+from mtl_heads.reports.study_page import read_study_or_none, stem_cell_groups, study_lead
 
 ARGUMENTS = Arguments(config_file("report"), positional="paths", many=True, repeat=frozenset({"test"}),
                       flags={"--html": "html", "--title": "title", "--root": "root", "--panels": "panels",
@@ -38,10 +38,11 @@ def report(cfg: DictConfig) -> None:
                           "e.g. python -m mtl_heads report runs html=report.html")
     notes: list[Note] = []
     run_specs, probe_dirs = split_specs(list(cfg.paths))
-    lead = study_lead(run_specs) if run_specs else ""  # a study's claims and figures open the page
+    study = read_study_or_none(run_specs) if run_specs else None  # read once: the lead and the heads use it
+    lead = study_lead(study) if study is not None else ""  # a study's claims and figures open the page
     path = write_html(cfg.html, run_specs, probe_dirs, title=cfg.title, root=cfg.root, panels=cfg.panels,
                       notes=notes, tests=list(cfg.test), lead=lead,
-                      heads=stem_cell_groups(run_specs) if lead else None)
+                      heads=stem_cell_groups(study) if lead else None)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     kinds = [folder_kind(Path(p)) for p in probe_dirs]

@@ -37,7 +37,7 @@ from mtl_heads.reports.gates import run_consistency
 from mtl_heads.reports.page import heatmap_html, viridis_colour
 from mtl_heads.reports.plots import new_figure
 
-__all__ = ["SHORT", "study_lead", "stem_cell_groups", "claims_list", "score_figure", "stem_map", "correlation_map"]
+__all__ = ["SHORT", "study_lead", "stem_cell_groups", "read_study_or_none", "claims_list", "score_figure", "stem_map", "correlation_map"]
 
 # a short name per claim (keyed as claims.RULES), for the one-line list
 SHORT = {"mtl": "MTL vs STL", "overlap": "Overlap across tasks", "stem": "Stem cells", "probes": "Probes",
@@ -281,11 +281,29 @@ def _figure(body: str, caption: str, ident: str) -> str:
     return f'<figure id="{ident}">{body}<figcaption>{caption}</figcaption></figure>'
 
 
-def study_lead(specs: list[str]) -> str:
-    """The lead section of a study's page (claims and figures; module docstring), or "" when the runs
-    hold no study: no claim can be answered (a few runs of one setting)."""
+def read_study_or_none(specs: list[str]) -> Study | None:
+    """``read_study(specs)``, or None when the runs hold no study (a ConfigError)."""
     try:
-        study = read_study(specs)
+        return read_study(specs)
+    except ConfigError:
+        return None
+
+
+def _as_study(specs: list[str] | Study) -> Study | None:
+    return specs if isinstance(specs, Study) else read_study_or_none(specs)
+
+
+def study_lead(specs: list[str] | Study) -> str:
+    """The lead section of a study's page (claims and figures; module docstring), or "" when the runs
+    hold no study: no claim can be answered (a few runs of one setting).
+
+    Args:
+        specs: run folders, globs or experiment names (as ``python -m mtl_heads claims`` takes), or
+            the :class:`~mtl_heads.reports.claims.Study` already read from them."""
+    study = _as_study(specs)
+    if study is None:
+        return ""
+    try:
         claims = check_claims(study)
     except ConfigError:
         return ""
@@ -311,12 +329,12 @@ def study_lead(specs: list[str]) -> str:
             f'<div class="figures">{"".join(figures)}</div><script>{JS}</script></section>')
 
 
-def stem_cell_groups(specs: list[str]) -> dict[str, list[tuple[int, int]]]:
+def stem_cell_groups(specs: list[str] | Study) -> dict[str, list[tuple[int, int]]]:
     """``{"stem cells (DP)": [(layer, head), ...], ...}``: the stem cells of each regime of the study in
-    ``specs`` that has some (for the attention view); empty when the runs hold none."""
-    try:
-        study = read_study(specs)
-    except ConfigError:
+    ``specs`` (as for :func:`study_lead`) that has some (for the attention view); empty when the runs
+    hold none."""
+    study = _as_study(specs)
+    if study is None:
         return {}
     groups = {}
     for kind in REGIMES:
