@@ -213,3 +213,30 @@ def test_five_tasks_on_ewt_test_slice_predict_the_same_both_ways(ewt, tiny_encod
         assert [getattr(s, layer) for s in fast] == [getattr(s, layer) for s in reference], layer
     assert [str(s.tree) for s in fast] == [str(s.tree) for s in reference]
     assert sum(len(s.predicates) for s in fast) > 0 and sum(len(a) for s in fast for a in s.arguments) > 0
+
+
+@pytest.mark.parametrize("n_roles", [1, 4])
+@pytest.mark.parametrize("span_ratio", [0.8, None])
+def test_srl_role_product_gathered_or_batched_is_the_biaffine(n_roles, span_ratio):
+    """The role biaffine of the real predicates, per predicate with its sentence's spans gathered
+    (many padding rows) or over the batch (few, or span_ratio=off): the module's values either way."""
+    from tasks.base import biaffine
+
+    options = {} if span_ratio is not None else {"span_ratio": "off"}
+    decoder = random_decoder("srl", options, labels=[f"A{k}" for k in range(n_roles)])
+    assert decoder.span_ratio == span_ratio
+    d = decoder.role.n_in
+    torch.manual_seed(3)
+    preds, spans = torch.randn(3, 4, d), torch.randn(3, 6, d)
+    expected = biaffine(decoder.role, preds, spans)
+    expected = expected.unsqueeze(1) if n_roles == 1 else expected          # [batch, R, P, C]
+    sparse = torch.tensor([[True, False, False, False], [True, True, False, False], [False] * 4])
+    for real in (sparse, torch.ones(3, 4, dtype=torch.bool)):               # gathered (with pruning), batched
+        with torch.no_grad():                                               # prediction: gathers
+            got = decoder._role_product(preds, spans, real)
+        torch.testing.assert_close(decoder._role_product(preds, spans, real).detach(), got, rtol=1e-5, atol=1e-5)
+        assert got.shape == (3, n_roles, 4, 6) and got.dtype == torch.float32
+        b, k = real.nonzero(as_tuple=True)
+        torch.testing.assert_close(got[b, :, k], expected[b, :, k], rtol=1e-5, atol=1e-5)
+        b, k = (~real).nonzero(as_tuple=True)
+        assert not got[b, :, k].any()                                        # padding rows are 0
