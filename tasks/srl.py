@@ -385,10 +385,10 @@ class SpanSrlDecoder(Decoder):
         - per predicate, each with its own sentence's spans gathered (a copy of ``K x C`` span
           vectors), without gradients (prediction, evaluation) and when padding would waste more
           than a fifth of the batched product: sentences with few predicates beside one with many,
-          as real text has (EWT test: SRL decoding 25% faster);
+          as real text has (EWT test: SRL decoding about 20% faster);
         - over the batch, padding rows included, otherwise: in training (the gather's backward, a
           scatter-add of the span gradients, costs more than the padding saves: ``srl`` training
-          in ``bench/decoders.py`` 20% slower), and without candidate pruning (``span_ratio=off``:
+          in ``bench/decoders.py`` about 20% slower), and without candidate pruning (``span_ratio=off``:
           ``C`` is every span and the copy costs more than the product it saves, 1.5x slower)."""
         b, k = real.nonzero(as_tuple=True)                                 # [K] each: the real predicates
         x = torch.cat((preds[b, k], preds.new_ones(len(b), 1)), -1)        # [K, d + 1]
