@@ -27,8 +27,8 @@ Timed, each the best of ``--repeats`` after a warm-up:
   the same batches (per batch the fastest of ``--repeats``), and the time to tokenise, sort and
   collate them, to show where the time goes. The decoder forwards over the encoder are the ratio's
   floor with this model: exact decoding reads every score they compute (each arc, span and
-  label score), so only a smaller decoder (``task.<name>.n_*_mlp``), not faster decoding, goes
-  below it;
+  label score), so only smaller decoder layers (``task.dep.n_arc_mlp``, ``task.con.n_span_mlp``,
+  ``task.srl.n_mlp``, ...), not faster decoding, go below it;
 * reference: ``predict_sentences`` again with every decoder's ``reference`` flag set (their
   previous implementations: supar's structures as they are, every label score computed), timed
   the same way, and its predictions compared with the fast path's, layer by layer, sentence by
@@ -89,7 +89,7 @@ def parse_args(argv=None):
 
 
 def train_tiny_run(args, folder: Path) -> Path:
-    """A five-task run trained one epoch on the demo corpus (reused when ``folder`` holds one)."""
+    """A five-task run trained ``--epochs`` epochs on ``--corpus`` (reused when ``folder`` holds one)."""
     from mtl_heads.runs import is_run_dir
 
     run_dir = folder / ("run" if args.corpus == "demo" else f"run-{args.corpus}")

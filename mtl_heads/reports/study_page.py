@@ -37,7 +37,8 @@ from mtl_heads.reports.gates import run_consistency
 from mtl_heads.reports.page import heatmap_html, viridis_colour
 from mtl_heads.reports.plots import new_figure
 
-__all__ = ["SHORT", "study_lead", "stem_cell_groups", "read_study_or_none", "claims_list", "score_figure", "stem_map", "correlation_map"]
+__all__ = ["SHORT", "study_lead", "stem_cell_groups", "read_study_or_none", "claims_list", "score_figure", "stem_map",
+           "correlation_map"]
 
 # a short name per claim (keyed as claims.RULES), for the one-line list
 SHORT = {"mtl": "MTL vs STL", "overlap": "Overlap across tasks", "stem": "Stem cells", "probes": "Probes",
