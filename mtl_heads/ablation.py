@@ -313,7 +313,7 @@ def run_ablation(loaded_run, chosen: np.ndarray, methods: Sequence[str] = METHOD
                  seed: int = 0, split: str = "test", reference: str = "dev", tasks: Sequence[str] | None = None,
                  max_sentences: int | None = None, batch_size: int = 32, precision: str = "auto",
                  source: str = "list", label: str = "", run: str | None = None, progress: bool = False,
-                 log: Callable[[str], object] = logger.info) -> dict:
+                 log: Callable[[str], object] = logger.info, reference_max: int | None = None) -> dict:
     """The whole study on a loaded run, as the record ``ablation.json`` holds (see ``python -m
     mtl_heads.ablate -h``).
 
@@ -326,6 +326,8 @@ def run_ablation(loaded_run, chosen: np.ndarray, methods: Sequence[str] = METHOD
             that one of the run's tasks reads.
         tasks: a subset of the run's tasks (default: all).
         max_sentences: the first N sentences per task of the scored and reference splits (default all).
+        reference_max: the first N sentences per task of the reference split (default
+            ``max_sentences``): a small scored sample with well-estimated mean contexts.
         batch_size: sentences per pass (default 32).
         source: how the set was chosen (for the record; default ``list``); label: a free label.
         run: the run folder as the user gave it (default ``loaded_run.path``).
@@ -344,7 +346,8 @@ def run_ablation(loaded_run, chosen: np.ndarray, methods: Sequence[str] = METHOD
     groups = task_groups(model, examples, batch_size)
     means, reference_sentences = None, 0
     if {"mean", "resample"} & set(methods):
-        pool = {id(e): e for ex in split_examples(loaded_run, reference, max_sentences).values() for e in ex}
+        first = max_sentences if reference_max is None else reference_max
+        pool = {id(e): e for ex in split_examples(loaded_run, reference, first).values() for e in ex}
         if not pool:
             raise DataError(f"the {reference} split of {loaded_run.path}'s data has no sentence for the mean "
                             "contexts (see reference=)")

@@ -442,6 +442,7 @@ RULES: dict[str, Rule] = {
     "random_sets": count(),
     "reference": choice("train", "dev", "test"),
     "max_sentences": count(optional=True),
+    "reference_sentences": count(optional=True),
     "top": count(optional=True),
 }
 

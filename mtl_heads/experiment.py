@@ -119,6 +119,7 @@ def apply_init(cfg: DictConfig, overrides: list[str]) -> DictConfig:
     """Check ``prune.mode`` and ``init``; with ``init=<run>``, copy ``INHERITED`` keys from that run
     unless they were given on the command line. ``tasks`` may be a subset of the run's tasks."""
     mode = prune_mode(cfg)
+    init_gates(cfg)  # a bad prune.init_gates fails here, before the run folder is written
     if not cfg.init:
         if mode == "static":
             raise ConfigError("config key 'init': static pruning learns gates on a trained run; "
@@ -135,6 +136,18 @@ def apply_init(cfg: DictConfig, overrides: list[str]) -> DictConfig:
         raise ConfigError(f"config key 'tasks': {cfg.init} has no decoder for {', '.join(extra)} "
                           f"(its tasks: {', '.join(saved.tasks)})")
     return cfg
+
+
+def init_gates(cfg: DictConfig) -> str:
+    """``prune.init_gates``: ``fresh`` (a pruning run from ``init=`` starts with new gates, the
+    default) or ``init`` (it takes the init run's learnt gates and trains them on)."""
+    value = str(OmegaConf.select(cfg, "prune.init_gates", default=None) or "fresh")
+    if value not in ("fresh", "init"):
+        raise ConfigError(f"config key 'prune.init_gates': expected fresh or init, got {value!r}")
+    if value == "init" and not cfg.init:
+        raise ConfigError("config key 'prune.init_gates': init takes the gates of the run given by init=, "
+                          "and no init= is set")
+    return value
 
 
 def freeze(model: MultiTaskModel, cfg: DictConfig) -> None:
@@ -206,8 +219,8 @@ def run_config(cfg: DictConfig, given: list[str], on_step: Callable | None = Non
     model = MultiTaskModel(encoder, tasks)
     # a resumed run stopped before its first checkpoint starts over, from init= like a new one
     restarts = not resuming or not any((run_dir / name).is_dir() for name in ("checkpoint", "checkpoint.prev"))
-    if cfg.init and restarts:  # pruning starts from fresh gates; plain training keeps the run's gates
-        load_run_weights(model, cfg.init, gate=prune_mode(cfg) == "none")
+    if cfg.init and restarts:  # pruning starts from fresh gates (unless prune.init_gates=init); plain training keeps them
+        load_run_weights(model, cfg.init, gate=prune_mode(cfg) == "none" or init_gates(cfg) == "init")
     freeze(model, cfg)
     parallel = make_parallel(strategy(cfg), rank, world, device, bf16=uses_bf16(device, cfg.precision))
     wrapped = parallel.wrap(model)  # to the device; DDP wrapper, or the encoder sharded in place (fsdp)

@@ -312,6 +312,9 @@ def test_stem_cells_and_default_folder(runs, tmp_path, monkeypatch):
     assert record["source"] == f"stem cells of {report / 'stem-cells.csv'}"
     assert list(record["methods"]) == ["mean"] and list(record["methods"]["mean"]) == ["pos"]
     assert record["reference"] == "dev" and record["reference_sentences"] == 8
+    code, few = ablate(runs["bert"], "heads=L0H1,L1H3", "random_sets=2", "methods=mean", "tasks=pos", "progress=false",
+                       "max_sentences=3", "reference_sentences=5", f"out={tmp_path / 'few'}")
+    assert code == 0 and few["sentences"] == {"pos": 3} and few["reference_sentences"] == 5  # a sample, its means wider
 
 
 def test_top_heads_of_a_probe_report(tmp_path):

@@ -71,6 +71,28 @@ def test_dynamic_pruning_moves_gates_and_encoder_and_closes_heads(base, tiny_enc
     assert metrics["best_epoch"] == 3  # pruning keeps the last epoch (train.select=auto)
 
 
+def test_dynamic_run_continued_with_its_gates(base, tmp_path):
+    """prune.init_gates=init: a DP run trained on from another's weights starts from its learnt gates
+    (fresh gates otherwise), at the new encoder rate; a bad value or init_gates without init= fails."""
+    first = tmp_path / "dp"
+    run(base + ["tasks=pos", "prune=dynamic", "prune.lambda=5", "train.lr_gate=0.2", f"run_dir={first}"])
+    learnt = weights(first)["encoder.gate.log_alpha"]
+    starts = {}
+    for mode in ("init", "fresh"):  # train.lr_gate=1e-12: Adam's steps move a gate by about 1e-12 each
+        out = tmp_path / f"then-{mode}"
+        run(base + ["prune=dynamic", f"init={first}", f"prune.init_gates={mode}", "train.lr_gate=1e-12",
+                    "train.lr_encoder=1e-5", f"run_dir={out}"])
+        starts[mode] = weights(out)["encoder.gate.log_alpha"]
+        assert load_config_file(out).train.lr_encoder == 1e-5
+    assert torch.allclose(starts["init"], learnt, rtol=0, atol=1e-9)
+    assert (starts["fresh"] - learnt).abs().max() > 0.1
+    with pytest.raises(ConfigError, match="prune.init_gates"):
+        run(base + ["prune=dynamic", f"init={first}", "prune.init_gates=kept", f"run_dir={tmp_path / 'bad'}"])
+    with pytest.raises(ConfigError, match="no init= is set"):
+        run(base + ["prune=dynamic", "prune.init_gates=init", f"run_dir={tmp_path / 'bad2'}"])
+    assert not (tmp_path / "bad").exists() and not (tmp_path / "bad2").exists()
+
+
 def test_budget_controller_lands_within_one_head():
     """A toy objective where every head is useful (reward 1 per open head): only the budget's
     Lagrangian pressure closes heads, and it must stop at the target."""

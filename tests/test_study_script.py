@@ -132,7 +132,7 @@ def test_plan_prints_one_command_per_run_with_stages_as_barriers(tmp_path):
     assert [header for header, _ in stages] == [
         "# stage: baselines", "# stage: retrain (needs: baselines)", "# stage: probes (needs: baselines retrain)",
         "# stage: sp (needs: baselines retrain)", "# stage: dp", "# stage: budget",
-        "# stage: ablate (needs: baselines retrain dp budget)", "# stage: matched", "# stage: nersearch",
+        "# stage: ablate (needs: baselines retrain dp budget)", "# stage: matched (needs: dp)", "# stage: nersearch",
         "# stage: nerlambda (needs: baselines retrain nersearch)",
         "# stage: doc (needs: baselines retrain probes sp dp budget ablate matched nersearch nerlambda)"]
     lines = {header.split()[2]: commands for header, commands in stages}
@@ -145,8 +145,8 @@ def test_plan_prints_one_command_per_run_with_stages_as_barriers(tmp_path):
                                  "PROBE_PRETRAINED=no SETTINGS=pos SEEDS=1 bash docs/ewt-study.sh probes"]
     assert cut("ablate")[:2] == ["ABLATE=dp SETTINGS=pos SEEDS=1 bash docs/ewt-study.sh ablate",
                                  "ABLATE=budget SETTINGS=pos SEEDS=1 bash docs/ewt-study.sh ablate"]
-    assert cut("matched") == [f"MATCHED={m} SETTINGS=pos SEEDS={n} bash docs/ewt-study.sh matched"
-                              for n in (1, 2) for m in ("lr", "epochs")]  # POS, DEP, CON, SRL only
+    assert cut("matched") == [f"SETTINGS=pos SEEDS={n} bash docs/ewt-study.sh matched"
+                              for n in (1, 2)]  # POS, DEP, CON, SRL and MTL-5
     assert cut("nersearch") == [f"NER_LAMBDAS={lam} SETTINGS=ner bash docs/ewt-study.sh nersearch"
                                 for lam in ("0.002", "0.006", "0.02")]
     assert cut("nerlambda") == [f"SETTINGS=ner SEEDS={n} bash docs/ewt-study.sh nerlambda" for n in (1, 2)]
@@ -218,30 +218,49 @@ def test_retrain_moves_the_weights_only_when_the_record_is_reproduced(tmp_path, 
     assert f"not retrained: {root}/con/seed1 has no record" in study(tmp_path, "retrain", SETTINGS="con").stdout
 
 
-def test_ablate_runs_where_the_claims_look_skips_what_is_written_and_names_missing_weights(tmp_path, fake):
-    """The DP stem cells (heads kept by every single-task DP setting that pruned: L0H0 and L1H1) are
-    ablated in POS, which has its weights, into the folder the claims read; DEP has none: named."""
+def dp_record(root, task, gates, **kw):
+    """A finished DP run of ``task`` as the record keeps it (no weights)."""
+    return make_run(root / f"{task}-dp" / "seed1", (task,), 1, experiment=f"{task}-dp", gates=gates,
+                    heads_kept=int(sum(map(sum, gates))), prune={"mode": "dynamic", "lambda": "auto"},
+                    train={"epochs": 2, "lr_encoder": 1e-4, "lr_gate": 0.05}, **kw)
+
+
+def test_ablate_holds_each_task_out_runs_where_the_claims_look_and_names_missing_weights(tmp_path, fake):
+    """For each task T, the DP stem cells found without T (heads kept by every other single-task DP
+    setting that pruned) are ablated in T's runs, STL and MTL-5 (scored on T alone), into the folders the
+    claims read; a run without weights is named; an ablation of other heads is stale."""
     root = tmp_path / "study"
-    for task, gates in (("pos", [[1, 1, 0], [0, 1, 0]]), ("dep", [[1, 0, 0], [0, 1, 1]])):
+    kept = {"pos": [[1, 1, 0], [0, 1, 0]], "dep": [[1, 0, 0], [0, 1, 1]], "con": [[1, 1, 0], [0, 1, 1]]}
+    for task, gates in kept.items():
         record_run(root / task / "seed1", task)
-        make_run(root / f"{task}-dp" / "seed1", (task,), 1, experiment=f"{task}-dp", gates=gates, heads_kept=3,
-                 prune={"mode": "dynamic", "lambda": "auto"})
+        dp_record(root, task, gates)
     (root / "pos" / "seed1" / "model.safetensors").write_text("weights")
-    result = study(tmp_path, "ablate", SETTINGS="pos dep", **fake["env"])
-    out = root / "pos" / "seed1" / "ablation-dp-stem-cells"
-    assert f"not ablated: no budget stem cells in {root}" in result.stdout
-    assert (f"not run: {root}/dep/seed1/ablation-dp-stem-cells needs the weights of {root}/dep/seed1 (not committed; "
-            "train it again: SETTINGS=dep SEEDS=1 bash docs/ewt-study.sh retrain)") in result.stdout
-    assert result.returncode == 1 and f"{root}/dep/seed1/ablation-dp-stem-cells" in result.stderr
-    (call,) = fake["log"]()
-    assert call == ["ablate", f"{root}/pos/seed1", "heads=L0H0,L1H1", "label=dp stem cells", "methods=zero,mean",
-                    "random_sets=20", "split=test", "progress=false", f"out={out}"]
-    assert [path for path, _ in read_study([str(root)]).ablations] == [out / "ablation.json"]  # claim 6 finds it
+    make_run(root / "mtl5" / "seed1", ("pos", "ner", "dep", "con", "srl"), 1, experiment="mtl5")
+    (root / "mtl5" / "seed1" / "model.safetensors").write_text("weights")
+    result = study(tmp_path, "ablate", SETTINGS="pos dep mtl5", **fake["env"])
+    out = root / "pos" / "seed1" / "ablation-dp-stem-cells-without-pos"
+    assert f"not ablated: no budget stem cells without pos in {root}" in result.stdout
+    assert (f"not run: {root}/dep/seed1/ablation-dp-stem-cells-without-dep needs the weights of {root}/dep/seed1 "
+            "(not committed; train it again: SETTINGS=dep SEEDS=1 bash docs/ewt-study.sh retrain)") in result.stdout
+    assert result.returncode == 1 and f"{root}/dep/seed1/ablation-dp-stem-cells-without-dep" in result.stderr
+    calls = fake["log"]()
+    assert calls[0] == ["ablate", f"{root}/pos/seed1", "heads=L0H0,L1H1,L1H2", "label=dp stem cells without pos",
+                        "tasks=pos", "methods=zero,mean", "random_sets=250", "split=test", "max_sentences=200",
+                        "reference_sentences=500", "progress=false", f"out={out}"]
+    # MTL-5, each task scored alone with its own held-out set; NER and SRL, which pruned in no setting here,
+    # take the stem cells of every task that did
+    held_out = {"pos": "L0H0,L1H1,L1H2", "ner": "L0H0,L1H1", "dep": "L0H0,L0H1,L1H1", "con": "L0H0,L1H1",
+                "srl": "L0H0,L1H1"}
+    mtl = {c[4].removeprefix("tasks="): c for c in calls[1:]}
+    assert set(mtl) == set(held_out) and all(c[1] == f"{root}/mtl5/seed1" for c in mtl.values())
+    assert {task: c[2].removeprefix("heads=") for task, c in mtl.items()} == held_out
+    found = {path for path, _ in read_study([str(root)]).ablations}  # claim 6 finds them
+    assert out / "ablation.json" in found and root / "mtl5/seed1/ablation-dp-stem-cells-without-ner/ablation.json" in found
     assert f"done: {out}" in study(tmp_path, "ablate", SETTINGS="pos", ABLATE="dp", **fake["env"]).stdout
-    assert len(fake["log"]()) == 1
+    assert len(fake["log"]()) == 6
     (out / "ablation.json").write_text(json.dumps({"run": "x", "heads": ["L0H0"], "methods": {}}))
     result = study(tmp_path, "ablate", SETTINGS="pos", ABLATE="dp", **fake["env"])
-    assert f"stale: {out} ablated other heads than today's dp stem cells (L0H0,L1H1)" in result.stdout
+    assert f"stale: {out} ablated other heads than today's dp stem cells without pos (L0H0,L1H1,L1H2)" in result.stdout
     # DEP's retraining did not reproduce its record: its weights stand in, the output goes to the record's folder
     side = root / "dep" / ".seed1.retrained"
     side.mkdir()
@@ -249,23 +268,34 @@ def test_ablate_runs_where_the_claims_look_skips_what_is_written_and_names_missi
     result = study(tmp_path, "ablate", SETTINGS="dep", ABLATE="dp", **fake["env"])
     assert f"ablating {side}: the retraining of {root}/dep/seed1, which did not reproduce its record" in result.stdout
     assert fake["log"]()[-1][:2] == ["ablate", str(side)]
-    assert fake["log"]()[-1][-1] == f"out={root}/dep/seed1/ablation-dp-stem-cells"
+    assert fake["log"]()[-1][-1] == f"out={root}/dep/seed1/ablation-dp-stem-cells-without-dep"
+    # equal sparsity's sets: seed 1 only (BUDGET_ABLATE_SEEDS), in the plan too
+    plan = study(tmp_path, "plan", "ablate", SETTINGS="pos", SEEDS="1 2").stdout
+    assert "ABLATE=budget SETTINGS=pos SEEDS=1" in plan and "ABLATE=budget SETTINGS=pos SEEDS=2" not in plan
+    assert "ABLATE=dp SETTINGS=pos SEEDS=2" in plan
 
 
-def test_matched_and_ner_lambda_runs(tmp_path, fake):
-    """matched: POS DP at SP's encoder rate and for SP's 3 epochs (not NER). nerlambda: the smallest
-    searched lambda whose seed-1 run keeps at most 90% of the heads, then DP and SP at it."""
+def test_matched_retrains_dp_then_trains_on_at_sp_rate_and_ner_lambda_runs(tmp_path, fake):
+    """matched: POS's DP record trained again (reproduced: its weights join the record), then one more
+    epoch from its weights and gates at SP's encoder rate (not NER). nerlambda: the smallest searched
+    lambda whose seed-1 run keeps at most 90% of the heads, then DP and SP at it."""
     root = tmp_path / "study"
-    trained = record_run(tmp_path / "trained" / "any")
-    result = study(tmp_path, "matched", SETTINGS="pos ner", FAKE_RUN=str(trained), **fake["env"])
+    record = dp_record(root, "pos", [[1, 1, 0], [0, 1, 0]])
+    (record / "labels.json").write_text(json.dumps({"pos": ["A", "B"]}))
+    same = tmp_path / "trained" / "pos-dp"
+    shutil.copytree(record, same)
+    result = study(tmp_path, "matched", SETTINGS="pos ner", FAKE_RUN=str(same), **fake["env"])
     assert result.returncode == 0, result.stderr
-    calls = fake["log"]()
-    assert [[a for a in c if a.startswith("experiment=")] for c in calls] == [["experiment=pos-dp-lr1e-5"],
-                                                                              ["experiment=pos-dp-3ep"]]
-    assert {"prune=dynamic", "train.lr_encoder=1e-5", "train.epochs=2", f"run_dir={root}/pos-dp-lr1e-5/seed1"} \
-        <= set(calls[0])
-    assert calls[1].index("train.epochs=3") > calls[1].index("train.epochs=2")  # the later value wins
+    assert f"reproduced: {root}/pos-dp/seed1" in result.stdout
+    again, more = fake["log"]()
+    assert {"prune=dynamic", "train.lr_gate=0.05", "experiment=pos-dp", f"run_dir={root}/pos-dp/.seed1.retrained"} \
+        <= set(again)
+    assert {"prune=dynamic", f"init={root}/pos-dp/seed1", "prune.init_gates=init", "train.lr_encoder=1e-5",
+            "experiment=pos-dp-matched", f"run_dir={root}/pos-dp-matched/seed1"} <= set(more)
+    assert more.index("train.epochs=1") > more.index("train.epochs=2")  # the later value wins
+    assert f"done: {root}/pos-dp-matched/seed1" in study(tmp_path, "matched", SETTINGS="pos", **fake["env"]).stdout
 
+    trained = record_run(tmp_path / "trained" / "any")
     result = study(tmp_path, "nerlambda", SETTINGS="ner")
     assert result.returncode == 1 and f"{root}/ner-dp-lambda0.002/seed1 is not finished" in result.stderr
     for lam, kept in (("0.002", 71), ("0.006", 60), ("0.02", 20)):

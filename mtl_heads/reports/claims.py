@@ -621,9 +621,12 @@ def stem_table(gates: dict[str, _Gates]) -> pd.DataFrame | None:
     return stem_cells({n: g.grids for n, g in pruned.items()}, {n: g.moved for n, g in pruned.items()})
 
 
-def stem_heads(study: Study, kind: str) -> list[str]:
-    """The stem cells of a regime in ``study``: heads kept in every single-task setting that pruned."""
-    table = stem_table(regime_gates(study, kind))
+def stem_heads(study: Study, kind: str, without: str | None = None) -> list[str]:
+    """The stem cells of a regime in ``study``: heads kept in every single-task setting that pruned;
+    with ``without`` (a task), that task's own setting left out (claim 6's held-out sets: the heads
+    found without T, ablated in T's runs). ``[]`` with fewer than two such settings."""
+    gates = {n: g for n, g in regime_gates(study, kind).items() if without is None or n != _task_name(without)}
+    table = stem_table(gates)
     return [] if table is None else list(table.loc[table["stem cell"], "name"])
 
 
