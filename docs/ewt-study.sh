@@ -130,12 +130,15 @@ dp() { for n in $SEEDS; do for s in "${ORDER[@]}"; do
 # the same session as the baseline (the stage order does), or after the retrain stage.
 sp_one() {  # setting $1, seed $2, into $STUDY/$3/seed$2; more training arguments after
   local s=$1 n=$2 name=$3; shift 3
-  local base=$STUDY/$s/seed$n dir=$STUDY/$name/seed$n
+  local base=$STUDY/$s/seed$n dir=$STUDY/$name/seed$n weights
+  weights=$(weights_of "$base")  # a retraining that did not reproduce the record stands in for it
   if [[ -f $dir/metrics.json ]]; then echo "done: $dir"
-  elif [[ ! -f $base/model.safetensors ]]; then
+  elif [[ -z $weights ]]; then
     echo "not run: $dir needs the weights of $base ($(retrain_hint "$s" "$n"))"
     failed "$dir"
-  else job run "$dir" ${SETTING[$s]} prune=static init="$base" train.epochs="${SP_EPOCHS_OF[$s]:-$SP_EPOCHS}" \
+  else
+    [[ $weights != "$base" ]] && echo "$dir starts from $weights: the retraining of $base, which did not reproduce its record"
+    job run "$dir" ${SETTING[$s]} prune=static init="$weights" train.epochs="${SP_EPOCHS_OF[$s]:-$SP_EPOCHS}" \
       train.lr_gate=0.05 train.lr_encoder=$SP_RATE seed="$n" experiment="$name" "$@"
   fi
 }

@@ -312,3 +312,9 @@ def test_matched_retrains_dp_then_trains_on_at_sp_rate_and_ner_lambda_runs(tmp_p
     assert {"prune=dynamic", "prune.lambda=0.006", "seed=2", "experiment=ner-dp-lambda0.006"} <= set(dp2)
     assert {"prune=static", f"init={root}/ner/seed1", "prune.lambda=0.006", "train.lr_encoder=1e-5",
             "experiment=ner-sp-lambda0.006", "seed=1"} <= set(sp1)
+    record_run(root / "ner" / "seed2", "ner", seed=2)  # its retraining did not reproduce it: that stands in
+    (root / "ner" / ".seed2.retrained").mkdir()
+    (root / "ner" / ".seed2.retrained" / "model.safetensors").write_text("weights")
+    result = study(tmp_path, "nerlambda", SETTINGS="ner", SEEDS="2", FAKE_RUN=str(trained), **fake["env"])
+    assert f"starts from {root}/ner/.seed2.retrained: the retraining of {root}/ner/seed2" in result.stdout
+    assert f"init={root}/ner/.seed2.retrained" in fake["log"]()[-1]
