@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -56,38 +57,49 @@ from mtl_heads.reports.significance import permutation_test, significance_table,
 from mtl_heads.runs import is_probe_report
 
 __all__ = ["ALPHA", "NEAR_ALL", "SHUFFLES", "RULES", "MATCHED_RULE", "Test", "Claim", "Study", "regime", "holm",
-           "read_study", "read_ablations", "check_claims", "regime_gates", "gate_baseline", "stem_table",
+           "read_study", "read_ablations", "check_claims", "regime_gates", "gate_baseline", "stem_table", "stem_heads",
            "probe_skill", "pooled_ablation", "score_grid",
            "claims_markdown", "splice"]
 
 ALPHA = 0.05
 NEAR_ALL = 0.95  # a setting keeping at least this share of the heads (in most of its seeds) did not prune
 SHUFFLES = 10_000  # shuffles / random sets of every null here: Holm over a claim's tests needs small p
+FLOOR = 1 / (SHUFFLES + 1)  # the smallest p of SHUFFLES shuffles or random sets
+MIN_SEEDS = 3  # a t-test needs this many values a group (2 leaves 1 degree of freedom): else "too few seeds to test"
+MARGIN = 0.5  # claim 5's non-inferiority margin, in points of the test score
 REGIMES = ("dp", "budget", "sp")  # the paper's regime (DP) first: gate verdicts read the first one present
 REGIME_NAMES = {"none": "unpruned", "dp": "dynamic pruning (DP)", "budget": "DP at equal sparsity",
                 "sp": "static pruning (SP)"}
 RETRAINED = re.compile(r"(^|/)\.seed\d+\.retrained/?$")  # docs/ewt-study.sh's retrain stage: a run trained again
 ABLATION_FILE = "ablation.json"  # what python -m mtl_heads.ablate writes
 VERDICT_METHODS = ("zero", "mean")  # ablations a "needed" verdict reads (resample is shown)
-TESTS = ("Tests: Welch's t-test over seeds (two-sided, unequal variances) for scores; for gates and head sets, "
+TOO_FEW = f"too few seeds to test (a t-test needs {MIN_SEEDS} a group)"
+TESTS = ("Tests: Welch's t-test over seeds (unequal variances; two-sided unless a rule says one-sided) for scores, "
+         f"with at least {MIN_SEEDS} seeds a group (fewer: *too few seeds to test*); for gates and head sets, "
          f"permutation nulls of {SHUFFLES:,} shuffles or random sets (one-sided), each twice: *global* (heads "
          "anywhere in the grid) and *layer-aware* (heads moved only within their layer, or random sets with the "
          "same number of heads per layer: pruning keeps low layers far more than high ones, so a global null "
          "rewards layer position alone); a verdict reads the larger p of the two. Each claim's p-values are "
-         f"adjusted together (Holm-Bonferroni): `p raw, Holm adjusted`; significant: adjusted p < {ALPHA}. A setting "
-         f"that keeps at least {NEAR_ALL:.0%} of its heads (in most of its seeds) *did not prune* and is left out "
-         "of overlaps and intersections. Stability: every verdict and every significant test is recomputed with "
-         "each seed left out in turn; one that changes is marked *fragile*, with the seed, one that holds *stable*.")
+         f"adjusted together (Holm-Bonferroni) unless its rule names its families: `p raw, Holm adjusted`; "
+         f"significant: adjusted p < {ALPHA}; a p within 10% of {ALPHA} is printed with 3 digits. A test from n "
+         "shuffles or random sets cannot go below 1/(n+1), so in a family of m tests none can pass unless "
+         f"m/(n+1) < {ALPHA}: such a test says *cannot reach significance* and the sets it needs (20m), and a "
+         f"verdict that rests on it reads *cannot be tested*. A setting that keeps at least {NEAR_ALL:.0%} of its "
+         "heads (in most of its seeds) *did not prune* and is left out of overlaps and intersections. Stability: "
+         "every verdict and every significant test is recomputed with each seed left out in turn; one that changes "
+         "is marked *fragile*, with the seed, one that holds *stable*; a change that comes only from t-tests left "
+         "with too few seeds is *too few seeds to test*, not fragile.")
 BEGIN, END = "<!-- claims:begin -->", "<!-- claims:end -->"
-
+# the rules of the study's second round, fixed before its runs (docs/ewt-study/rules.md says the same in full)
 RULES = {
     "mtl": "replicated when MTL loses to STL (Holm-adjusted Welch p < 0.05) on more than half of the tasks "
            "trained under equal conditions (a task with a known confound is shown, not counted); partly when it "
            "loses on at least one of them and gains significantly on none; not replicated otherwise.",
-    "overlap": "counted: pairs of single-task settings that both pruned. A pair overlaps when its gate "
-               "correlation beats both the global and the layer-aware null (the larger p, Holm-adjusted, "
-               "< 0.05). In the paper's regime (DP; else the first present): replicated when every counted pair "
-               "overlaps, partly when some do, not replicated when none does.",
+    "overlap": "counted: pairs of single-task settings that both pruned. Two tests a pair, each against a global "
+               "and a layer-aware null (the larger p), Holm-adjusted together: kept-head Jaccard and gate "
+               "correlation. The kept sets decide (the claim is about which heads survive): in the paper's regime "
+               "(DP; else the first present), replicated when every counted pair's Jaccard is significant, partly "
+               "when some are, not replicated when none is; the gate-correlation verdict is shown beside it.",
     "stem": "stem cells: heads kept in every single-task setting that pruned. In the paper's regime (DP; else the "
             "first present): replicated when their count beats both chance counts (global and within layers; "
             "the larger p, Holm-adjusted) and they rank above random head sets of their size against both nulls "
@@ -97,23 +109,32 @@ RULES = {
               "encoder's (one-sample t-test over STL's seeds), MTL spreads when its score is below STL's "
               "(Welch), each Holm-adjusted p < 0.05. Replicated when both hold for more than half of those "
               "tasks; partly when both hold for at least one; not replicated otherwise.",
-    "sp_dp": "counted: settings (tasks, and MTL) whose DP and SP both pruned. DP wins a setting when it keeps "
-             "fewer heads (mean over seeds) at a test score not lower: higher on the mean, or Welch p >= 0.05 "
-             "*unadjusted* (adjusting would make 'not lower' easier to reach). Replicated when DP wins every "
-             "counted setting, partly when some, not replicated when none. Shown too: whether DP and SP keep the "
-             "same heads (gate correlation against both nulls).",
-    "needed": "from head ablations of unpruned runs: per setting and task, the stem cells' score drop against "
+    "sp_dp": f"counted: settings (tasks, and MTL) whose DP and SP both pruned. Per setting, one-sided Welch tests "
+             f"over seeds, Holm-adjusted with the claim's other tests: *fewer heads* (DP's heads kept below SP's) "
+             f"and *not lower*, non-inferiority with a margin of {MARGIN:g} points (H0: DP - SP <= -{MARGIN:g} on the "
+             f"test score; MTL: the mean over its tasks; the one-sided 95% lower bound of DP - SP is shown). DP wins "
+             f"a setting when both are significant; it loses when SP keeps significantly fewer heads or DP's score "
+             f"is significantly more than {MARGIN:g} below SP's. Replicated when DP wins every counted setting, "
+             f"partly when some, not replicated when it wins none and loses every other; inconclusive otherwise. "
+             f"Shown too: whether DP and SP keep the same heads (gate correlation and Jaccard against both nulls).",
+    "needed": "held out: for each task T, the stem cells found without T (heads kept in every other single-task "
+              "setting of the regime that pruned) ablated in T's unpruned runs (STL, and MTL scored on T), against "
               "layer-matched random head sets of the same size, seeds pooled (p = share of random-set draws whose "
-              "drop, averaged over the seeds, is at least the stem cells'). A task needs the stem cells when "
-              "zero and mean ablation (those that were run) both give Holm-adjusted p < 0.05. Replicated when "
-              "more than half of the tasks need them, partly when at least one does, not replicated otherwise "
-              "(the stem cells of DP when they were ablated, else the first set).",
+              "drop, averaged over the seeds, is at least the stem cells'). One Holm family per regime and method "
+              "over the (model, task) pairs; a (model, task) needs its held-out stem cells when zero and mean "
+              "ablation are both significant (an intersection-union test). DP's sets decide (else the first "
+              "regime ablated): supported when more than half of the (model, task) pairs need them, partly "
+              "supported when at least one does, not supported otherwise. The paper does not test this claim.",
 }
-# claim 5 with DP runs matched to SP's schedule: appended to its rule only when the study has such runs
-MATCHED_RULE = ("With DP runs trained as SP was (at SP's encoder rate, or for SP's epochs in all, its baseline's "
-                "counted), each is compared with SP on its own line, as above, and the verdict reads those matched "
-                "comparisons (every one whose DP and SP both pruned); the comparisons as first run, whose encoder "
-                "training differs, are shown with their confound and not counted.")
+# claim 5 with DP runs trained on SP's schedule: appended to its rule only when the study has such runs
+MATCHED_RULE = ("With DP runs trained on SP's schedule (the same encoder epochs and rates, SP's baseline counted), "
+                "each is compared with SP on its own line, as above, and the verdict reads those matched comparisons "
+                "(every one whose DP and SP both pruned); the comparisons as first run, whose encoder training "
+                "differs, are shown with their confound and not counted.")
+# the verdict words: He & Choi's claims are replicated or not; one the paper does not make is supported or not
+REPLICATION = {"yes": "replicated", "partly": "partly replicated", "no": "not replicated",
+               "inconclusive": "inconclusive"}
+SUPPORT = {"yes": "supported", "partly": "partly supported", "no": "not supported", "inconclusive": "inconclusive"}
 # He & Choi 2021's per-label probe figures (bert-base-cased, OntoNotes; best head's accuracy on one
 # label): pretrained / STL / MTL-5. Claim 4 sets ours, of the same label, beside them.
 PAPER_LABELS = {"pos": ("NN", (44.1, 91.4, 54.8)), "con": ("NP", (56.0, 85.7, 57.6))}
@@ -143,19 +164,35 @@ def holm(p: list[float]) -> list[float]:
 class Test:
     """One test of a claim: ``key`` (names it within the claim, the same in every seed-left-out
     recomputation), ``p`` (raw; the larger of a global and a layer-aware null's), ``why`` (why it cannot
-    be tested; ``p`` is then NaN), ``adjusted`` (Holm over the claim's tests) and ``fragile`` (what
-    leaving out a seed does to a significant result)."""
+    be tested; ``p`` is then NaN), ``floor`` (the smallest p it can reach: ``1 / (n + 1)`` for n shuffles or
+    random sets, 0 for a t-test), ``family`` (its Holm family within the claim; one by default),
+    ``few`` (a t-test left with fewer than :data:`MIN_SEEDS` seeds a group), ``decides`` (the verdict
+    reads it; False for tests shown beside, such as claim 2's gate correlation), ``adjusted`` (Holm over its
+    family), ``reach`` (``""``, or the sets it needs when its family is too large for its floor: it cannot
+    be significant), ``fragile`` (what leaving out a seed does to a significant result) and ``too_few``
+    (the seeds whose leaving out leaves it too few to test)."""
 
     key: str
     p: float
     why: str = ""
+    floor: float = 0.0
+    family: str = ""
+    few: bool = False
+    decides: bool = True
     adjusted: float = math.nan
+    reach: str = ""
     fragile: list[str] = field(default_factory=list)
+    too_few: list[str] = field(default_factory=list)
     checked: bool = False  # recomputed with each seed left out (check_claims)
 
     @property
     def significant(self) -> bool:
-        return bool(np.isfinite(self.adjusted) and self.adjusted < ALPHA)
+        return bool(np.isfinite(self.adjusted) and self.adjusted < ALPHA and not self.reach)
+
+    @property
+    def untestable(self) -> str:
+        """Why no verdict can rest on it: ``why``, or that it cannot reach significance; ``""`` when it can."""
+        return self.why or self.reach
 
 
 def _marker(key: str) -> str:
@@ -164,41 +201,66 @@ def _marker(key: str) -> str:
 
 @dataclass
 class Claim:
-    """One claim: ``question``, ``paper`` (what He & Choi report), ``rule`` (how the verdict is decided,
-    :data:`RULES`), ``verdict`` (``yes`` | ``partly`` | ``no``; ``""`` when the study cannot answer),
-    ``answer`` (the verdict's key numbers, or why there is none), ``lines`` (one per task or pair, with
-    their tests' p-values filled in by :meth:`text_lines`), ``notes``, ``tests`` (by key) and
-    ``fragile`` (the verdicts found with a seed left out, where they differ)."""
+    """One claim: ``key`` (its name in :data:`RULES`), ``question``, ``paper`` (what He & Choi report),
+    ``rule`` (how the verdict is decided, :data:`RULES`), ``verdict`` (``yes`` | ``partly`` | ``no`` |
+    ``inconclusive``; ``""`` when the study cannot answer), ``words`` (the verdicts as words:
+    :data:`REPLICATION` for the paper's claims, :data:`SUPPORT` for one it does not make), ``answer`` (the
+    verdict's key numbers, or why there is none), ``lines`` (one per task or pair, with their tests'
+    p-values filled in by :meth:`text_lines`), ``notes``, ``tests`` (by key), ``fragile`` (the verdicts
+    found with a seed left out, where they differ) and ``too_few`` (the seeds whose leaving out changes
+    the verdict through tests left with too few seeds only)."""
 
+    key: str
     question: str
     paper: str
     rule: str
     verdict: str = ""
     answer: str = ""
+    words: dict = field(default_factory=lambda: REPLICATION)
     lines: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     tests: dict[str, Test] = field(default_factory=dict)
     fragile: list[str] = field(default_factory=list)
-    stability: str = ""  # "" (not checked), "stable", or what changes
+    too_few: list[str] = field(default_factory=list)
+    stability: str = ""  # "" (not checked), or the sentence of check_claims
 
     @property
-    def replicated(self) -> str:
-        return self.verdict
+    def word(self) -> str:
+        """The verdict as a word (``cannot be tested`` without one)."""
+        return self.words.get(self.verdict, "cannot be tested")
 
-    def test(self, key: str, p: float, why: str = "") -> str:
-        """Register a test (raw ``p``, or ``why`` it cannot be tested) and return the marker that
-        :meth:`text_lines` replaces by its p-values."""
+    @property
+    def stability_kind(self) -> str:
+        """``stable``, ``fragile``, ``too few seeds`` or ``""`` (not checked)."""
+        return ("fragile" if self.fragile else "too few seeds" if self.too_few else
+                "stable" if self.stability.startswith("stable") else "")
+
+    def test(self, key: str, p: float, why: str = "", floor: float = 0.0, family: str = "",
+             few: bool = False, decides: bool = True) -> str:
+        """Register a test (raw ``p``, or ``why`` it cannot be tested; ``floor``, ``family``, ``few`` and
+        ``decides`` as :class:`Test`) and return the marker that :meth:`text_lines` replaces by its p-values."""
         p = float(p) if p is not None else math.nan
+        if few:
+            why = why or TOO_FEW
         if not why and not np.isfinite(p):
             why = "no p-value"
-        self.tests[key] = Test(key, math.nan if why else p, why)
+        self.tests[key] = Test(key, math.nan if why else p, why, floor, family, few, decides)
         return _marker(key)
 
     def adjust(self) -> None:
-        """Holm-Bonferroni over every test of the claim that has a p-value."""
-        tests = list(self.tests.values())
-        for test, adjusted in zip(tests, holm([t.p for t in tests])):
-            test.adjusted = adjusted
+        """Holm-Bonferroni within each family of tests that have a p-value; a test whose family of m is too
+        large for its floor (``m * floor >= ALPHA``) gets ``reach``: the sets it would need, 20 m."""
+        families: dict[str, list[Test]] = {}
+        for test in self.tests.values():
+            families.setdefault(test.family, []).append(test)
+        for tests in families.values():
+            for test, adjusted in zip(tests, holm([t.p for t in tests])):
+                test.adjusted = adjusted
+            m = sum(np.isfinite(t.p) for t in tests)
+            for test in tests:
+                if np.isfinite(test.p) and test.floor > 0 and m * test.floor >= ALPHA:
+                    test.reach = (f"cannot reach significance: {round(1 / test.floor) - 1} sets or shuffles allow p "
+                                  f">= {_p(test.floor)}, and Holm over {m} tests needs at least {20 * m}")
 
     def significant(self, key: str) -> bool:
         return key in self.tests and self.tests[key].significant
@@ -217,8 +279,24 @@ class Claim:
 def _test_text(test: Test) -> str:
     if test.why:
         return f"cannot be tested: {test.why}"
-    stability = f" (fragile: {'; '.join(test.fragile)})" if test.fragile else ", stable" if test.checked else ""
-    return f"p {_p(test.p)}, Holm {_p(test.adjusted)}{stability}"
+    notes = ([f"fragile: {'; '.join(test.fragile)}"] if test.fragile else []) + \
+        ([_too_few_text(test.too_few)] if test.too_few else [])
+    stability = f" ({'; '.join(notes)})" if notes else ", stable" if test.checked else ""
+    return f"p {_p(test.p)}, Holm {_p(test.adjusted)}" + (f"; {test.reach}" if test.reach else "") + stability
+
+
+def _too_few_text(entries: list[str]) -> str:
+    """``too few seeds to test with seed 1, 2 or 3 left out`` from ``["without seed 1", ...]``."""
+    left = [entry.removeprefix("without seed ") for entry in entries]
+    return f"too few seeds to test with seed {', '.join(left[:-1]) + ' or ' if len(left) > 1 else ''}{left[-1]} left out"
+
+
+def _unreachable(claim: Claim, keys: list[str]) -> str:
+    """``""``, or the answer of a claim whose deciding tests (``keys``) all cannot reach significance."""
+    reach = [claim.tests[k].reach for k in keys if k in claim.tests and claim.tests[k].reach]
+    if not keys or len(reach) < len(keys):
+        return ""
+    return f"cannot be tested: {reach[0]}"
 
 
 @dataclass
@@ -367,7 +445,16 @@ def _mean_std(values: np.ndarray | list[float], digits: int = 2, count: bool = T
 
 
 def _p(value: float) -> str:
-    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.2g}"
+    """A p-value as printed: 2 significant digits; within 10% of :data:`ALPHA` (0.045 to 0.055) 3, and more
+    while it would print as the line itself (0.04997 as 0.04997, not 0.05), so that the side of the line shows."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    if abs(value - ALPHA) > 0.1 * ALPHA:
+        return f"{value:.2g}"
+    digits = 3
+    while float(f"{value:.{digits}g}") == ALPHA and value != ALPHA and digits < 8:
+        digits += 1
+    return f"{value:.{digits}g}"
 
 
 def _heads_text(names: list[str], limit: int = 16) -> str:
@@ -456,7 +543,7 @@ def _confound(study: Study, stl: str, mtl: str, task: str) -> str:
 
 
 def mtl_vs_stl(study: Study) -> Claim:
-    claim = Claim(f"Does {_mtl_name(study)} lose to STL?",
+    claim = Claim("mtl", f"Does {_mtl_name(study)} lose to STL?",
                   "the five-task model falls behind single-task models: the tasks compete for the same heads",
                   RULES["mtl"])
     mtl = study.setting(study.mtl, "none")
@@ -471,9 +558,9 @@ def mtl_vs_stl(study: Study) -> Claim:
             claim.notes.append(f"{_task_name(task)}: no unpruned single-task setting")
             continue
         row = significance_table(study.runs, [(stl, mtl)]).query("score == @score").iloc[0]
-        few = min(row["n A"], row["n B"]) < 2
-        marker = claim.test(_task_name(task), row["welch p"],
-                            "fewer than 2 seeds" if few else "" if np.isfinite(row["welch p"]) else "no spread")
+        few = min(row["n A"], row["n B"]) < MIN_SEEDS
+        marker = claim.test(_task_name(task), row["welch p"], "" if few or np.isfinite(row["welch p"]) else "no spread",
+                            few=few)
         values = {s: _runs_of(study, s)[score].dropna() for s in (stl, mtl)}
         rows.append({"task": _task_name(task), "difference": row["difference"], "confound": _confound(study, stl, mtl, task),
                      "text": f"{_task_name(task)} ({_metric(score)}): STL {_mean_std(values[stl])}, {_mtl_name(study)} "
@@ -484,15 +571,15 @@ def mtl_vs_stl(study: Study) -> Claim:
     for r in rows:
         test = claim.tests[r["task"]]
         r["verdict"] = ("MTL loses" if test.significant and r["difference"] < 0 else
-                        "MTL gains" if test.significant else "not tested" if test.why else "no significant difference")
+                        "MTL gains" if test.significant else "not tested" if test.untestable else "no significant difference")
         claim.lines.append(f"{r['text']}: {r['verdict']}"
                            + (f"; **confound**: {r['confound']}: shown, not counted" if r["confound"] else ""))
-    counted = [r for r in rows if not r["confound"] and not claim.tests[r["task"]].why]
+    counted = [r for r in rows if not r["confound"] and not claim.tests[r["task"]].untestable]
     losses = [r["task"] for r in counted if r["verdict"] == "MTL loses"]
     gains = [r["task"] for r in counted if r["verdict"] == "MTL gains"]
     confounded = [r["task"] for r in rows if r["confound"]]
     if not counted:
-        claim.answer = ("cannot be tested: fewer than 2 seeds per setting" if rows else
+        claim.answer = (f"cannot be tested: {TOO_FEW}" if rows else
                         "cannot be tested: no task with an unpruned single-task setting")
         return claim
     claim.verdict = "yes" if _majority(len(losses), len(counted)) else "partly" if losses and not gains else "no"
@@ -560,11 +647,12 @@ def _not_pruned(gates: dict[str, _Gates], names) -> str:
     return "; ".join(f"{n} did not prune (keeps {gates[n].kept_text()})" for n in names if not gates[n].pruned)
 
 
-def _pair_text(claim: Claim, key: str, row: dict, why: str) -> str:
-    """A pair's gate correlation and kept-head Jaccard against both nulls, with their tests."""
-    corr = claim.test(f"{key} correlation", _stricter(row))
+def _pair_text(claim: Claim, key: str, row: dict, why: str, decides: bool = True) -> str:
+    """A pair's gate correlation and kept-head Jaccard against both nulls, with their tests (the Jaccard
+    test decides a verdict with ``decides``; the correlation is shown beside it)."""
+    corr = claim.test(f"{key} correlation", _stricter(row), floor=FLOOR, decides=False)
     jaccard_why = why or (row["jaccard note"] if isinstance(row.get("jaccard note"), str) else "")
-    overlap = claim.test(f"{key} Jaccard", _stricter(row, "jaccard "), jaccard_why)
+    overlap = claim.test(f"{key} Jaccard", _stricter(row, "jaccard "), jaccard_why, floor=FLOOR, decides=decides)
     return (f"gate correlation {row['correlation']:.2f} (global null: mean {row['null mean']:.2f}, 95th pct "
             f"{row['null 95%']:.2f}, p {_p(row['p'])}; layer-aware: mean {row['layer null mean']:.2f}, p "
             f"{_p(row['layer p'])}; the stricter: {corr}); kept-head Jaccard {row['jaccard']:.2f} (global null mean "
@@ -573,7 +661,7 @@ def _pair_text(claim: Claim, key: str, row: dict, why: str) -> str:
 
 
 def overlap(study: Study) -> Claim:
-    claim = Claim("Do the heads that survive pruning overlap across tasks more than chance?",
+    claim = Claim("overlap", "Do the heads that survive pruning overlap across tasks more than chance?",
                   "the same heads survive pruning across tasks, and task-to-task gate correlations are high",
                   RULES["overlap"])
     pairs = {}  # regime -> [(key, counted)]
@@ -598,18 +686,23 @@ def overlap(study: Study) -> Claim:
             claim.lines.append(f"{key}: {_pair_text(claim, key, row, why)}"
                                + (f"; not counted: {why}" if why else ""))
     claim.adjust()
-    answers = []
+    answers, decided = [], False
     for kind, found in pairs.items():
         counted = [k for k, ok in found if ok]
         hits = sum(claim.significant(f"{k} correlation") for k in counted)
         jaccard = sum(claim.significant(f"{k} Jaccard") for k in counted)
-        answers.append(f"{REGIME_NAMES[kind]}: {hits} of {len(counted)} pairs of tasks that pruned by gate correlation, "
-                       f"{jaccard} by Jaccard")
-        if not claim.verdict and counted:  # the first regime with a counted pair decides (DP first)
-            claim.verdict = _share(hits, len(counted))
+        answers.append(f"{REGIME_NAMES[kind]}: kept-head Jaccard above both nulls for {jaccard} of {len(counted)} pairs "
+                       f"of tasks that pruned (gate correlation: {hits}, {REPLICATION[_share(hits, len(counted))]} by "
+                       f"it)" if counted else f"{REGIME_NAMES[kind]}: no pair of tasks that both pruned")
+        if not decided and counted:  # the first regime with a counted pair decides (DP first), by the kept sets
+            decided = True
+            blocked = _unreachable(claim, [f"{k} Jaccard" for k in counted])
+            claim.verdict = "" if blocked else _share(jaccard, len(counted))
+            if blocked:
+                answers[-1] += f" ({blocked})"
     claim.answer = "; ".join(answers) if answers else "cannot be tested: no regime with two single-task pruned settings"
-    if answers and not claim.verdict:
-        claim.answer += "; no regime has two single-task settings that pruned"
+    if answers and not decided:
+        claim.answer = "cannot be tested: no regime has two single-task settings that pruned; " + claim.answer
     return claim
 
 
@@ -631,7 +724,7 @@ def stem_heads(study: Study, kind: str, without: str | None = None) -> list[str]
 
 
 def stem(study: Study) -> Claim:
-    claim = Claim("Which heads survive in every task (stem cells), and are they the pretrained encoder's best probe "
+    claim = Claim("stem", "Which heads survive in every task (stem cells), and are they the pretrained encoder's best probe "
                   "heads?", "a set of heads survives in every task and seed (the stem cells), and they are heads that "
                   "already probe well before fine-tuning", RULES["stem"])
     pretrained = [r for r in study.reports if r.meta.get("model_kind") != "run"]
@@ -656,7 +749,7 @@ def stem(study: Study) -> Claim:
         p_global = stem_count_p(kept, len(table), len(cells), SHUFFLES, block=block)
         p_layer = stem_count_layer_p(by_layer, heads, len(cells), SHUFFLES, block=block)
         count_key = f"{REGIME_NAMES[kind]} count"
-        marker = claim.test(count_key, max(p_global, p_layer))
+        marker = claim.test(count_key, max(p_global, p_layer), floor=FLOOR)
         left_out = _not_pruned(gates, gates)
         claim.lines.append(
             f"{REGIME_NAMES[kind]}: {len(cells)} heads kept in all {len(names)} tasks that pruned ({', '.join(names)}; "
@@ -678,7 +771,7 @@ def stem(study: Study) -> Claim:
                     continue
                 key = f"{REGIME_NAMES[kind]} {r['probe'].upper()} probe"
                 probe_keys.append(key)
-                marker = claim.test(key, _stricter(r))
+                marker = claim.test(key, _stricter(r), floor=FLOOR)
                 claim.lines.append(
                     f"{REGIME_NAMES[kind]}, stem cells among the pretrained encoder's {r['probe'].upper()} probe heads: "
                     f"mean percentile {r['mean percentile']:.1f} (random sets of {len(cells)}: mean {r['null mean']:.1f}, "
@@ -693,9 +786,13 @@ def stem(study: Study) -> Claim:
         hits = sum(claim.significant(k) for k in probe_keys)
         answers.append(f"{REGIME_NAMES[kind]}: count above both chances {'yes' if claim.significant(count_key) else 'no'}"
                        f", best probe heads for {hits} of {len(probe_keys)} probes")
-        if not claim.verdict:  # the first regime present decides (DP first)
-            claim.verdict = ("yes" if claim.significant(count_key) and _majority(hits, len(probe_keys)) else
+        if kind == next(iter(found)):  # the first regime present decides (DP first)
+            blocked = _unreachable(claim, [count_key])
+            claim.verdict = ("" if blocked else
+                             "yes" if claim.significant(count_key) and _majority(hits, len(probe_keys)) else
                              "partly" if claim.significant(count_key) else "no")
+            if blocked:
+                answers[-1] += f" ({blocked})"
     claim.answer = "; ".join(answers) if answers else "cannot be tested: no regime with two single-task settings that pruned"
     return claim
 
@@ -706,41 +803,51 @@ def _rate(value: float) -> str:
     return f"{float(mantissa):g}e{int(exponent)}"
 
 
-def _schedule(cfg: dict) -> tuple[float, float]:
-    """(encoder learning rate, epochs) of a run's config."""
+def _record_folder(folder: Path) -> Path:
+    """A run folder as the record keeps it: a retraining that did not reproduce its record
+    (``<setting>/.seed<N>.retrained``, which is not committed) reads as ``<setting>/seed<N>`` where it is
+    absent: the same config by construction (docs/ewt-study.sh's retrain stage)."""
+    found = re.fullmatch(r"\.seed(\d+)\.retrained", folder.name)
+    if found and not (folder / "config.yaml").is_file():
+        return folder.parent / f"seed{found.group(1)}"
+    return folder
+
+
+def _chain(cfg: dict, depth: int = 0) -> list[tuple[float, float]]:
+    """How a run's encoder was trained, oldest first: ``[(epochs, encoder rate)]`` of the runs it started
+    from (``init=``, and theirs) and its own; an ``init`` whose config cannot be read counts as
+    ``(nan, nan)``, which matches nothing."""
     train = cfg.get("train") or {}
-    return float(train.get("lr_encoder", math.nan)), float(train.get("epochs", math.nan))
+    own = (float(train.get("epochs", math.nan)), float(train.get("lr_encoder", math.nan)))
+    if not cfg.get("init"):
+        return [own]
+    folder = _record_folder(Path(str(cfg["init"])))
+    if depth > 8 or not (folder / "config.yaml").is_file():
+        return [(math.nan, math.nan), own]
+    return _chain(read_yaml(folder / "config.yaml"), depth + 1) + [own]
 
 
-def _sp_schedule(study: Study, sp: str) -> tuple[float, float, float, float, str | None]:
-    """(encoder rate, epochs, its baseline's rate, its baseline's epochs, the baseline) of an SP setting;
-    the baseline's rate NaN and epochs 0 when its config cannot be read."""
-    sp_cfg = _config(study, sp)
-    sp_rate, sp_epochs = _schedule(sp_cfg)
-    base = sp_cfg.get("init")
-    base_rate, base_epochs = _schedule(read_yaml(Path(base) / "config.yaml")) if base and \
-        (Path(base) / "config.yaml").is_file() else (math.nan, 0.0)
-    return sp_rate, sp_epochs, base_rate, base_epochs, base
+def _chain_text(chain: list[tuple[float, float]]) -> str:
+    """``2 epochs at 1e-4, then 1 at 1e-5``."""
+    parts = [f"{e:g} {'epoch' if e == 1 else 'epochs'} at {_rate(r)}" if np.isfinite(e) else "a run not found"
+             for e, r in chain]
+    return ", then ".join(parts)
 
 
-def _total(sp_epochs: float, base_epochs: float) -> float:
-    """SP's epochs in all: its own and its baseline's."""
-    return sp_epochs + (base_epochs if np.isfinite(base_epochs) else 0)
+def _epochs(chain: list[tuple[float, float]]) -> float:
+    return float(sum(e for e, _ in chain))
 
 
 def _sp_dp_confound(study: Study, dp: str, sp: str) -> str:
-    """'' or how DP's and SP's encoder training differ (rate and epochs; SP's baseline counted)."""
-    dp_rate, dp_epochs = _schedule(_config(study, dp))
-    sp_rate, sp_epochs, base_rate, base_epochs, base = _sp_schedule(study, sp)
-    total = _total(sp_epochs, base_epochs)
-    if dp_rate == sp_rate and dp_epochs == total:
+    """'' or how DP's and SP's encoder training differ (epochs and rates, SP's baseline counted)."""
+    dp_chain, sp_chain = _chain(_config(study, dp)), _chain(_config(study, sp))
+    if dp_chain == sp_chain:
         return ""
-    effects = ([f"SP had more training ({total:g} epochs against {dp_epochs:g})"] if total > dp_epochs else []) \
-        + (["SP's encoder moved at a lower rate while its gates learnt"] if sp_rate < dp_rate else []) \
-        + (["DP's encoder moved at a lower rate"] if dp_rate < sp_rate else [])
-    return (f"DP trained the encoder at {_rate(dp_rate)} for {dp_epochs:g} epochs; SP at {_rate(sp_rate)} for "
-            f"{sp_epochs:g} epoch{'s' if sp_epochs != 1 else ''}"
-            + (f" on top of a {base_epochs:g}-epoch baseline at {_rate(base_rate)} ({total:g} in all)" if base else "")
+    dp_total, sp_total = _epochs(dp_chain), _epochs(sp_chain)
+    effects = ([f"SP had more training ({sp_total:g} epochs against {dp_total:g})"] if sp_total > dp_total else []) \
+        + (["SP's encoder moved at a lower rate while its gates learnt"] if sp_chain[-1][1] < dp_chain[-1][1] else []) \
+        + (["DP's encoder moved at a lower rate"] if dp_chain[-1][1] < sp_chain[-1][1] else [])
+    return (f"DP trained the encoder {_chain_text(dp_chain)}; SP {_chain_text(sp_chain)} ({sp_total:g} in all)"
             + (f": {' and '.join(effects)}, which can raise SP's score against DP's and so push the verdict towards "
                "'not replicated'" if effects else ""))
 
@@ -752,21 +859,20 @@ def _lambda(study: Study, setting: str) -> str:
 
 @dataclass
 class _Pair:
-    """One DP setting against one SP setting in claim 5: ``label`` (the line's name), ``matched`` (how DP
-    was trained as SP was: '' for the pair of the regime cells and other lambdas, whose schedules differ)
-    and ``still`` (what still differs in a matched pair)."""
+    """One DP setting against one SP setting in claim 5: ``label`` (the line's name) and ``matched``
+    (True when DP's encoder was trained on SP's schedule: the same epochs at the same rates, SP's
+    baseline counted)."""
 
     dp: str
     sp: str
     label: str
-    matched: str = ""
-    still: str = ""
+    matched: bool = False
 
 
 def _sp_dp_pairs(study: Study, tasks: str, name: str) -> list[_Pair]:
     """Claim 5's pairs of ``tasks``: the regime cells' DP and SP first, then each other DP setting of those
-    tasks against the SP setting of its L0 lambda (the cell's when equal) where it was trained as SP was
-    (its encoder rate, or SP's epochs in all with the baseline's: a *matched* pair) or at another lambda."""
+    tasks against the SP setting of its L0 lambda (the cell's when equal) where it was trained on SP's
+    schedule (a *matched* pair) or at another lambda."""
     dp, sp = study.setting(tasks, "dp"), study.setting(tasks, "sp")
     if dp is None or sp is None:
         return []
@@ -780,65 +886,38 @@ def _sp_dp_pairs(study: Study, tasks: str, name: str) -> list[_Pair]:
         partner = next((s for s in sps if _lambda(study, s) == lam), None)
         if partner is None:
             continue
-        rate, epochs = _schedule(_config(study, other))
-        sp_rate, sp_epochs, _, base_epochs, _ = _sp_schedule(study, partner)
-        total = _total(sp_epochs, base_epochs)
-        same_rate, same_epochs = rate == sp_rate, epochs == total
-        matched = " and ".join(([f"at SP's encoder rate ({_rate(sp_rate)})"] if same_rate else [])
-                               + ([f"for SP's {total:g} epochs in all"] if same_epochs else []))
+        matched = _chain(_config(study, other)) == _chain(_config(study, partner))
         if not matched and lam == reference:
             continue  # another DP setting that is no comparison of this claim
-        still = "; ".join(([f"encoder rate DP {_rate(rate)}, SP {_rate(sp_rate)}"] if not same_rate else [])
-                          + ([f"epochs DP {epochs:g}, SP {total:g} in all"] if not same_epochs else []))
-        label = name + (f" at lambda {lam}" if lam != reference else "") + (f" with DP {matched}" if matched else "")
-        pairs.append(_Pair(other, partner, label, matched, still if matched else ""))
+        label = name + (f" at lambda {lam}" if lam != reference else "") + (" with DP on SP's schedule" if matched else "")
+        pairs.append(_Pair(other, partner, label, matched))
     return pairs
 
 
-def _sp_dp_wins(rows: list[dict]) -> list[str]:
-    """The rows' names where DP keeps fewer heads at a test score not lower (higher, or Welch p >= 0.05)."""
-    return [r["name"] for r in rows if r["fewer"] and (r["difference"] >= 0 or not r["welch p"] < ALPHA)]
+def _one_sided(a: np.ndarray, b: np.ndarray, alternative: str) -> float:
+    """Welch's one-sided p that ``a`` is below (``less``) or above (``greater``) ``b``; NaN without spread
+    (and scipy's warning about nearly equal values silenced: seeds that agree are no error)."""
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return float(stats.ttest_ind(a, b, equal_var=False, alternative=alternative).pvalue)
 
 
-def sp_vs_dp(study: Study) -> Claim:
-    claim = Claim("Does DP keep fewer heads than SP at an equal or better test score, and do they keep the same heads?",
-                  "DP keeps fewer heads than SP at equal or better accuracy", RULES["sp_dp"])
-    rows, confounds = [], set()
-    for tasks in study.tasks + ([study.mtl] if study.mtl else []):
-        for pair in _sp_dp_pairs(study, tasks, _setting_name(study, tasks)):
-            row = _sp_dp_line(claim, study, tasks, pair)
-            if row is None:
-                continue
-            rows.append(row)
-            if not pair.matched:  # a matched pair's remaining difference is in its line, not a confound note
-                confounds.add(_sp_dp_confound(study, pair.dp, pair.sp))
-    claim.adjust()
-    matched = [r for r in rows if r["matched"]]
-    if matched:
-        claim.rule = f"{RULES['sp_dp']} {MATCHED_RULE}"
-        _sp_dp_matched_verdict(claim, matched, [r for r in rows if not r["matched"]])
-    else:
-        counted = [r for r in rows if r["counted"]]
-        if not counted:
-            claim.answer = ("cannot be tested: no setting whose DP and SP both pruned" if rows else
-                            "cannot be tested: no setting with both DP and SP runs")
-            return claim
-        wins = _sp_dp_wins(counted)
-        claim.verdict = _share(len(wins), len(counted))
-        claim.answer = (f"DP keeps fewer heads at a test score not lower in {len(wins)} of the {len(counted)} settings "
-                        f"whose DP and SP both pruned ({_listed([r['name'] for r in counted])})"
-                        + (f"; not counted: {_listed([r['name'] for r in rows if not r['counted']])} (did not prune)"
-                           if len(counted) < len(rows) else ""))
-    for confound in sorted(c for c in confounds if c):
-        claim.notes.append(f"**confound**: {confound}; He & Choi's DP trained at 1e-5 for 30 epochs")
-    if any(confounds) and not matched:
-        claim.answer += "; **confounded**: DP and SP trained the encoder differently (rate, epochs; see the notes)"
-    return claim
+def _lower_bound(a: np.ndarray, b: np.ndarray) -> float:
+    """The one-sided 95% lower confidence bound of mean(a) - mean(b) (Welch); NaN without spread."""
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        try:
+            return float(stats.ttest_ind(a, b, equal_var=False, alternative="greater").confidence_interval(0.95).low)
+        except (ValueError, ZeroDivisionError):
+            return math.nan
+
+
+SP_DP_TESTS = ("fewer heads", "not lower", "SP fewer heads", "lower")  # claim 5's tests of one pair
 
 
 def _sp_dp_line(claim: Claim, study: Study, tasks: str, pair: _Pair) -> dict | None:
-    """One pair's line of claim 5 (heads kept, test score and Welch's test, whether they keep the same heads)
-    and its row for the verdict; None when it cannot be compared."""
+    """One pair's line of claim 5 (heads kept and test score, their one-sided tests, whether they keep the
+    same heads) and its row for the verdict; None when it cannot be compared."""
     name = _setting_name(study, tasks)
     gates = {f"{name} DP": _gates(study, pair.dp), f"{name} SP": _gates(study, pair.sp)}
     why = _not_pruned(gates, gates)
@@ -846,40 +925,95 @@ def _sp_dp_line(claim: Claim, study: Study, tasks: str, pair: _Pair) -> dict | N
     if table.empty:
         claim.notes.append(f"{pair.label}: the gates of DP or SP never moved")
         return None
-    agreement = _pair_text(claim, f"{pair.label} DP & SP", table.iloc[0].to_dict(), why)
-    heads = {s: _runs_of(study, s)["heads kept"] for s in (pair.dp, pair.sp)}
+    agreement = _pair_text(claim, f"{pair.label} DP & SP", table.iloc[0].to_dict(), why, decides=False)
     score = "test score" if "+" in tasks else _score_column(study.runs, tasks)  # the mean over tasks for MTL
-    test = significance_table(study.runs, [(pair.sp, pair.dp)]).query("score == @score")
-    if test.empty:
+    if score is None:
         return None
-    t = test.iloc[0]
-    few = min(t["n A"], t["n B"]) < 2
-    marker = claim.test(f"{pair.label} score", t["welch p"], "fewer than 2 seeds" if few else "")
+    heads = {s: _runs_of(study, s)["heads kept"].dropna().to_numpy(float) for s in (pair.dp, pair.sp)}
+    scores = {s: _runs_of(study, s)[score].dropna().to_numpy(float) for s in (pair.dp, pair.sp)}
+    few = min(len(v) for v in (*heads.values(), *scores.values())) < MIN_SEEDS
+    dp_heads, sp_heads, dp_score, sp_score = heads[pair.dp], heads[pair.sp], scores[pair.dp], scores[pair.sp]
+    p = {"fewer heads": _one_sided(dp_heads, sp_heads, "less"),
+         "not lower": _one_sided(dp_score + MARGIN, sp_score, "greater"),
+         "SP fewer heads": _one_sided(dp_heads, sp_heads, "greater"),
+         "lower": _one_sided(dp_score + MARGIN, sp_score, "less")}
+    marks = {what: claim.test(f"{pair.label} {what}", value, "" if few or np.isfinite(value) else "no spread in either",
+                              few=few) for what, value in p.items()}
     what = "mean test score" if "+" in tasks else f"test {_metric(score)}"
-    claim.lines.append(f"{pair.label}: heads kept DP {_mean_std(heads[pair.dp], 1)}, SP "
-                       f"{_mean_std(heads[pair.sp], 1)}; {what} DP {t['mean B']:.2f}, SP {t['mean A']:.2f}, DP - SP "
-                       f"{t['difference']:+.2f}, Welch {marker}; same heads: {agreement}"
-                       + (f"; not counted: {why}" if why else "")
-                       + (f"; still different: {pair.still}" if pair.still else ""))
-    return {"name": pair.label, "counted": not why, "welch p": t["welch p"], "difference": t["difference"],
-            "fewer": heads[pair.dp].mean() < heads[pair.sp].mean(), "matched": pair.matched}
+    bound = _lower_bound(dp_score, sp_score)
+    claim.lines.append(
+        f"{pair.label}: heads kept DP {_mean_std(dp_heads, 1)}, SP {_mean_std(sp_heads, 1)}; {what} DP "
+        f"{dp_score.mean():.2f}, SP {sp_score.mean():.2f}, DP - SP {dp_score.mean() - sp_score.mean():+.2f} (one-sided "
+        f"95% lower bound {bound:+.2f}); DP fewer heads: {marks['fewer heads']}; DP not lower (margin {MARGIN:g}): "
+        f"{marks['not lower']}; SP fewer heads: {marks['SP fewer heads']}; DP more than {MARGIN:g} lower: "
+        f"{marks['lower']}; same heads: {agreement}" + (f"; not counted: {why}" if why else ""))
+    return {"name": pair.label, "counted": not why, "matched": pair.matched,
+            "keys": {w: f"{pair.label} {w}" for w in SP_DP_TESTS}}
 
 
-def _sp_dp_matched_verdict(claim: Claim, matched: list[dict], first: list[dict]) -> None:
-    """Claim 5's verdict and answer from its matched pairs; the pairs as first run shown, not counted."""
-    counted = [r for r in matched if r["counted"]]
-    wins = _sp_dp_wins(counted)
-    skipped = [r["name"] for r in matched if not r["counted"]]
-    shown = [r for r in first if r["counted"]]
-    claim.verdict = _share(len(wins), len(counted)) if counted else ""
-    claim.answer = ((f"under matched conditions, DP keeps fewer heads at a test score not lower in {len(wins)} of the "
-                     f"{len(counted)} comparisons whose DP and SP both pruned ({_listed([r['name'] for r in counted])})"
-                     if counted else "cannot be tested: no matched comparison whose DP and SP both pruned")
-                    + (f"; not counted: {_listed(skipped)} (did not prune)" if skipped else "")
-                    + ("; as first run (shown, not counted; **confounded**: DP and SP trained the encoder differently, "
-                       "see the notes): " + (f"{len(_sp_dp_wins(shown))} of {len(shown)} "
-                                             f"({_listed([r['name'] for r in shown])})" if shown else
-                                             "none whose DP and SP both pruned") if first else ""))
+def _sp_dp_outcome(claim: Claim, row: dict) -> str:
+    """``win``, ``loss``, ``open`` (neither shown) or ``untested`` (too few seeds, no spread, or tests that
+    cannot reach significance) for one counted row of claim 5."""
+    keys = row["keys"]
+    if all(claim.tests[k].untestable for k in keys.values()):
+        return "untested"
+    if claim.significant(keys["fewer heads"]) and claim.significant(keys["not lower"]):
+        return "win"
+    if claim.significant(keys["SP fewer heads"]) or claim.significant(keys["lower"]):
+        return "loss"
+    return "open"
+
+
+def _sp_dp_verdict(claim: Claim, rows: list[dict], what: str) -> str:
+    """Claim 5's verdict over counted ``rows`` (sets ``claim.verdict``); returns the answer's sentence."""
+    outcome = {r["name"]: _sp_dp_outcome(claim, r) for r in rows}
+    named = lambda kind: [n for n, o in outcome.items() if o == kind]  # noqa: E731
+    tested = [n for n, o in outcome.items() if o != "untested"]
+    if not tested:
+        claim.verdict = ""
+        return (f"cannot be tested: {TOO_FEW} or no spread, in every {what}" if rows else
+                f"cannot be tested: no {what} whose DP and SP both pruned")
+    wins, losses = named("win"), named("loss")
+    claim.verdict = ("yes" if len(wins) == len(rows) else "partly" if wins else
+                     "no" if len(losses) == len(rows) else "inconclusive")
+    return (f"DP wins (fewer heads, score not lower) {len(wins)} of the {len(rows)} {what}s whose DP and SP both "
+            f"pruned ({_listed([r['name'] for r in rows])}): wins {_listed(wins)}; loses {_listed(losses)}; neither "
+            f"shown {_listed(named('open'))}" + (f"; untested {_listed(named('untested'))}" if named("untested") else ""))
+
+
+def sp_vs_dp(study: Study) -> Claim:
+    claim = Claim("sp_dp", "Does DP keep fewer heads than SP at an equal or better test score, and do they keep the "
+                  "same heads?", "DP keeps fewer heads than SP at equal or better accuracy", RULES["sp_dp"])
+    rows, confounds = [], {}
+    for tasks in study.tasks + ([study.mtl] if study.mtl else []):
+        for pair in _sp_dp_pairs(study, tasks, _setting_name(study, tasks)):
+            row = _sp_dp_line(claim, study, tasks, pair)
+            if row is None:
+                continue
+            rows.append(row)
+            if not pair.matched:
+                confounds.setdefault(_sp_dp_confound(study, pair.dp, pair.sp), []).append(pair.label)
+    claim.adjust()
+    matched = [r for r in rows if r["matched"]]
+    skipped = [r["name"] for r in (matched or rows) if not r["counted"]]
+    if matched:
+        claim.rule = f"{RULES['sp_dp']} {MATCHED_RULE}"
+        claim.answer = "on SP's schedule: " + _sp_dp_verdict(claim, [r for r in matched if r["counted"]], "comparison")
+        first = [r for r in rows if not r["matched"] and r["counted"]]
+        if first:
+            shown = {r["name"]: _sp_dp_outcome(claim, r) for r in first}
+            claim.answer += ("; as first run (shown, not counted; **confounded**: DP and SP trained the encoder "
+                             f"differently, see the notes): DP wins {_listed([n for n, o in shown.items() if o == 'win'])}"
+                             f" of {_listed(list(shown))}")
+    else:
+        claim.answer = _sp_dp_verdict(claim, [r for r in rows if r["counted"]], "setting")
+    if skipped:
+        claim.answer += f"; not counted: {_listed(skipped)} (did not prune)"
+    for confound, names in sorted((c, n) for c, n in confounds.items() if c):
+        claim.notes.append(f"**confound** ({_listed(names)}): {confound}; He & Choi's DP trained at 1e-5 for 30 epochs")
+    if any(confounds) and not matched:
+        claim.answer += "; **confounded**: DP and SP trained the encoder differently (epochs, rates; see the notes)"
+    return claim
 
 
 # --- 4. probes before and after -------------------------------------------------------------------
@@ -918,7 +1052,7 @@ def _one_sample_p(values: list[float], value: float) -> float:
 
 
 def probes_claim(study: Study) -> Claim:
-    claim = Claim(f"Does STL sharpen its own task's probe heads while {_mtl_name(study)} spreads them?",
+    claim = Claim("probes", f"Does STL sharpen its own task's probe heads while {_mtl_name(study)} spreads them?",
                   "STL sharpens the heads that probe well for its task, MTL-5 blurs them (bert-base-cased on "
                   "OntoNotes, best-head accuracy pretrained / STL / MTL-5: POS NN 44.1 / 91.4 / 54.8, CON NP "
                   "56.0 / 85.7 / 57.6)", RULES["probes"])
@@ -936,13 +1070,12 @@ def probes_claim(study: Study) -> Claim:
         if not after:
             continue
         name = _task_name(task)
-        sharpen = claim.test(f"{name} STL vs pretrained", _one_sample_p(after, before),
-                             "one STL seed" if len(after) < 2 else "")
+        sharpen = claim.test(f"{name} STL vs pretrained", _one_sample_p(after, before), few=len(after) < MIN_SEEDS)
         line = (f"{name} probe: pretrained {before:.2f}; STL {name} {_mean_std(after)} ({np.mean(after) - before:+.2f}; "
                 f"one-sample t-test {sharpen})")
         if multi:
             spread = claim.test(f"{name} STL vs MTL", welch(np.array(after), np.array(multi))[2],
-                                "fewer than 2 seeds" if min(len(after), len(multi)) < 2 else "")
+                                few=min(len(after), len(multi)) < MIN_SEEDS)
             perm = permutation_test(np.array(after), np.array(multi)) if min(len(after), len(multi)) > 1 else {}
             line += (f"; {_mtl_name(study)} {_mean_std(multi)} ({np.mean(multi) - before:+.2f}); STL - MTL "
                      f"{np.mean(after) - np.mean(multi):+.2f}, Welch {spread}"
@@ -962,12 +1095,14 @@ def probes_claim(study: Study) -> Claim:
     claim.adjust()
     if not pretrained:
         claim.notes.append("no probe report of the pretrained encoder")
-    compared = [r for r in rows if r["compared"]]
+    compared = [r for r in rows if r["compared"] and not any(
+        claim.tests[f"{r['name']} {what}"].untestable for what in ("STL vs pretrained", "STL vs MTL"))]
     both = [r["name"] for r in compared if r["up"] and r["down"] and claim.significant(f"{r['name']} STL vs pretrained")
             and claim.significant(f"{r['name']} STL vs MTL")]
     sharpened = [r["name"] for r in rows if r["up"] and claim.significant(f"{r['name']} STL vs pretrained")]
     if not compared:
-        claim.answer = "cannot be tested: no probe reports of the pretrained encoder, single-task runs and the MTL runs"
+        claim.answer = (f"cannot be tested: {TOO_FEW}" if any(r["compared"] for r in rows) else
+                        "cannot be tested: no probe reports of the pretrained encoder, single-task runs and the MTL runs")
         return claim
     claim.verdict = "yes" if _majority(len(both), len(compared)) else "partly" if both else "no"
     claim.answer = (f"STL significantly above the pretrained encoder for {len(sharpened)} of {len(rows)} tasks "
@@ -1003,67 +1138,96 @@ def pooled_ablation(drops: list[float], random_drops: list[list[float]]) -> dict
             "p": (1 + hits) / (1 + sets), "sets": sets}
 
 
-def _head_sets(study: Study) -> dict[tuple, dict]:
-    """``{heads: {"label", "regime", "by": {(setting, task, method): [(seed, result)]}}}``: the ablations
-    grouped by the head set ablated; ``regime`` names the regime whose stem cells they are, if any."""
-    stems = {kind: tuple(sorted(stem_heads(study, kind))) for kind in REGIMES}
-    groups: dict[tuple, dict] = {}
-    for path, record in study.ablations:
+def _ablation_groups(study: Study) -> tuple[dict, list[tuple[str, list, list]]]:
+    """The ablations claim 6 reads: ``({(regime, where, method): [(seed, result)]}, others)``, ``where`` as
+    ``STL POS`` or ``MTL-5 DEP``. A result counts for ``regime`` when its heads are that regime's stem cells
+    found without its task (:func:`stem_heads`); ``others`` lists the rest as ``(label, heads, [what])``
+    (another head set, such as the stem cells found with every task): shown, not counted."""
+    held: dict[tuple, list] = {}
+    other: dict[tuple, tuple[str, list]] = {}
+    wanted = {(kind, task): sorted(stem_heads(study, kind, without=task)) for kind in REGIMES for task in study.tasks}
+    for _, record in study.ablations:
         row = study.run_row(record.get("run_resolved") or record["run"])
-        heads = tuple(sorted(map(str, record.get("heads") or [])))
-        group = groups.setdefault(heads, {"label": record.get("label") or "", "by": {}, "degenerate": False,
-                                          "fixed": False,
-                                          "regime": next((k for k, s in stems.items() if s and s == heads), None)})
-        group["degenerate"] |= bool(record.get("degenerate"))  # some layer ablated whole: it cannot vary there
-        group["fixed"] |= record.get("possible_sets") == 1  # no layer can vary: every random set is the set
+        heads = sorted(map(str, record.get("heads") or []))
+        facts = {"fixed": record.get("possible_sets") == 1, "degenerate": bool(record.get("degenerate"))}
         for method, tasks in record["methods"].items():
             for task, result in tasks.items():
-                group["by"].setdefault((row["setting"], task, method), []).append((int(row["seed"]), result))
-    return dict(sorted(groups.items(), key=lambda kv: REGIMES.index(kv[1]["regime"]) if kv[1]["regime"] else 9))
+                where = f"{_who(study, row['setting'])} {_task_name(task)}"
+                kind = next((k for k in REGIMES if wanted.get((k, task)) == heads), None)
+                if kind is None:
+                    other.setdefault(tuple(heads), (record.get("label") or "a head set", []))[1].append(
+                        f"{where} seed {row['seed']} {method}")
+                else:
+                    held.setdefault((kind, where, method), []).append((int(row["seed"]), {**result, **facts}))
+    return held, [(label, list(heads), seen) for heads, (label, seen) in other.items()]
 
 
 def needed(study: Study) -> Claim:
-    claim = Claim("Are the stem cells needed: does ablating them cost each task more than ablating random heads of "
-                  "the same layers?", "not tested in the paper, whose evidence is that the stem cells survive pruning "
-                  "(kept); ablation asks whether the tasks need them", RULES["needed"])
+    claim = Claim("needed", "Are the stem cells needed, held out: does ablating the stem cells found without a task "
+                  "cost that task more than ablating random heads of the same layers?",
+                  "not tested in the paper, whose evidence is that the stem cells survive pruning (kept); ablation "
+                  "asks whether the tasks need them, with each task's own pruning left out of choosing them",
+                  RULES["needed"], words=SUPPORT)
     if not study.ablations:
         claim.answer = "cannot be tested: no head ablation results in the study (python -m mtl_heads.ablate)"
         return claim
-    per_set = []
-    for heads, group in _head_sets(study).items():
-        name = (f"the {REGIME_NAMES[group['regime']]} stem cells" if group["regime"] else
-                f"'{group['label']}'" if group["label"] else "a head set")
-        tasks = {}
-        for (setting, task, method), results in group["by"].items():
-            tasks.setdefault(f"{_who(study, setting)} {_task_name(task)}", {})[method] = results
-        tasks = dict(sorted(tasks.items(), key=lambda kv: _task_order(study, kv[0])))
-        per_set.append((name, tasks))
-        claim.lines.append(f"{name[:1].upper() + name[1:]}: {len(heads)} heads, {_heads_text(list(heads))}"
-                           + ("; **the layer-matched random sets cannot vary in some layer** (every head of it is in "
-                              "the set)" if group["degenerate"] else ""))
-        for where, methods in tasks.items():
+    held, others = _ablation_groups(study)
+    for label, heads, seen in others:
+        claim.notes.append(f"'{label}' ({len(heads)} heads: {_heads_text(heads)}) is no held-out stem-cell set of "
+                           f"today's study: shown, not counted ({'; '.join(seen)})")
+    kinds = [k for k in REGIMES if any(key[0] == k for key in held)]
+    places = {kind: sorted({w for k, w, _ in held if k == kind}, key=lambda w: _task_order(study, w)) for kind in kinds}
+    keys: dict[tuple, list[str]] = {}  # (kind, where) -> the tests its verdict reads
+    for kind in kinds:
+        sets: dict[tuple, list[str]] = {}
+        for task in study.tasks:
+            sets.setdefault(tuple(stem_heads(study, kind, without=task)), []).append(_task_name(task))
+        claim.lines.append(f"The {REGIME_NAMES[kind]} stem cells found without each task: " + "; ".join(
+            f"without {', '.join(tasks)}: {len(heads)} heads, {_heads_text(list(heads))}"
+            for heads, tasks in sets.items() if heads))
+        for where in places[kind]:
+            methods = sorted({m for k, w, m in held if (k, w) == (kind, where)}, key=_method_order)
+            chosen = [m for m in VERDICT_METHODS if m in methods] or methods  # what the verdict reads
             parts = []
-            for method, results in sorted(methods.items(), key=lambda m: _method_order(m[0])):
+            for method in methods:
+                results = held[(kind, where, method)]
                 pooled = pooled_ablation([r["drop"] for _, r in results], [r.get("random_drops") or [] for _, r in results])
-                why = "the set holds whole layers, so every layer-matched random set is the set itself" \
-                    if group["fixed"] else "" if pooled["sets"] else "no random sets"
-                marker = claim.test(f"{name} {where} {method}", pooled["p"], why)
+                why = ("the set holds whole layers, so every layer-matched random set is the set itself"
+                       if any(r["fixed"] for _, r in results) else "" if pooled["sets"] else "no random sets")
+                marker = claim.test(f"{REGIME_NAMES[kind]} {where} {method}", pooled["p"], why,
+                                    floor=1 / (pooled["sets"] + 1) if pooled["sets"] else 0.0, family=f"{kind} {method}",
+                                    decides=method in chosen)
                 seeds = ", ".join(f"{seed} {result['drop']:.2f}" for seed, result in results)
                 parts.append(f"{method}: drop {pooled['drop']:.2f} (by seed: {seeds}) against random sets' "
                              f"{pooled['null_mean']:.2f} (95th pct {pooled['null_95']:.2f}, {pooled['sets']} sets; "
                              f"{marker})")
-            metric = next(iter(methods.values()))[0][1].get("metric", "")
-            claim.lines.append(f"{name}, {where}" + (f" ({metric})" if metric else "") + ": " + "; ".join(parts))
+            keys[(kind, where)] = [f"{REGIME_NAMES[kind]} {where} {m}" for m in chosen]
+            first = held[(kind, where, methods[0])][0][1]
+            claim.lines.append(f"{REGIME_NAMES[kind]}, {where}" + (f" ({first['metric']})" if first.get("metric") else "")
+                               + ("; **the layer-matched random sets cannot vary in some layer**"
+                                  if first["degenerate"] else "") + ": " + "; ".join(parts))
     claim.adjust()
     answers = []
-    for name, tasks in per_set:
-        need = [where for where, methods in tasks.items()
-                if (chosen := [m for m in VERDICT_METHODS if m in methods] or list(methods))
-                and all(claim.significant(f"{name} {where} {m}") for m in chosen)]
-        answers.append(f"{name} are needed by {len(need)} of {len(tasks)} tasks ({_listed(need)})")
-        if not claim.verdict:  # the first set decides: the DP stem cells when they were ablated
-            claim.verdict = "yes" if _majority(len(need), len(tasks)) else "partly" if need else "no"
-    claim.answer = "; ".join(answers)
+    for kind in kinds:
+        testable = [w for w in places[kind] if not any(claim.tests[k].untestable for k in keys[(kind, w)])]
+        need = [w for w in testable if all(claim.significant(k) for k in keys[(kind, w)])]
+        blocked = _unreachable(claim, [k for w in places[kind] for k in keys[(kind, w)]])
+        gates = regime_gates(study, kind)  # a task whose own setting did not prune chose none of the stem cells
+        clean = [w for w in places[kind] if (g := gates.get(w.rsplit(" ", 1)[1])) is None or not g.pruned]
+        answers.append(
+            f"the {REGIME_NAMES[kind]} stem cells found without each task are needed by {len(need)} of "
+            f"{len(places[kind])} (model, task) pairs ({_listed(need)})"
+            + (f" ({blocked})" if blocked else
+               f"; untestable: {_listed([w for w in places[kind] if w not in testable])}"
+               if len(testable) < len(places[kind]) else "")
+            + (f"; the cleanest tests, tasks whose own {REGIME_NAMES[kind]} did not prune and so chose none of "
+               "them: " + ", ".join(f"{w} {'needs them' if w in need else 'need not shown'}" for w in clean)
+               if clean else ""))
+        if kind == kinds[0]:  # DP's sets decide when they were ablated
+            claim.verdict = "" if blocked or not testable else \
+                "yes" if _majority(len(need), len(places[kind])) else "partly" if need else "no"
+    claim.answer = "; ".join(answers) if answers else \
+        "cannot be tested: no ablation of held-out stem cells (the sets found without a task, ablated in its runs)"
     return claim
 
 
@@ -1090,9 +1254,11 @@ CLAIMS = (mtl_vs_stl, overlap, stem, probes_claim, sp_vs_dp, needed)
 
 def check_claims(study: Study, stability: bool = True) -> list[Claim]:
     """Every claim of the module docstring, in order. With ``stability`` (default True) each claim is
-    computed again with each seed left out in turn (:meth:`Study.without_seed`); a verdict that changes
-    is listed in ``Claim.fragile`` and ``Claim.stability``, and a significant test that stops being
-    one (or a test that becomes significant) gets a ``fragile`` note."""
+    computed again with each seed left out in turn (:meth:`Study.without_seed`). A verdict that changes
+    is listed in ``Claim.fragile``, unless the change comes from t-tests left with too few seeds alone
+    (every deciding test whose significance changed is one, and there is one: ``Claim.too_few``); a
+    significant test that stops being one (or a test that becomes
+    significant) gets a ``fragile`` note, or a ``too_few`` one when it is left with too few seeds."""
     claims = [check(study) for check in CLAIMS]
     if not stability:
         return claims
@@ -1105,20 +1271,28 @@ def check_claims(study: Study, stability: bool = True) -> list[Claim]:
             test.checked = True
         for seed in seeds:
             other = check(study.without_seed(seed))
-            if other.verdict != claim.verdict:
-                claim.fragile.append(f"without seed {seed}: {VERDICT_WORDS.get(other.verdict, 'cannot be tested')}")
+            changed = []  # the tests whose significance changed, and whether each is too few to test now
             for key, test in claim.tests.items():
                 again = other.tests.get(key)
                 if again is None or again.significant != test.significant:
-                    now = "cannot be tested" if again is None or again.why else f"Holm {_p(again.adjusted)}"
+                    few = again is not None and again.few
+                    if test.decides:
+                        changed.append(few)
                     if test.significant or (again is not None and again.significant):
-                        test.fragile.append(f"without seed {seed}: {now}")
-        claim.stability = ("fragile: " + "; ".join(claim.fragile)) if claim.fragile else \
-            f"stable: the same verdict with any one of seeds {', '.join(map(str, seeds))} left out"
+                        now = "cannot be tested" if again is None or again.untestable else f"Holm {_p(again.adjusted)}"
+                        (test.too_few if few else test.fragile).append(f"without seed {seed}" + ("" if few else f": {now}"))
+            lost = [k for k, test in claim.tests.items()  # deciding tests that leaving the seed out leaves too few
+                    if test.decides and not test.untestable and k in other.tests and other.tests[k].few]
+            if other.verdict != claim.verdict:
+                if all(changed) and (changed or lost):
+                    claim.too_few.append(f"without seed {seed}")
+                else:
+                    claim.fragile.append(f"without seed {seed}: {other.word}")
+        stable = f"stable: the same verdict with any one of seeds {', '.join(map(str, seeds))} left out"
+        parts = ([f"fragile: {'; '.join(claim.fragile)}"] if claim.fragile else []) + (
+            [f"{_too_few_text(claim.too_few)}: a t-test needs {MIN_SEEDS} seeds a group"] if claim.too_few else [])
+        claim.stability = "; ".join(parts) if parts else stable
     return claims
-
-
-VERDICT_WORDS = {"yes": "replicated", "partly": "partly replicated", "no": "not replicated"}
 
 
 # --- the score grid and the markdown ---------------------------------------------------------------
@@ -1162,7 +1336,7 @@ def claims_markdown(study: Study, claims: list[Claim], command: str = "") -> str
            "Test scores, mean ± sample standard deviation over seeds (n = seeds):", "",
            markdown(score_grid(study)), "", TESTS, ""]
     for number, claim in enumerate(claims, 1):
-        verdict = VERDICT_WORDS.get(claim.verdict, "cannot be tested")
+        verdict = claim.word
         out += [f"**{number}. {claim.question}** He & Choi: {claim.paper}.", "",
                 f"*Rule:* {claim.rule[:1].upper() + claim.rule[1:]}", "",
                 f"*Verdict:* **{verdict[:1].upper() + verdict[1:]}** ({claim.stability or 'stability not checked'}): "

@@ -82,6 +82,7 @@ ol.claims{padding-left:22px;font-size:14px} ol.claims li{margin:6px 0}
 .verdict{font-weight:600;padding:1px 6px;border-radius:3px;cursor:help;white-space:nowrap}
 .verdict.yes{background:#d8f0d8;color:#14561c} .verdict.partly{background:#fbeccb;color:#7a4d00}
 .verdict.no{background:#f6d5d5;color:#8a1c1c} .verdict.none{background:#e8e8e8;color:#555}
+.verdict.inconclusive{background:#e3e6f3;color:#333a66}
 .gallery{display:flex;flex-wrap:wrap;gap:14px;align-items:flex-start}
 figure{margin:0;border:1px solid #e4e4e4;padding:6px;background:#fff;max-width:100%;box-sizing:border-box}
 figure img{display:block;max-width:100%;height:auto}

@@ -181,10 +181,11 @@ def _ignored(key: str) -> bool:
 
 def setting_config(flat: dict) -> dict:
     """The config keys that define a setting; ``init=.../seed<N>`` is read as ``.../seed*`` (static
-    pruning of each seed's own trained run is one setting)."""
+    pruning of each seed's own trained run is one setting), and so is ``.../.seed<N>.retrained`` (a
+    retraining of that run that stands in for it: docs/ewt-study.sh's retrain stage)."""
     out = {k: v for k, v in flat.items() if not _ignored(k)}
     if isinstance(out.get("init"), str):
-        out["init"] = re.sub(r"seed\d+(/?)$", r"seed*\1", out["init"])
+        out["init"] = re.sub(r"(?:\.)?seed\d+(?:\.retrained)?(/?)$", r"seed*\1", out["init"])
     return out
 
 

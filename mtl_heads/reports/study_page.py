@@ -31,7 +31,7 @@ import pandas as pd
 from matplotlib.lines import Line2D
 
 from mtl_heads.config import ConfigError
-from mtl_heads.reports.claims import (REGIME_NAMES, REGIMES, RULES, VERDICT_WORDS, Claim, Study, gate_baseline,
+from mtl_heads.reports.claims import (REGIME_NAMES, REGIMES, Claim, Study, gate_baseline,
                                       regime_gates, stem_table, check_claims, read_study, stem_heads)
 from mtl_heads.reports.gates import run_consistency
 from mtl_heads.reports.page import heatmap_html, viridis_colour
@@ -53,6 +53,7 @@ CSS = """
 .lead ol.claims .short{font-weight:600;display:inline-block;min-width:11.5em}
 .lead .fragile{font-size:11px;color:#8a5a00;border:1px solid #e8c77a;border-radius:3px;padding:0 4px;cursor:help}
 .lead .stable{font-size:11px;color:#2a6a2a;border:1px solid #9c9;border-radius:3px;padding:0 4px;cursor:help}
+.lead .too-few-seeds{font-size:11px;color:#555;border:1px solid #bbb;border-radius:3px;padding:0 4px;cursor:help}
 .lead .evidence{font-size:12px;margin:4px 0 10px 18px;max-width:1250px}
 .lead .evidence li{margin:2px 0;overflow-wrap:anywhere}
 .figures{display:flex;flex-wrap:wrap;gap:12px;align-items:flex-start}
@@ -89,10 +90,6 @@ def _e(value) -> str:
     return html.escape(str(value), quote=True)
 
 
-def _key(claim: Claim) -> str:
-    return next((k for k, rule in RULES.items() if rule == claim.rule), "")
-
-
 def _bold(text: str) -> str:
     return re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", _e(text))
 
@@ -105,14 +102,14 @@ def claims_list(claims: list[Claim]) -> str:
     and He & Choi's answer, the rule, every test the claim used with its raw and Holm-adjusted p, its notes."""
     items = []
     for number, claim in enumerate(claims, 1):
-        word = VERDICT_WORDS.get(claim.verdict, "cannot be tested")
+        word = claim.word
         stability = claim.stability or "stability not checked"
-        mark = ("" if not claim.stability else
-                f'<span class="{"stable" if claim.stability == "stable" else "fragile"}" title="{_e(stability)}">'
-                f'{"stable" if claim.stability == "stable" else "fragile"}</span> ')
+        kind = claim.stability_kind  # stable, fragile, too few seeds, or "" (not checked)
+        mark = ("" if not kind else
+                f'<span class="{kind.replace(" ", "-")}" title="{_e(stability)}">{_e(kind)}</span> ')
         answer = claim.answer.replace("**", "")
         summary = (f'<summary title="{_e(claim.question)} {_e(answer)}"><span class="short">{number}. '
-                   f'{_e(SHORT.get(_key(claim), claim.question))}</span> <span class="verdict {claim.verdict or "none"}" '
+                   f'{_e(SHORT.get(claim.key, claim.question))}</span> <span class="verdict {claim.verdict or "none"}" '
                    f'title="Rule: {_e(claim.rule)}">{_e(word[:1].upper() + word[1:])}</span> {mark}'
                    f'<span class="answer">{_bold(claim.answer)}</span></summary>')
         tests = "".join(f"<li>{_bold(line)}</li>" for line in claim.text_lines())
@@ -310,7 +307,7 @@ def study_lead(specs: list[str] | Study) -> str:
         return ""
     if not any(c.verdict for c in claims):
         return ""
-    overlap = next((c for c in claims if _key(c) == "overlap"), None)
+    overlap = next((c for c in claims if c.key == "overlap"), None)
     regimes = _regimes(study)
     figures = []
     svg = score_figure(study)

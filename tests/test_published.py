@@ -1,0 +1,71 @@
+"""The published documents match the code: what docs/ says was generated is generated again here from
+the committed records, and must equal what is committed. A failure names the document and its first
+differing line: regenerate it with the command the failure gives (or fix the code)."""
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from mtl_heads.reports.claims import check_claims, claims_markdown, read_study, splice
+
+REPO = Path(__file__).resolve().parents[1]
+STUDY = "docs/ewt-study"
+CLAIMS_COMMAND = f"python -m mtl_heads claims {STUDY}"
+
+
+def assert_same(path: Path, generated: str, how: str) -> None:
+    """``path``'s text equals ``generated``; else fail naming the first differing line."""
+    committed = path.read_text()
+    if committed == generated:
+        return
+    old, new = committed.splitlines(), generated.splitlines()
+    line = next((i for i, (a, b) in enumerate(zip(old, new)) if a != b), min(len(old), len(new)))
+    shown = lambda lines: lines[line][:300] if line < len(lines) else "(the end)"  # noqa: E731
+    pytest.fail(f"{path.relative_to(REPO)} differs from what the code generates, first at line {line + 1}:\n"
+                f"  committed: {shown(old)}\n  generated: {shown(new)}\nregenerate it: {how}")
+
+
+@pytest.fixture(scope="module")
+def claims_text():
+    """The claims of the committed study, as ``python -m mtl_heads claims docs/ewt-study`` writes them."""
+    cwd = Path.cwd()
+    try:  # the run folders are read as the command reads them, from the repository root
+        os.chdir(REPO)
+        study = read_study([STUDY])
+        return claims_markdown(study, check_claims(study), CLAIMS_COMMAND)
+    finally:
+        os.chdir(cwd)
+
+
+def test_study_claims_are_generated(claims_text):
+    how = f"{CLAIMS_COMMAND} out={STUDY}/claims.md doc=docs/ewt-results.md"
+    assert_same(REPO / STUDY / "claims.md", claims_text, how)
+    doc = REPO / "docs" / "ewt-results.md"
+    assert_same(doc, splice(doc.read_text(), claims_text, str(doc)), how)
+
+
+def quoted_rules_commit() -> str:
+    """The commit that docs/ewt-results.md quotes for the rules of the study's current round."""
+    text = (REPO / "docs" / "ewt-results.md").read_text()
+    marker = "rules-commit: "
+    assert marker in text, "docs/ewt-results.md quotes no 'rules-commit: <sha>' for docs/ewt-study/rules.md"
+    return text.split(marker, 1)[1].split()[0].strip("`.,;)")
+
+
+def test_round_rules_are_unchanged_since_the_commit_the_doc_quotes():
+    """docs/ewt-study/rules.md, which fixes the round's rules before its runs, is the file of the commit
+    docs/ewt-results.md quotes (so a rule changed after the runs cannot pass unnoticed)."""
+    commit = quoted_rules_commit()
+    try:
+        shown = subprocess.run(["git", "show", f"{commit}:docs/ewt-study/rules.md"], cwd=REPO, capture_output=True,
+                               text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        pytest.skip(f"git cannot be run here: {err}")
+    if shown.returncode != 0:
+        probe = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], cwd=REPO, capture_output=True, text=True)
+        if probe.returncode != 0 or probe.stdout.strip() == "true":
+            pytest.skip(f"no git history here to find {commit} in")
+        pytest.fail(f"docs/ewt-results.md quotes rules-commit {commit}, which git cannot show: {shown.stderr.strip()}")
+    assert shown.stdout == (REPO / "docs" / "ewt-study" / "rules.md").read_text(), (
+        f"docs/ewt-study/rules.md changed since {commit}, the commit docs/ewt-results.md quotes for the round's rules")
