@@ -207,6 +207,13 @@ def test_retrain_moves_the_weights_only_when_the_record_is_reproduced(tmp_path, 
     assert not (root / "dep" / "seed1" / "model.safetensors").exists()
     assert (root / "dep" / ".seed1.retrained" / "model.safetensors").is_file()
     assert len(fake["log"]()) == 2
+    record_run(root / "srl" / "seed1", "srl")  # the same scores, gate values one float32 ulp apart: reproduced
+    ulp = record_run(tmp_path / "trained" / "srl", "srl")
+    gates = json.loads((ulp / "gates.json").read_text())
+    gates["values"][0][0] -= 2.384185791015625e-07
+    (ulp / "gates.json").write_text(json.dumps(gates))
+    assert f"reproduced: {root}/srl/seed1" in study(tmp_path, "retrain", SETTINGS="srl", FAKE_RUN=str(ulp),
+                                                     **fake["env"]).stdout
     record_run(root / "con" / "seed1", "con")  # the same scores, one gate value not
     moved = record_run(tmp_path / "trained" / "con", "con")
     gates = json.loads((moved / "gates.json").read_text())
