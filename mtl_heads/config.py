@@ -408,6 +408,7 @@ RULES: dict[str, Rule] = {
     "train.clip": number(0.0, low_open=False),
     "train.sampling_alpha": number(0.0, low_open=False, high=1.0, high_open=False),
     "train.select": choice("auto", "best", "last"),
+    "train.patience": count(optional=True),
     "train.checkpoint_every": count(0),
     "train.strategy": choice("ddp", "fsdp"),  # mtl_heads.parallel.STRATEGIES
     "wandb.mode": choice("auto", "online", "offline", "disabled"),

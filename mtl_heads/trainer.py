@@ -311,10 +311,23 @@ class Trainer:
 
     # --- training -------------------------------------------------------------------------
     def fit(self) -> TrainState:
-        while self.state.epoch < self.tc.epochs:
+        while self.state.epoch < self.tc.epochs and not self._patience_spent():
             self._train_epoch()
             self._end_epoch()
         return self.state
+
+    def _patience_spent(self) -> bool:
+        """``train.patience`` epochs have gone by without a better mean dev score (with ``select=best``):
+        training stops early, its best epoch kept (``train.epochs`` is the cap)."""
+        patience = self.tc.get("patience")
+        if not patience or self.select != "best" or self.state.best_epoch < 1:
+            return False
+        if self.state.epoch - self.state.best_epoch >= patience:
+            if self.rank == 0:
+                tqdm.write(f"stopped after epoch {self.state.epoch}: no better dev score for {patience} epochs "
+                           f"(the best: epoch {self.state.best_epoch})")
+            return True
+        return False
 
     def _train_epoch(self) -> None:
         epoch = self.state.epoch

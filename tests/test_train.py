@@ -73,6 +73,27 @@ def test_killed_run_resumes_to_the_same_result(base, tmp_path):
     assert same_weights(weights(tmp_path / "full"), weights(tmp_path / "cut"))
 
 
+def test_patience_stops_when_dev_stops_improving(base, tmp_path, monkeypatch, capsys):
+    """train.patience=2 with dev scores 50, 60, 55, 58, 40, ...: the best is epoch 2, and after epochs 3
+    and 4 bring nothing better the run stops (epochs=8 is the cap), keeping epoch 2's weights."""
+    from mtl_heads.trainer import Trainer
+
+    dev = iter([50.0, 60.0, 55.0, 58.0, 40.0, 70.0, 80.0, 90.0])
+    real = Trainer.scores
+
+    def scores(self, role):
+        out = real(self, role)
+        return {task: {**m, self.tasks[task].main_metric: next(dev)} for task, m in out.items()} if role == "dev" else out
+
+    monkeypatch.setattr(Trainer, "scores", scores)
+    metrics = run(base + ["tasks=pos", "train.epochs=8", "train.patience=2", f"run_dir={tmp_path / 'p'}"])
+    assert [h["dev_mean"] for h in metrics["history"]] == [50.0, 60.0, 55.0, 58.0]
+    assert metrics["best_epoch"] == 2
+    assert "stopped after epoch 4: no better dev score for 2 epochs (the best: epoch 2)" in capsys.readouterr().out
+    with pytest.raises(ConfigError, match="train.patience"):
+        run(base + ["tasks=pos", "train.patience=0", f"run_dir={tmp_path / 'bad'}"])
+
+
 def test_nan_loss_stops_with_a_message(base, tmp_path):
     def poison(trainer):
         with torch.no_grad():
