@@ -199,7 +199,7 @@ def _check_mapping_shape(parsed: dict, key: str, raw: Any) -> None:
 
 def _free_form(key: str) -> bool:
     """Sections whose sub-keys are the user's own (split names, task options)."""
-    return (key in {"data.unannotated", "data.demo_sizes", "data.splits", "data.task_splits"}
+    return (key in {"data.unannotated", "data.demo_sizes", "data.splits", "data.task_splits", "data.sentences"}
             or key.startswith(("task.", "data.task_splits.")))
 
 
@@ -339,6 +339,18 @@ def _budget(v) -> str | None:
         else "null, a head count >= 1 or a fraction in (0, 1)"
 
 
+def sentence_range(value) -> tuple[int, int] | None:
+    """``data.sentences``' value of one role as ``(start, end)``: N is ``(0, N)``, ``[start, end]`` itself
+    (0 <= start < end); None when it is neither."""
+    items = OmegaConf.to_container(value) if isinstance(value, ListConfig) else value
+    if isinstance(items, int) and not isinstance(items, bool) and items >= 1:
+        return 0, items
+    if (isinstance(items, list) and len(items) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in items)
+            and 0 <= items[0] < items[1]):
+        return items[0], items[1]
+    return None
+
+
 def _mapping(values: Rule, example: str) -> Rule:
     def rule(v):
         items = OmegaConf.to_container(v) if isinstance(v, DictConfig) else v
@@ -397,6 +409,8 @@ RULES: dict[str, Rule] = {
                                  "{train: [entities]} (split: list of layers)"),
     "data.task_splits": _mapping(lambda x: None if isinstance(x, dict) else "a mapping",
                                  "{ner: {train: dev}} (task: {role: role it reads})"),
+    "data.sentences": _mapping(lambda x: None if sentence_range(x) else "N or [start, end]",
+                               "{train: 1000, dev: [1000, 1500]} (role: the first N sentences, or [start, end))"),
     "train.epochs": count(),
     "train.batch_size": count(),
     "train.eval_batch_size": count(),

@@ -577,3 +577,22 @@ def test_ewt_dev_counts():
     assert sum(len(s.predicates) for s in sentences) == 4963
     assert sum(len(s.entities) for s in sentences) == 957
     assert all(s.has(layer) for s in sentences for layer in LAYERS)
+
+
+def test_sentences_per_role_are_a_count_or_a_range(tmp_path, monkeypatch):
+    """data.sentences keeps, per role, the first N sentences of its split or [start, end) of it (a role
+    named there ignores max_sentences); one split can feed two roles in disjoint slices."""
+    from mtl_heads.config import ConfigError, load_config
+    from mtl_heads.data.corpus import load_corpus
+
+    monkeypatch.setenv("MTL_HEADS_CACHE", str(tmp_path))
+    whole = load_corpus(load_config([]).data)
+    cfg = load_config(["data.splits={train: dev, dev: dev, test: test}", "data.max_sentences=7",
+                       "data.sentences={train: 100, dev: [100, 150]}"])
+    corpus = load_corpus(cfg.data)
+    assert [s.words for s in corpus["train"]] == [s.words for s in whole["dev"][:100]]
+    assert [s.words for s in corpus["dev"]] == [s.words for s in whole["dev"][100:150]]
+    assert [s.words for s in corpus["test"]] == [s.words for s in whole["test"][:7]]  # max_sentences still
+    for bad in ("{train: 0}", "{train: [5, 2]}", "{dev: [1, 2, 3]}", "{test: x}"):
+        with pytest.raises(ConfigError, match="config key 'data.sentences'"):
+            load_config([f"data.sentences={bad}"])

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from mtl_heads.config import EWT_BUILD, EWT_FOLDERS, UD_FORMATS, ConfigError, find_path, pos_column
+from mtl_heads.config import EWT_BUILD, EWT_FOLDERS, UD_FORMATS, ConfigError, find_path, pos_column, sentence_range
 from mtl_heads.data.conll2012 import read_conll2012
 from mtl_heads.data.conllu import attach_conllu, read_conllu
 from mtl_heads.data.demo import ensure_demo_corpus
@@ -75,7 +75,10 @@ def load_corpus(data, layers: set[str] | None = None, roles: tuple[str, ...] = R
         if convert and (data.deps == "converted" or (data.deps == "auto" and not any(s.has("deps") for s in sentences))):
             convert_trees(sentences)
         _drop_layers(sentences, (data.unannotated or {}).get(split, []), split)
-        if data.max_sentences:
+        kept = (data.get("sentences") or {}).get(role)
+        if kept is not None:  # checked by the config: N or [start, end)
+            sentences = sentences[slice(*sentence_range(kept))]
+        elif data.max_sentences:
             sentences = sentences[: data.max_sentences]
         corpus[role] = sentences
     return corpus
