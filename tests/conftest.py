@@ -1,5 +1,5 @@
 """Shared fixtures: a tiny random BERT saved to disk (with the packaged encoder's fast tokenizer),
-and paths of the real data when present."""
+and paths of the real data when present; the float32 rounding bound that equivalence tests compare at."""
 from __future__ import annotations
 
 import os
@@ -65,3 +65,40 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+def float32_sum_bound(magnitude, n_terms: int):
+    """How far two float32 evaluations of the same sums in any two orders can lie apart: each is within
+    ``gamma_n * sum|terms|`` of the exact value (Higham 2002, Accuracy and Stability of Numerical Algorithms,
+    eq. 3.5: ``gamma_n = n*u / (1 - n*u)``, ``u = 2**-24``), so ``2 * gamma_n * magnitude``.
+
+    Args:
+        magnitude: the sum of ``|terms|`` of each element (a tensor or a number): the same computation on
+            the absolute values of the inputs and weights, in float64.
+        n_terms: the most rounded operations (products and additions) that any one term goes through.
+    """
+    u = 2.0 ** -24
+    return 2 * n_terms * u / (1 - n_terms * u) * magnitude
+
+
+def assert_within(got, expected, bound, what: str = "") -> None:
+    """Assert ``|got - expected| <= bound`` element by element; the message names the worst element (the
+    furthest beyond its bound), its difference and its bound.
+
+    Args:
+        got, expected: tensors of one shape (any floating dtypes; compared in float64).
+        bound: a tensor of their shape, or a number for every element (e.g. :func:`float32_sum_bound`).
+        what: what is compared, to start the message with.
+    """
+    import torch
+
+    assert got.shape == expected.shape, f"{what}: shapes {tuple(got.shape)} and {tuple(expected.shape)}"
+    diff = (got.double() - expected.double()).abs()
+    bound = torch.as_tensor(bound, dtype=torch.float64).expand_as(diff)
+    beyond = ~(diff <= bound)  # NaN counts as beyond
+    if beyond.any():
+        excess = torch.where(beyond, (diff - bound).nan_to_num(nan=torch.inf), -torch.inf)
+        index = tuple(int(i) for i in torch.unravel_index(excess.argmax(), diff.shape))
+        raise AssertionError(f"{what}: {int(beyond.sum())} of {diff.numel()} elements beyond the bound; the worst "
+                             f"at {index}: got {got[index].item():.9g}, expected {expected[index].item():.9g}, "
+                             f"|difference| {diff[index].item():.3g} > bound {bound[index].item():.3g}")

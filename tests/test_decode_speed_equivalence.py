@@ -1,7 +1,12 @@
 """The fast decoders give what the previous ones gave: each rewritten structure against supar's own
 (ties included: integer scores make many), each decoder's fast path against its ``reference`` path
 (``Decoder.reference``: the previous implementation), and a five-task model on 50 EWT test sentences
-predicting the same layers both ways."""
+predicting the same layers both ways.
+
+Where the fast path runs a product's sums in another order, float32 values are compared within the
+rounding bound of those sums (:func:`conftest.float32_sum_bound`), which holds on any CPU and BLAS,
+and float64 ones at 1e-10 (one float32 ulp where the code casts its result to float32)."""
+import copy
 import random
 import warnings
 
@@ -16,6 +21,8 @@ from tasks.base import biaffine, biaffine_pairs, mlps
 from tasks.con import chart_to_tree, cky, span_marginals, tree_to_chart, with_leaves
 from tasks.dep import MIN, is_tree, mst
 from tasks.ner import viterbi
+
+from conftest import assert_within, float32_sum_bound
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -107,21 +114,51 @@ def test_with_leaves_is_the_copy_and_relabel_it_replaces():
     assert chart_to_tree(words, tree_to_chart(expected)).leaves() == words
 
 
+def linear_bound(linear: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """:func:`float32_sum_bound` of each element of ``linear(x)``: ``in_features`` products and the
+    bias summed in any order, so ``in_features + 1`` roundings per term at most."""
+    magnitude = x.double().abs() @ linear.weight.double().abs().T + linear.bias.double().abs()
+    return float32_sum_bound(magnitude, linear.in_features + 1)
+
+
+def biaffine_bound(layer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """:func:`float32_sum_bound` of each score of ``layer(x, y)`` for a supar ``Biaffine`` ``layer``
+    without ``scale`` (shaped as its output), computed as two matrix products, ``x`` by ``W`` then by
+    ``y`` or ``W`` by ``y`` then ``x`` by that (torch.einsum contracts two operands at a time, as the
+    fast paths do), each summing in any order: a term ``x_i W_ij y_j`` goes through at most
+    ``d_x + bias_x`` roundings in one product and ``d_y + bias_y`` in the other (Higham 2002, lemma 3.3);
+    the magnitude is ``|x|^T |W| |y|``, in float64."""
+    absolute = copy.deepcopy(layer).double()
+    with torch.no_grad():
+        absolute.weight.abs_()
+    n_x, n_y = layer.weight.shape[1:]                                     # d_x + bias_x, d_y + bias_y
+    return float32_sum_bound(biaffine(absolute, x.double().abs(), y.double().abs()), n_x + n_y)
+
+
 def test_fused_layers_give_the_modules_values():
+    """The MLPs fused into one product and the label biaffine with the labels last give the modules'
+    values, up to the order of their sums: in float32 within the rounding bound, in float64 to 1e-10."""
     from supar.modules import MLP, Biaffine
 
     torch.manual_seed(0)
-    layers = [MLP(16, 10), MLP(16, 10), MLP(16, 4), MLP(16, 4)]
+    layers = [MLP(16, 10).eval(), MLP(16, 10).eval(), MLP(16, 4).eval(), MLP(16, 4).eval()]
     x = torch.randn(3, 5, 16)
-    for got, layer in zip(mlps(x, layers), layers):
-        torch.testing.assert_close(got, layer.eval()(x), rtol=1e-6, atol=1e-6)
+    for got, layer in zip(mlps(x, layers), layers):  # LeakyReLU is 1-Lipschitz: the linear map's bound holds
+        assert_within(got, layer(x), linear_bound(layer.linear, x), "float32 MLP")
+    x = x.double()
+    for got, layer in zip(mlps(x, [layer.double() for layer in layers]), layers):
+        torch.testing.assert_close(got, layer(x), rtol=1e-10, atol=1e-10)
     for n_out, bias_y in ((1, False), (7, True)):
         layer = Biaffine(10, n_out, bias_x=True, bias_y=bias_y)
         torch.nn.init.normal_(layer.weight)
         a, b = torch.randn(3, 5, 10), torch.randn(3, 5, 10)
         assert torch.equal(biaffine(layer, a, b), layer(a, b))  # the same einsum: the same bits
-        expected = layer(a, b).unsqueeze(1) if n_out == 1 else layer(a, b)
-        torch.testing.assert_close(biaffine_pairs(layer, a, b), expected.permute(0, 2, 3, 1), rtol=1e-5, atol=1e-5)
+        bound = biaffine_bound(layer, a, b).view(3, n_out, 5, 5).permute(0, 2, 3, 1)
+        expected = layer(a, b).view(3, n_out, 5, 5).permute(0, 2, 3, 1)  # labels last
+        assert_within(biaffine_pairs(layer, a, b), expected, bound, "float32 label biaffine")
+        a, b = a.double(), b.double()
+        expected = layer.double()(a, b).view(3, n_out, 5, 5).permute(0, 2, 3, 1)
+        torch.testing.assert_close(biaffine_pairs(layer, a, b), expected, rtol=1e-10, atol=1e-10)
 
 
 def random_decoder(name, options=None, hidden=12, labels=None, seed=0):
@@ -164,10 +201,14 @@ def test_fast_decoding_is_the_reference_decoding(name, options):
 
 
 def test_fast_and_reference_losses_agree():
+    """In float64: in float32 the fast label scores (their sums in another order) lie up to 3e-4 from
+    supar's, at about 700, so the losses could part by about their default tolerance (9e-4 at 682). The
+    loss casts the scores to float32, here doubles 1e-12 apart: the same floats (but for one that
+    straddles a rounding boundary: one ulp), and computes in float32."""
     torch.manual_seed(0)
-    sentence_words = torch.randn(2, 6, 12)
+    sentence_words = torch.randn(2, 6, 12).double()
     mask = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])
-    con = random_decoder("con")
+    con = random_decoder("con").double()
     spans = torch.zeros(2, 7, 7, dtype=torch.bool)
     for b, chart in enumerate([[(0, 6), (0, 2), (0, 1), (1, 2), (2, 6), (2, 3), (3, 6), (3, 4), (4, 6), (4, 5),
                                 (5, 6)], [(0, 4), (0, 1), (1, 4), (1, 2), (2, 4), (2, 3), (3, 4)]]):
@@ -219,24 +260,33 @@ def test_five_tasks_on_ewt_test_slice_predict_the_same_both_ways(ewt, tiny_encod
 @pytest.mark.parametrize("span_ratio", [0.8, None])
 def test_srl_role_product_gathered_or_batched_is_the_biaffine(n_roles, span_ratio):
     """The role biaffine of the real predicates, per predicate with its sentence's spans gathered
-    (many padding rows) or over the batch (few, or span_ratio=off): the module's values either way."""
-    from tasks.base import biaffine
-
-    options = {} if span_ratio is not None else {"span_ratio": "off"}
+    (many padding rows) or over the batch (few, or span_ratio=off): the module's values either way,
+    up to the order of the sums: in float32 within their rounding bound; from float64 predicates, spans
+    and weights (the product's cast to float32 the only rounding left) within one float32 ulp."""
+    # 32-wide representations (300 by default): a bound sharp enough that bf16 or fp16 arithmetic
+    # fails it (at 300, 602 roundings per term in the worst case add up to about bf16's own error)
+    options = {"n_mlp": 32} if span_ratio is not None else {"n_mlp": 32, "span_ratio": "off"}
     decoder = random_decoder("srl", options, labels=[f"A{k}" for k in range(n_roles)])
     assert decoder.span_ratio == span_ratio
     d = decoder.role.n_in
     torch.manual_seed(3)
     preds, spans = torch.randn(3, 4, d), torch.randn(3, 6, d)
-    expected = biaffine(decoder.role, preds, spans)
-    expected = expected.unsqueeze(1) if n_roles == 1 else expected          # [batch, R, P, C]
+    bound = biaffine_bound(decoder.role, preds, spans).view(3, n_roles, 4, 6)
     sparse = torch.tensor([[True, False, False, False], [True, True, False, False], [False] * 4])
-    for real in (sparse, torch.ones(3, 4, dtype=torch.bool)):               # gathered (with pruning), batched
-        with torch.no_grad():                                               # prediction: gathers
-            got = decoder._role_product(preds, spans, real)
-        torch.testing.assert_close(decoder._role_product(preds, spans, real).detach(), got, rtol=1e-5, atol=1e-5)
-        assert got.shape == (3, n_roles, 4, 6) and got.dtype == torch.float32
-        b, k = real.nonzero(as_tuple=True)
-        torch.testing.assert_close(got[b, :, k], expected[b, :, k], rtol=1e-5, atol=1e-5)
-        b, k = (~real).nonzero(as_tuple=True)
-        assert not got[b, :, k].any()                                        # padding rows are 0
+    for dtype in (torch.float32, torch.float64):
+        decoder.to(dtype)
+        preds, spans = preds.to(dtype), spans.to(dtype)
+        expected = biaffine(decoder.role, preds, spans).view(3, n_roles, 4, 6)  # [batch, R, P, C]
+        for real in (sparse, torch.ones(3, 4, dtype=torch.bool)):               # gathered (with pruning), batched
+            with torch.no_grad():
+                predicted = decoder._role_product(preds, spans, real)           # prediction: gathers
+            trained = decoder._role_product(preds, spans, real).detach()        # training: batched
+            b, k = real.nonzero(as_tuple=True)
+            pad_b, pad_k = (~real).nonzero(as_tuple=True)
+            for got in (predicted, trained):
+                assert got.shape == (3, n_roles, 4, 6) and got.dtype == torch.float32
+                if dtype == torch.float32:
+                    assert_within(got[b, :, k], expected[b, :, k], bound[b, :, k], "float32 role scores")
+                else:  # two float32 roundings of doubles ~1e-14 apart: 1 ulp at most (relative 2**-23)
+                    torch.testing.assert_close(got[b, :, k], expected[b, :, k].float(), rtol=2 ** -23, atol=1e-10)
+                assert not got[pad_b, :, pad_k].any()                            # padding rows are 0

@@ -105,7 +105,9 @@ def test_headless_layer_is_layernorm_of_input_plus_bias():
     with torch.no_grad():
         got = attention(x)[0]
         gated_out = encoder.model.encoder.layer[1].attention(x)[0]  # every gate of layer 1 is 0
-    assert torch.allclose(got, by_hand, atol=1e-6) and torch.allclose(gated_out, by_hand, atol=1e-6)
+    # exact: W_O of no context (pruned) or of zeroed contexts (gated) adds 0 to its bias, and x + b == b + x
+    torch.testing.assert_close(got, by_hand, rtol=0, atol=0)
+    torch.testing.assert_close(gated_out, by_hand, rtol=0, atol=0)
 
 
 def test_slices_and_parameter_count():
