@@ -32,7 +32,10 @@ Timed, each the best of ``--repeats`` after a warm-up:
 * reference: ``predict_sentences`` again with every decoder's ``reference`` flag set (their
   previous implementations: supar's structures as they are, every label score computed), timed
   the same way, and its predictions compared with the fast path's, layer by layer, sentence by
-  sentence: the bench prints whether they are identical (``--no-reference`` skips this).
+  sentence: the bench prints whether they are identical (``--no-reference`` skips this). Identical on
+  the machine it runs on: the two paths sum some scores in another order, so their float32 scores
+  differ in the last bits by how much the CPU's BLAS kernels decide, and a label decided by a near-tie
+  may flip on another CPU.
 
 Predict, encoder and reference runs take turns, ``--repeats`` times, and the fastest of each is
 kept, so that a CPU shared with other jobs weighs on all three alike; still, the figures move by
