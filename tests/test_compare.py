@@ -517,3 +517,18 @@ def test_dev_curves_of_nan_scores_are_not_drawn(tmp_path, capsys):
     out = tmp_path / "cmp"
     assert main([str(root), f"out={out}", "plot=true"]) == 0
     assert not (out / "dev-curves.png").exists() and "every dev score in the runs' histories is NaN" in capsys.readouterr().err
+
+
+def test_a_key_added_since_a_run_reads_as_its_default(tmp_path):
+    """A run saved before prune.init_gates existed and one saved with its default are one setting; a
+    run with another value is another."""
+    from mtl_heads.reports.comparison import compare_runs
+
+    root = tmp_path / "runs"
+    make_run(root / "a" / "seed1", ("pos",), 1, experiment="a")
+    make_run(root / "a" / "seed2", ("pos",), 2, experiment="a", prune={"mode": "none", "lambda": "auto",
+                                                                       "init_gates": "fresh"})
+    make_run(root / "b" / "seed1", ("pos",), 1, experiment="b", prune={"mode": "none", "lambda": "auto",
+                                                                       "init_gates": "init"})
+    runs = compare_runs([str(root)]).runs
+    assert runs.groupby("setting")["seed"].count().sort_values().tolist() == [1, 2]

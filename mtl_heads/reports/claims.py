@@ -372,6 +372,16 @@ def _budget(runs: pd.DataFrame) -> pd.Series:
     return pd.Series([None] * len(runs), index=runs.index)
 
 
+def _cell_preference(runs: pd.DataFrame, kind: str) -> tuple:
+    """How a setting ranks for its (tasks, regime) cell: the reference L0 lambda first, then trained from
+    the pretrained encoder (no ``init``; static pruning always has one), then the most seeds; so that a
+    searched lambda or a DP run trained on (the matched schedule) never becomes the regime's setting."""
+    lam = runs["prune.lambda"].iloc[0] if "prune.lambda" in runs else "auto"
+    init = runs["init"].iloc[0] if "init" in runs else None
+    fresh = kind == "sp" or init is None or (isinstance(init, float) and math.isnan(init)) or not str(init)
+    return str(lam) in ("auto", "nan", "None"), fresh, len(runs)
+
+
 def read_ablations(specs: list[str]) -> tuple[list[tuple[Path, dict]], list[str]]:
     """``([(path, record)], notes)``: the ``ablation.json`` files of ``python -m mtl_heads.ablate`` in
     ``specs`` (files, or folders searched at any depth); one that cannot be read is a note naming it."""
@@ -402,12 +412,13 @@ def read_study(specs: list[str]) -> Study:
     cells, notes = {}, [str(n) for n in comparison.notes]
     for (tasks, kind), group in runs.groupby(["tasks", "regime"], sort=False):
         settings = list(dict.fromkeys(group["setting"]))
-        counts = {s: int((group["setting"] == s).sum()) for s in settings}
-        chosen = max(settings, key=lambda s: counts[s])
+        chosen = max(settings, key=lambda s: _cell_preference(group[group["setting"] == s], kind))
         cells[(tasks, kind)] = chosen
         if len(settings) > 1:
             notes.append(f"{tasks}, {REGIME_NAMES.get(kind, kind)}: several settings ({', '.join(settings)}); "
-                         f"the claims use '{chosen}' (most seeds)")
+                         f"the claims use '{chosen}' (the reference lambda, trained from the pretrained encoder "
+                         "unless static, then the most seeds); the others are compared in claim 5 where they pair "
+                         "with SP")
     multi = [t for t, k in cells if "+" in t and k == "none"] or [t for t, _ in cells if "+" in t]
     mtl = max(multi, key=lambda t: t.count("+")) if multi else None
     reports = []
@@ -944,7 +955,7 @@ def _sp_dp_line(claim: Claim, study: Study, tasks: str, pair: _Pair) -> dict | N
     claim.lines.append(
         f"{pair.label}: heads kept DP {_mean_std(dp_heads, 1)}, SP {_mean_std(sp_heads, 1)}; {what} DP "
         f"{dp_score.mean():.2f}, SP {sp_score.mean():.2f}, DP - SP {dp_score.mean() - sp_score.mean():+.2f} (one-sided "
-        f"95% lower bound {bound:+.2f}); DP fewer heads: {marks['fewer heads']}; DP not lower (margin {MARGIN:g}): "
+        f"95% lower bound {f'{bound:+.2f}' if np.isfinite(bound) else 'n/a'}); DP fewer heads: {marks['fewer heads']}; DP not lower (margin {MARGIN:g}): "
         f"{marks['not lower']}; SP fewer heads: {marks['SP fewer heads']}; DP more than {MARGIN:g} lower: "
         f"{marks['lower']}; same heads: {agreement}" + (f"; not counted: {why}" if why else ""))
     return {"name": pair.label, "counted": not why, "matched": pair.matched,
@@ -1276,7 +1287,7 @@ def check_claims(study: Study, stability: bool = True) -> list[Claim]:
                 again = other.tests.get(key)
                 if again is None or again.significant != test.significant:
                     few = again is not None and again.few
-                    if test.decides:
+                    if test.decides and not test.untestable:  # an untestable test decided nothing either way
                         changed.append(few)
                     if test.significant or (again is not None and again.significant):
                         now = "cannot be tested" if again is None or again.untestable else f"Holm {_p(again.adjusted)}"

@@ -179,10 +179,21 @@ def _ignored(key: str) -> bool:
     return any(key == k or key.startswith(k + ".") for k in IGNORED_KEYS)
 
 
+# config keys added since runs of a record were saved, with what their absence meant: a run saved
+# without one and a run saved with this value are the same setting (add a key here when adding it to
+# configs/train.yaml with a default that keeps the old behaviour)
+ADDED_KEYS = {"prune.init_gates": "fresh", "train.patience": None}  # data.sentences: {} flattens to nothing
+
+
 def setting_config(flat: dict) -> dict:
-    """The config keys that define a setting; ``init=.../seed<N>`` is read as ``.../seed*`` (static
-    pruning of each seed's own trained run is one setting), and so is ``.../.seed<N>.retrained`` (a
-    retraining of that run that stands in for it: docs/ewt-study.sh's retrain stage)."""
+    """The config keys that define a setting; a key added since the run was saved (:data:`ADDED_KEYS`)
+    reads as what its absence meant; ``init=.../seed<N>`` is read
+    as ``.../seed*`` (static pruning of each seed's own trained run is one setting), and so is
+    ``.../.seed<N>.retrained`` (a retraining of that run that stands in for it: docs/ewt-study.sh's
+    retrain stage)."""
+    if "tasks" in flat:  # a training run's config (probe and other configs are read as they are)
+        flat = {**{k: v for k, v in ADDED_KEYS.items() if k not in flat}, **flat}
+        flat = {k: v for k, v in flat.items() if not (k in ADDED_KEYS and ADDED_KEYS[k] is None and v is None)}
     out = {k: v for k, v in flat.items() if not _ignored(k)}
     if isinstance(out.get("init"), str):
         out["init"] = re.sub(r"(?:\.)?seed\d+(?:\.retrained)?(/?)$", r"seed*\1", out["init"])
