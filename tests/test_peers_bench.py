@@ -133,3 +133,45 @@ def test_token_classifier_labels_and_our_tags_score_the_same(bench, gold, task):
     assert bench.score(task, bench.annotated(task, gold, peer), gold) == ours_scores
     assert 0 < ours_scores[t.main_metric] < 100
     assert bench.peer_tags([1], [None], t.labels, 2, "_") == ["_", "_"]  # a word with no token: the fallback
+
+
+def test_accuracy_verdicts_follow_the_rule(bench):
+    """docs/peers.md's rule on paired differences ours - peer: the 95% t-interval above 0 (better), below
+    0 (worse), inside +-0.5 (equal within 0.5), else not resolved, with the seeds that would resolve it."""
+    from scipy import stats
+
+    assert bench.accuracy_verdict([1.0, 1.2, 0.9]) == "better"
+    assert bench.accuracy_verdict([-1.0, -1.2, -0.9]) == "worse"
+    assert bench.accuracy_verdict([0.05, -0.05, 0.0, 0.1, -0.1]) == "equal within 0.5 points"
+    assert bench.accuracy_verdict([0.4]) == "one seed: no interval"
+    diffs = [-1.33, 0.38, 1.85, -1.62, 0.36]  # the first comparison's NER seeds
+    verdict = bench.accuracy_verdict(diffs)
+    mean, sd, low, high = bench._ci(diffs)
+    half = stats.t.ppf(0.975, 4) * sd / 5 ** 0.5
+    assert (low, high) == pytest.approx((mean - half, mean + half)) and low < -0.5 < 0.5 < high
+    n = int(verdict.split("about ")[1].split(" ")[0])  # the seeds at which the interval would fit in +-0.5
+    room = 0.5 - abs(mean)
+    assert stats.t.ppf(0.975, n - 1) * sd / n ** 0.5 < room <= stats.t.ppf(0.975, n - 2) * sd / (n - 1) ** 0.5
+
+
+def test_render_pairs_seeds_and_says_what_speed_is_made_of(bench):
+    """The rendered tables pair each peer run with ours of the same task and seed, pool speeds over seeds,
+    and split a per-sentence speed gap into padding and the rest."""
+    def record(system, recipe, seed, score, wall, slots, real):
+        return {"task": "pos", "recipe": recipe, "seed": seed, "system": system, "scores": {"accuracy": score},
+                "dev_curve": [80.0, 90.0], "best_epoch": 2, "train_sentences": 100, "train_wall": wall,
+                "train_cpu": wall, "predict_sentences": 50, "predict_wall": wall / 10, "predict_cpu": wall / 10,
+                "sorted_wall": float("nan"), "sorted_cpu": float("nan"),
+                "subwords": {"train": [slots, real], "predict": [slots, real]}, "settings": {}, "error": None,
+                "note": None, "machine": "2026-11-27 10:00, 2 cores (CPU)", "size": {"train": 1000}}
+
+    peer = bench.PEERS["pos"]
+    results = {"records": [record("mtl-heads", "ours", s, 90.0 + s, 10.0, 1100, 1000) for s in (1, 2, 3)]
+               + [record(peer, "equal", s, 89.0 + s, 20.0, 2200, 1000) for s in (1, 2, 3)]}
+    text = bench.render(results)
+    assert "| pos | equal | accuracy | 3 | 92.00 ± 1.00 | 91.00 ± 1.00 | +1.00 ± 0.00 |" in text
+    assert "| better | 2.0, 2.0 |" in text
+    # ours 10 s, the peer 20 s for the same real sub-words, over 1100 and 2200 slots: twice as fast per real
+    # sub-word, all of it padding (the same work per slot)
+    assert "ours faster per real sub-word (2.00x wall, 2.00x CPU) = padding 2.00x x work per slot 1.00x" in text
+    assert "- pos mtl-heads: 80.0, 90.0 (3 seeds)" in text

@@ -69,3 +69,26 @@ def test_round_rules_are_unchanged_since_the_commit_the_doc_quotes():
         pytest.fail(f"docs/ewt-results.md quotes rules-commit {commit}, which git cannot show: {shown.stderr.strip()}")
     assert shown.stdout == (REPO / "docs" / "ewt-study" / "rules.md").read_text(), (
         f"docs/ewt-study/rules.md changed since {commit}, the commit docs/ewt-results.md quotes for the round's rules")
+
+
+def test_peers_section_is_generated_from_its_results_file():
+    """docs/peers.md's second comparison is what ``python bench/peers.py --render docs/peers.json`` writes."""
+    import importlib.util
+    import sys
+
+    pytest.importorskip("supar")
+    spec = importlib.util.spec_from_file_location("peers_bench_render", REPO / "bench" / "peers.py")
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench  # its dataclass looks its module up while the class is made
+    try:
+        spec.loader.exec_module(bench)
+        generated = bench.render(bench.read_results(REPO / "docs" / "peers.json"))
+    finally:
+        sys.modules.pop(spec.name, None)
+    doc = REPO / "docs" / "peers.md"
+    text = doc.read_text()
+    begin, end = "<!-- peers2:begin -->", "<!-- peers2:end -->"
+    assert begin in text and end in text, "docs/peers.md has no <!-- peers2:begin/end --> block"
+    spliced = text[:text.index(begin) + len(begin)] + "\n" + generated + "\n" + text[text.index(end):]
+    assert_same(doc, spliced, "python bench/peers.py --render docs/peers.json (between the peers2 markers of "
+                              "docs/peers.md)")
