@@ -819,9 +819,11 @@ def render(results: dict) -> str:
             "padding: sub-word slots per real sub-word; sub-words: real sub-words per second):", "",
             "| task | recipe | phase | mtl-heads sent/s | padding | sub-words/s | peer sent/s | padding | sub-words/s | "
             "verdict |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for task, recipe in order:
-        mine = [r for (t, _), r in ours.items() if t == task]
-        theirs = peers[(task, recipe)]
+    for task, recipe in order:  # the seeds both sides ran, so that both are timed alike
+        theirs = [r for r in peers[(task, recipe)] if (task, r["seed"]) in ours]
+        mine = [ours[(task, r["seed"])] for r in theirs]
+        if not theirs:
+            continue
         phases = [("train", "train", "train"), ("predict", "predict", "predict")]
         if any(np.isfinite(r["sorted_wall"]) for r in theirs):
             phases.append(("predict, peer sorted by length", "predict", "predict_sorted"))

@@ -1232,7 +1232,7 @@ def needed(study: Study) -> Claim:
                f"; untestable: {_listed([w for w in places[kind] if w not in testable])}"
                if len(testable) < len(places[kind]) else "")
             + (f"; the cleanest tests, tasks whose own {REGIME_NAMES[kind]} did not prune and so chose none of "
-               "them: " + ", ".join(f"{w} {'needs them' if w in need else 'need not shown'}" for w in clean)
+               "them: " + ", ".join(f"{w} {'needs them' if w in need else 'not shown to need them'}" for w in clean)
                if clean else ""))
         if kind == kinds[0]:  # DP's sets decide when they were ablated
             claim.verdict = "" if blocked or not testable else \
