@@ -105,7 +105,8 @@ def train_tiny_run(args, folder: Path) -> Path:
     if args.corpus == "demo":
         data = [f"data.demo_sizes={{train: {args.train_sentences}, dev: 20, test: 20}}"]
     else:  # EWT's train split has no NER layer: NER learns from dev, as in the EWT study
-        data = ["data=ewt", f"data.max_sentences={args.train_sentences}", "data.task_splits={ner: {train: dev}}"]
+        data = ["data=ewt", f"data.max_sentences={args.train_sentences}",
+                f"data.max_eval_sentences={args.train_sentences}", "data.task_splits={ner: {train: dev}}"]
     run([f"encoder.name={args.encoder}", f"tasks={','.join(TASKS)}", f"train.epochs={args.epochs}", *data,
          "wandb.mode=disabled", "train.progress=false", "seed=1", f"device={args.device}", f"run_dir={run_dir}"])
     print(f"trained {run_dir} in {time.perf_counter() - started:.0f} s")

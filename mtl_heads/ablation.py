@@ -39,7 +39,6 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from mtl_heads.config import ConfigError
 from mtl_heads.data.batching import Example, prepare_examples
@@ -47,6 +46,7 @@ from mtl_heads.data.corpus import ROLES, load_corpus
 from mtl_heads.data.errors import DataError
 from mtl_heads.headsets import head_name, head_names, layer_matched_sets, parse_head
 from mtl_heads.precision import autocast
+from mtl_heads.progress import progress_bar
 from mtl_heads.scoring import CLOSED_BELOW, batch_scores, eval_mode, open_heads, task_batches, task_score
 
 __all__ = ["METHODS", "CLOSED_BELOW", "DONORS_ON_DEVICE", "eval_mode", "open_heads", "split_examples", "task_batches",
@@ -280,7 +280,7 @@ def ablation_study(model: nn.Module, groups: list[TaskGroup], chosen: np.ndarray
     device = next(model.parameters()).device
     scores = {m: [{} for _ in grids] for m in methods}  # method -> per grid {task: score}
     base = {}
-    bar = tqdm(total=len(methods) * len(grids) + 1, desc="ablation", disable=not progress, dynamic_ncols=True)
+    bar = progress_bar(total=len(methods) * len(grids) + 1, desc="ablation", disable=not progress)
     with eval_mode(model), autocast(device, precision):
         for group in groups:
             base.update(batch_scores(model, group.tasks, group.batches, group.golds))
@@ -397,14 +397,23 @@ def _null_facts(chosen: np.ndarray, block: int, random_sets: int, encoder) -> di
 
 def table_lines(record: dict) -> list[str]:
     """A readable table of a record: one line per method and task (base, ablated, drop, random mean /
-    95th percentile, p), then the record's notes."""
+    95th percentile, p), then the record's notes. A record judged by ``python -m mtl_heads ablate``
+    (``verdicts``: :func:`mtl_heads.commands.ablate.judge`) adds the Holm-adjusted p and the verdict to each
+    line, a ``*`` on a p at its floor, then the rule and the verdicts' notes."""
+    judged = "verdicts" in record
     lines = [f"{len(record['heads'])} heads ({record['source']}): {', '.join(record['heads'])}",
              f"{record['random_sets']} layer-matched random sets (seed {record['seed']}, per layer "
              f"{record['heads_per_layer']}), {record['split']} split",
              f"{'method':<9} {'task':<6} {'metric':<9} {'base':>7} {'ablated':>8} {'drop':>7} "
-             f"{'rand mean':>9} {'rand 95%':>8} {'p':>6}"]
+             f"{'rand mean':>9} {'rand 95%':>8} {'p':>6}" + (f"  {'Holm p':>6}  verdict" if judged else "")]
     for method, by_task in record["methods"].items():
         for task, r in by_task.items():
-            lines.append(f"{method:<9} {task:<6} {r['metric']:<9} {r['base']:>7.2f} {r['ablated']:>8.2f} "
-                         f"{r['drop']:>7.2f} {r['null_mean']:>9.2f} {r['null_95']:>8.2f} {r['p']:>6.3f}")
+            line = (f"{method:<9} {task:<6} {r['metric']:<9} {r['base']:>7.2f} {r['ablated']:>8.2f} "
+                    f"{r['drop']:>7.2f} {r['null_mean']:>9.2f} {r['null_95']:>8.2f} {r['p']:>6.3f}")
+            if judged:
+                holm = "-" if r.get("p_holm") is None else f"{r['p_holm']:.3f}"
+                line += f"{'*' if r.get('p_at_floor') else ' '} {holm:>6}  {r.get('verdict', '')}"
+            lines.append(line)
+    if judged:
+        lines += [f"verdict: {record['verdicts']['rule']}", *record["verdicts"].get("notes", [])]
     return lines + [f"note: {n}" for n in record.get("notes", [])]

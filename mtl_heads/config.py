@@ -54,7 +54,7 @@ def load_config(overrides: list | None = None, base: str | Path = CONFIG_DIR / "
             set_key(cfg, key, value)
     if isinstance(cfg.get("data"), DictConfig):
         locate_ewt(cfg.data)
-    validate(cfg)
+    validate(cfg, Path(base).name)
     return cfg
 
 
@@ -79,6 +79,9 @@ def load_saved_config(path: str | Path) -> DictConfig:
     for task, key, old in SAVED_BEFORE:
         if task in (cfg.get("tasks") or []) and OmegaConf.select(cfg, key) is None:
             OmegaConf.update(cfg, key, old, merge=True)
+    if isinstance(cfg.get("data"), DictConfig) and "max_sentences" in cfg.data and "max_eval_sentences" not in cfg.data:
+        # saved before data.max_eval_sentences: max_sentences cut dev and test too
+        cfg.data.max_eval_sentences = cfg.data.max_sentences
     return cfg
 
 
@@ -401,6 +404,7 @@ RULES: dict[str, Rule] = {
     "data.deps": choice("auto", "ud", "converted", "none"),
     "data.long_policy": choice("skip", "split"),
     "data.max_sentences": count(optional=True),
+    "data.max_eval_sentences": count(optional=True),
     "data.demo_seed": _seed,
     "data.demo_sizes": _mapping(count(), "{train: 1200, dev: 200, test: 200} (sentences per split, each >= 1)"),
     "data.splits": _mapping(lambda x: None if isinstance(x, str) else "a split name",
@@ -460,14 +464,19 @@ RULES: dict[str, Rule] = {
     "reference_sentences": count(optional=True),
     "top": count(optional=True),
 }
+# a key whose values differ by command: the rule of that command's config file overrides RULES
+RULES_OF_FILE = {
+    "claims.yaml": {"format": choice("markdown", "json")},  # predict.yaml's format is RULES' own
+}
 
 _ABSENT = object()
 
 
-def validate(cfg: DictConfig) -> None:
-    """Check every key of ``cfg`` that :data:`RULES` knows; the first bad one is a ConfigError
-    naming the key, the expected values and the value given."""
-    for key, rule in RULES.items():
+def validate(cfg: DictConfig, file: str = "") -> None:
+    """Check every key of ``cfg`` that :data:`RULES` knows (with :data:`RULES_OF_FILE`'s rules for the
+    config file named ``file``, such as ``claims.yaml``; default none); the first bad one is a
+    ConfigError naming the key, the expected values and the value given."""
+    for key, rule in {**RULES, **RULES_OF_FILE.get(file, {})}.items():
         value = OmegaConf.select(cfg, key, default=_ABSENT)
         if value is _ABSENT:
             continue

@@ -28,6 +28,7 @@ from torch import nn
 
 from mtl_heads.files import is_load_error, unreadable
 from mtl_heads.gating import GroupedGate, MaskedGate, build_gate
+from mtl_heads.progress import hf_bars_off_in_logs
 
 __all__ = ["Adapter", "ADAPTERS", "AttentionShape", "EncoderOutput", "EncoderNotFound", "GatedEncoder",
            "GATE_GROUPS", "HeadPatch", "POOLING", "attention_shape", "encoder_config", "is_causal", "pool_words"]
@@ -575,7 +576,8 @@ class GatedEncoder(nn.Module):
         verbosity = transformers.logging.get_verbosity()
         transformers.logging.set_verbosity_error()
         try:
-            model = _load(transformers.AutoModel.from_pretrained, name_or_path, path, local_only, **model_kwargs)
+            with hf_bars_off_in_logs():  # transformers' "Loading weights" bar: \r frames in a log file
+                model = _load(transformers.AutoModel.from_pretrained, name_or_path, path, local_only, **model_kwargs)
         except Exception as err:
             if not is_load_error(err) or isinstance(err, EncoderNotFound):
                 raise

@@ -29,7 +29,12 @@ if TYPE_CHECKING:
 
     from mtl_heads.build import LoadedRun
 
-__all__ = ["load_trained", "evaluate_trained", "score_sentences", "score_files", "read_annotated"]
+__all__ = ["load_trained", "evaluate_trained", "score_sentences", "score_files", "read_annotated", "COUNT_METRICS",
+           "format_metric", "format_metrics"]
+
+# metrics that are counts, not rates: POS's scored tokens, DEP's scored words (the tasks give them as
+# floats, like their rates); printed as integers
+COUNT_METRICS = frozenset({"tokens", "words"})
 
 
 def load_trained(path: str | Path, device: str | torch.device = "cpu") -> LoadedRun:
@@ -69,7 +74,9 @@ def evaluate_trained(path: str | Path, data: DictConfig | None = None, split: st
         device, precision, batch_size, progress: as for training (``auto`` = CUDA when available).
         log: where the data report goes.
 
-    Returns: ``{"scores": {task: {metric: value}}, "sentences": {task: n}}``.
+    Returns: ``{"scores": {task: {metric: value}}, "sentences": {task: n}}``, and ``eval_cut`` when the
+    data config keeps only part of the split (``load_corpus``'s ``cuts`` entry: scores not comparable
+    with those on the whole split).
     """
     # deferred: torch and transformers, which scoring two files (score_files) does not need
     from mtl_heads.build import pick_device
@@ -81,11 +88,30 @@ def evaluate_trained(path: str | Path, data: DictConfig | None = None, split: st
     loaded = load_trained(path, device=target)
     chosen = _chosen_tasks(loaded.tasks, tasks, f"{path}")
     data = copy.deepcopy(data if data is not None else loaded.cfg.data)
-    corpus = load_corpus(data, {layer for task in chosen.values() for layer in task.needs}, roles=(split,))
+    cuts: dict = {}
+    corpus = load_corpus(data, {layer for task in chosen.values() for layer in task.needs}, roles=(split,), cuts=cuts)
     examples = prepare_examples({split: corpus[split]}, chosen, loaded.model.encoder, data.long_policy, log,
                                 require_train=False)[split]
     scores = evaluate_examples(loaded.model, chosen, examples, target, precision, batch_size, progress, split)
-    return {"scores": scores, "sentences": {name: len(ex) for name, ex in examples.items()}}
+    result = {"scores": scores, "sentences": {name: len(ex) for name, ex in examples.items()}}
+    if split in cuts:  # data.max_eval_sentences (or data.max_sentences for train, data.sentences) cut the split
+        result["eval_cut"] = cuts[split]
+    return result
+
+
+def format_metric(name: str, value) -> str:
+    """One metric's value as printed: a count (an ``int``, or a metric of :data:`COUNT_METRICS` with
+    a whole value) as an integer, ``19083``; any other number with two decimals, ``93.65``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, int) or (name in COUNT_METRICS and float(value).is_integer()):
+        return str(int(value))
+    return f"{value:.2f}"
+
+
+def format_metrics(scores: dict) -> str:
+    """A task's ``{metric: value}`` as ``accuracy 93.65  tokens 19083`` (see :func:`format_metric`)."""
+    return "  ".join(f"{name} {format_metric(name, value)}" for name, value in scores.items())
 
 
 def _chosen_tasks(available: dict, names: list[str] | None, where: str) -> dict:

@@ -15,14 +15,14 @@ from omegaconf import DictConfig, OmegaConf
 from mtl_heads.build import build_encoder, build_tasks, load_run_weights, pick_device, read_labels
 from mtl_heads.config import ConfigError, load_config, load_saved_config
 from mtl_heads.data.batching import prepare_examples
-from mtl_heads.data.corpus import load_corpus
+from mtl_heads.data.corpus import cut_note, load_corpus
 from mtl_heads.encoder import GatedEncoder
 from mtl_heads.files import atomic_write_text, read_json, write_json
 from mtl_heads.model import MultiTaskModel
 from mtl_heads.parallel import check_strategy, make_parallel
 from mtl_heads.precision import uses_bf16
 from mtl_heads.runs import check_run_dir, seed_dir
-from mtl_heads.sparsity import prune_mode
+from mtl_heads.sparsity import budget_gap, budget_line, prune_mode
 from mtl_heads.tracking import Tracker
 from mtl_heads.trainer import Trainer, format_scores, mean_score, seed_everything, selection_tasks
 
@@ -201,7 +201,12 @@ def run_config(cfg: DictConfig, given: list[str], on_step: Callable | None = Non
     started = time.time()
     # everything that can fail on bad input runs before the run folder is written
     tasks = build_tasks(cfg)
-    corpus = load_corpus(cfg.data, {layer for task in tasks.values() for layer in task.needs})
+    cuts: dict = {}
+    corpus = load_corpus(cfg.data, {layer for task in tasks.values() for layer in task.needs}, cuts=cuts)
+    cuts = {role: cut for role, cut in cuts.items() if role != "train"}  # a smaller train split is only a choice
+    for role, cut in cuts.items():
+        log(f"note: {role} is cut to {cut_note(cut)}: its scores are not comparable with runs scored on "
+            f"the whole {role} split")
     seed_everything(cfg.seed)
     encoder = build_encoder(cfg)
     examples = prepare_examples(corpus, tasks, encoder, cfg.data.long_policy, log,
@@ -236,14 +241,17 @@ def run_config(cfg: DictConfig, given: list[str], on_step: Callable | None = Non
         f"{', ' + parallel.name if world > 1 else ''}); run folder {run_dir}")
     try:
         trainer.fit()
-        metrics = finish(trainer, tasks, cfg, run_dir, rank, started)
+        metrics = finish(trainer, tasks, cfg, run_dir, rank, started, cuts)
     finally:
         tracker.finish()
     return metrics
 
 
-def finish(trainer: Trainer, tasks: dict, cfg: DictConfig, run_dir: Path, rank: int, started: float) -> dict:
-    """Reload the best checkpoint, evaluate dev and test, write metrics, labels and gates."""
+def finish(trainer: Trainer, tasks: dict, cfg: DictConfig, run_dir: Path, rank: int, started: float,
+           cuts: dict | None = None) -> dict:
+    """Reload the best checkpoint, evaluate dev and test, write metrics, labels and gates. ``cuts``: the
+    dev and test splits the config cut (``load_corpus``'s ``cuts``; default none), kept in the metrics
+    as ``eval_cut`` and noted beside their scores."""
     import json
 
     best = run_dir / "model.safetensors"
@@ -258,6 +266,11 @@ def finish(trainer: Trainer, tasks: dict, cfg: DictConfig, run_dir: Path, rank: 
                "heads_kept": int((trainer.model.encoder.gate_values() >= 1e-3).sum()),
                "heads_total": trainer.model.encoder.num_layers * trainer.model.encoder.num_heads,
                "seconds": round(time.time() - started, 1)}
+    if cuts:
+        metrics["eval_cut"] = cuts
+    controller = trainer.sparsity.controller
+    if controller is not None:  # a head budget: how far the kept count ended from it
+        metrics["budget"] = budget_gap(controller.target, metrics["heads_kept"])
     if rank == 0:
         write_json(run_dir / "gates.json", gates_record(trainer.model.encoder))
         atomic_write_text(run_dir / "labels.json", json.dumps({n: t.labels for n, t in tasks.items()}, indent=1))
@@ -266,9 +279,13 @@ def finish(trainer: Trainer, tasks: dict, cfg: DictConfig, run_dir: Path, rank: 
                                  for k, v in m.items()})
         print(f"{'best' if trainer.select == 'best' else 'last'} epoch {trainer.state.best_epoch}; "
               f"heads kept {metrics['heads_kept']}/{metrics['heads_total']}")
+        if "budget" in metrics:
+            print(budget_line(metrics["budget"], [r["heads_kept"] for r in trainer.state.history if "heads_kept" in r],
+                              cfg))
         trained_on = tuple(set(tasks) - set(selection_tasks(cfg, tasks)))
-        print(f"dev  {format_scores(results['dev'], tasks, trained_on)}")
-        print(f"test {format_scores(results['test'], tasks)}")
+        cut = {role: f" [on {cut_note(c)}]" for role, c in (cuts or {}).items()}
+        print(f"dev  {format_scores(results['dev'], tasks, trained_on)}{cut.get('dev', '')}")
+        print(f"test {format_scores(results['test'], tasks)}{cut.get('test', '')}")
         print(f"run folder: {run_dir}")
     return metrics
 

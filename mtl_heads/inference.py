@@ -48,7 +48,6 @@ from typing import Iterable, NamedTuple
 
 import torch
 from omegaconf import DictConfig, OmegaConf
-from tqdm.auto import tqdm
 
 from mtl_heads.build import load_run, pick_device
 from mtl_heads.config import ConfigError, load_saved_config, pos_column
@@ -57,6 +56,7 @@ from mtl_heads.data.errors import data_error
 from mtl_heads.data.sentence import Sentence
 from mtl_heads.data.text import check_words, tokenize_text
 from mtl_heads.precision import autocast, uses_bf16
+from mtl_heads.progress import progress_bar
 from mtl_heads.removal import HEADS, load_pruned
 from mtl_heads.runs import is_run_dir
 
@@ -225,7 +225,8 @@ class Predictor:
             sentences: items as for :meth:`predict` (a string is one sentence of raw text, a list of
                 strings one sentence's words, a ``Sentence`` its words).
             batch_size: sentences per encoder pass.
-            progress: a tqdm progress bar (sentences) on stderr.
+            progress: a progress bar (sentences) on stderr; plain lines when stderr is not a terminal
+                (:mod:`mtl_heads.progress`).
 
         Returns:
             ``Prediction(sentences, stats)``.
@@ -259,7 +260,7 @@ class Predictor:
         joined: dict[int, list] = {}  # sentence index -> [(offset, {task: prediction})] of its pieces
         pad_id = encoder.tokenizer.pad_token_id
         batches = length_batches([len(e.input_ids) for e, _, _ in work], batch_size)
-        with tqdm(total=len(work), unit="sent", desc="predict", disable=not progress, dynamic_ncols=True) as bar:
+        with progress_bar(total=len(work), unit="sent", desc="predict", disable=not progress) as bar:
             for ids in batches:
                 chunk = [work[j] for j in ids]
                 batch = collate([e for e, _, _ in chunk], pad_id, self.device)

@@ -30,9 +30,10 @@ FALLBACK_SENTENCES = [
 def check_batches(run, n: int, device) -> tuple[list[dict], str]:
     """Batches of up to ``n`` dev sentences of the run (or fixed sentences when its data is unavailable)."""
     data = copy.deepcopy(run.cfg.data)
-    data.max_sentences = n
+    data.max_eval_sentences = n  # dev alone is read, and only its first n are wanted
     try:
-        sentences = load_corpus(data, {layer for task in run.tasks.values() for layer in task.needs})["dev"][:n]
+        sentences = load_corpus(data, {layer for task in run.tasks.values() for layer in task.needs},
+                                roles=("dev",))["dev"][:n]
         source = f"{len(sentences)} dev sentences"
     except (ConfigError, DataError, OSError):
         sentences = []

@@ -27,7 +27,7 @@ from mtl_heads.config import PRUNE_MODES, ConfigError
 from mtl_heads.precision import fp32
 
 __all__ = ["LAMBDA_DEFAULTS", "MTL_LAMBDA", "LagrangianBudget", "resolve_lambda", "resolve_budget", "Sparsity",
-           "sparsity_from_config", "PRUNE_MODES", "prune_mode"]
+           "sparsity_from_config", "PRUNE_MODES", "prune_mode", "budget_gap", "budget_line"]
 
 # task -> L0 weight used by the reference scripts (background.md, section 1)
 LAMBDA_DEFAULTS: dict[str, float] = {"pos": 0.01, "dep": 0.01, "con": 0.01, "srl": 0.001, "ner": 0.0002}
@@ -177,3 +177,46 @@ def sparsity_from_config(cfg, gate: nn.Module | None) -> Sparsity:
     n_heads = gate.expected_l0().numel() if gate is not None and hasattr(gate, "expected_l0") else 0
     budget = resolve_budget(cfg.prune.budget, n_heads, getattr(gate, "group_size", 1)) if n_heads else None
     return Sparsity(gate, mode, resolve_lambda(cfg.prune["lambda"], list(cfg.tasks)), budget)
+
+
+# --- how far a run ended from its budget ----------------------------------------------------------
+def budget_gap(target: int, kept: int) -> dict[str, int]:
+    """``{"target", "kept", "gap"}`` of a budget run (``metrics.json``'s ``budget``): the heads asked for,
+    the heads its model keeps, and ``kept - target`` (> 0: more heads than the budget; 0: met)."""
+    return {"target": int(target), "kept": int(kept), "gap": int(kept) - int(target)}
+
+
+def budget_line(gap: dict[str, int], kept_per_epoch: list[int], cfg) -> str:
+    """One line for the end of a budget run: how far the kept count is from the budget and what closes
+    the gap, naming the run's own values of the keys that do.
+
+    The budget is met in expectation by the Lagrangian controller (:class:`LagrangianBudget`): its
+    multipliers move by Adam steps of size ``prune.lr_lagrangian``, up while the expected count is
+    above the target and down while below, and the gates follow at ``train.lr_gate``. A budget run
+    keeps ``round(expected count)`` heads (``eval_keep_expected`` of the gate), so a gap at the end is
+    a controller that has not settled: the gates were still closing (every epoch on the same side of
+    the budget), or the count swings around it (an epoch on the other side). Either way more steps
+    settle it; a slow approach also closes sooner with a larger multiplier step or gate rate.
+
+    Args:
+        gap: :func:`budget_gap`'s record.
+        kept_per_epoch: heads kept at the end of each epoch (the history's ``heads_kept``).
+        cfg: the run config (its ``train.epochs``, ``train.lr_gate`` and ``prune.lr_lagrangian`` are named).
+    """
+    from omegaconf import OmegaConf
+
+    target, kept, off = gap["target"], gap["kept"], gap["gap"]
+    epochs, lr_lagrangian, lr_gate = (OmegaConf.select(cfg, key) for key in
+                                      ("train.epochs", "prune.lr_lagrangian", "train.lr_gate"))
+    head = f"budget {target} heads: {kept} kept"
+    per_epoch = ", ".join(str(k) for k in kept_per_epoch)
+    if off == 0:
+        return f"{head}, the budget is met (per epoch: {per_epoch})"
+    head += f", {abs(off)} {'over' if off > 0 else 'under'} (per epoch: {per_epoch})"
+    steps = f"more epochs (train.epochs, now {epochs}) or more training sentences"
+    if any((k - target) * off < 0 for k in kept_per_epoch):  # an epoch on the other side of the budget
+        return (f"{head}: the count still swings around the budget; the controller settles with {steps} "
+                f"(the step size of its multipliers: prune.lr_lagrangian, now {lr_lagrangian})")
+    return (f"{head}: the gates were still {'closing' if off > 0 else 'opening'} when training ended; what closes "
+            f"the gap: {steps}, a larger prune.lr_lagrangian (now {lr_lagrangian}: how fast the budget's pull grows) "
+            f"or train.lr_gate (now {lr_gate}: how fast the gates follow)")

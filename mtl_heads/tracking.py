@@ -7,7 +7,9 @@ Every W&B run made by this project (``python -m mtl_heads.train``, ``python -m m
 - group: the experiment (config ``experiment``; without one, the setting name ``pos-ner``,
   ``dep-dynamic``), so the seeds of one setting and their pruned models and probes sit together;
 - job_type: ``train`` (plain training), ``prune`` (training with gates pruned, ``prune.mode`` static
-  or dynamic, and the head removal of ``python -m mtl_heads.prune``, tagged ``removal``), ``probe``;
+  or dynamic), ``probe``; the head removal of ``python -m mtl_heads.prune`` continues its training run's
+  W&B run online, and offline is a run of its own linked to it (:func:`log_head_removal`; tagged
+  ``removal``, its keys under ``removal/``);
 - tags: ``wandb.tags`` plus the tasks, ``stl``/``mtl``, ``prune:<mode>``, ``encoder:<name>``, ``seed:<n>``;
 - config: the run folder's resolved config.
 
@@ -18,7 +20,8 @@ layer, head, gate), ``gates/heatmap`` (an image) and ``gates/kept``.
 ``wandb.mode=auto`` follows the ``WANDB_MODE`` environment variable when it is set, else logs online
 when ``WANDB_API_KEY`` is set and offline otherwise (no key needed; upload later with
 ``wandb sync <folder>/wandb/offline-run-*``); ``disabled`` turns it off. The W&B run id is kept in
-the run folder so that a resumed run continues the same W&B run. When an offline run finishes, the
+the run folder (``wandb_id``, and the last step logged in ``wandb_step``) so that a resumed run (and,
+online, the head removal) continues the same W&B run. When an offline run finishes, the
 command prints where it went (:func:`offline_message`, the one place for train, prune and probe):
 ``W&B: offline run written to <folder>; upload with `wandb sync <folder>```.
 """
@@ -39,6 +42,8 @@ from mtl_heads.sparsity import prune_mode
 
 MODES = ("auto", "online", "offline", "disabled")
 JOB_TYPES = ("train", "prune", "probe")
+ID_FILE = "wandb_id"      # in a run folder: its W&B run id
+STEP_FILE = "wandb_step"  # in a run folder: the last step its training logged (the removal logs after it)
 
 
 def resolve_mode(mode: str) -> str:
@@ -184,16 +189,17 @@ class Tracker:
 
     Args:
         cfg: the resolved run config (its ``wandb`` section is read).
-        run_dir: the run folder (W&B files go to ``run_dir/wandb``; the id to ``run_dir/wandb_id``).
+        run_dir: the run folder (W&B files go to ``run_dir/wandb``; the id to ``run_dir/wandb_id``, and at
+            :meth:`finish` the last step logged to ``run_dir/wandb_step``).
         enabled: False on non-zero DDP ranks.
     """
 
     def __init__(self, cfg, run_dir: Path, enabled: bool = True):
-        self.run = None
+        self.run, self.run_dir, self.step = None, run_dir, None
         mode = resolve_mode(cfg.wandb.mode)
         if not enabled or mode == "disabled":
             return
-        id_file = run_dir / "wandb_id"
+        id_file = run_dir / ID_FILE
         run_id = id_file.read_text().strip() if id_file.exists() else uuid.uuid4().hex[:12]
         id_file.write_text(run_id)
         self.name = cfg.wandb.name or run_dir.name
@@ -203,6 +209,7 @@ class Tracker:
     def log(self, metrics: dict, step: int) -> None:
         if self.run is not None:
             self.run.log(metrics, step=step)
+            self.step = step if self.step is None else max(self.step, step)
 
     def log_gates(self, values: torch.Tensor, step: int) -> None:
         """Gate values ``[layers, heads]``: one scalar per head, a table, a heatmap image, the kept count."""
@@ -217,47 +224,89 @@ class Tracker:
 
     def finish(self) -> None:
         if self.run is not None:
+            if self.step is not None:
+                (self.run_dir / STEP_FILE).write_text(str(self.step))
             self.run.finish()
             self.run = None
 
 
 def log_head_removal(wandb_cfg, run_path: Path, run_cfg, out: Path, gates: torch.Tensor,
                      heads_per_layer: list[int], numbers: dict, options: dict) -> str | None:
-    """Log ``python -m mtl_heads.prune`` (job_type ``prune``, tag ``removal``, the trained run's group
-    and tags) to a W&B run in ``out/wandb``; returns its id (None when disabled or when W&B fails,
+    """Log ``python -m mtl_heads.prune``; returns the W&B run id (None when disabled or when W&B fails,
     which is reported on stderr: the pruned folder is written either way).
 
+    Online, the training's W&B run (``run_path/wandb_id``) is continued (``resume="allow"``, W&B files
+    in ``run_path/wandb``) with the training's project, entity, name, group, job type and tags, plus the
+    tag ``removal``: one run holds the training and its head removal. Offline, and for a run trained
+    without W&B, the removal gets a run of its own in ``out/wandb`` (job type ``prune``, name
+    ``<run>-pruned``, the training's group and tags plus ``removal``, the training's id in the config's
+    ``removal.training_run``): W&B cannot resume an offline run, and ``wandb sync`` of a second offline
+    folder with the same id has replaced the first's history (wandb/wandb#3841, #5865), which would
+    lose the training's curves. Either way the config gains ``removal`` (the command's ``options``,
+    ``run`` and ``out``) and everything logged is under ``removal/``: the table
+    ``removal/heads_per_layer``, the gates before removal (``removal/gates/table``,
+    ``removal/gates/heatmap``, ``removal/gates/kept``), one history row (in a continued run at the step
+    after the training's last, ``run_path/wandb_step``), and the summary ``removal/<number>``.
+
     Args:
-        wandb_cfg: a ``wandb`` section (see :func:`wandb_section`).
+        wandb_cfg: the command's ``wandb`` section (see :func:`wandb_section`): its mode is used; its
+            project only for a run of its own (a continued run stays in the training's project).
         run_path: the trained run folder; run_cfg: its config (the W&B config, under ``removal``
             the command's ``options`` and ``run_path``).
         out: the pruned model folder.
-        gates: the run's gate values ``[layers, heads]`` (logged as ``gates/table`` and ``gates/heatmap``).
+        gates: the run's gate values ``[layers, heads]`` (logged as ``removal/gates/table`` and ``.../heatmap``).
         heads_per_layer: heads kept in each layer (logged as the table ``removal/heads_per_layer``).
         numbers: scalars for the summary (heads kept, parameter counts, output differences).
     """
     import sys
 
+    run_path = Path(run_path)
     config = {**OmegaConf.to_container(run_cfg, resolve=True),
               "removal": {**options, "run": str(run_path), "out": str(out)}}
+    training_id = _read_text(run_path / ID_FILE)
+    config["removal"]["training_run"] = training_id or None
     try:
-        run = start_run(wandb_cfg, out, "prune", config, run_cfg=run_cfg, name=f"{Path(run_path).name}-pruned",
-                        extra_tags=("removal",))
+        if attaches(wandb_cfg.mode, training_id):
+            trained = OmegaConf.select(run_cfg, "wandb", default=None) or {}
+            section = wandb_section(wandb_cfg.mode, trained.get("project") or wandb_cfg.project, trained.get("entity"),
+                                    trained.get("name"), list(trained.get("tags") or []))
+            last = _read_text(run_path / STEP_FILE)
+            step = int(last) + 1 if last.isdigit() else None
+            run = start_run(section, run_path, job_type(run_cfg), config, run_cfg=run_cfg, name=run_path.name,
+                            extra_tags=("removal",), run_id=training_id)
+        else:
+            step = None
+            run = start_run(wandb_cfg, out, "prune", config, run_cfg=run_cfg, name=f"{run_path.name}-pruned",
+                            extra_tags=("removal",))
         if run is None:
             return None
         import wandb
 
         try:
             run.log({"removal/heads_per_layer": wandb.Table(columns=["layer", "kept"], data=[
-                [i, k] for i, k in enumerate(heads_per_layer)])}, commit=False)  # one history row with the gates
-            log_gate_pictures(run, gates, f"{Path(run_path).name}: gates before removal")
-            run.summary.update(numbers)
+                [i, k] for i, k in enumerate(heads_per_layer)])}, step=step, commit=False)  # one row with the gates
+            log_gate_pictures(run, gates, f"{run_path.name}: gates before removal", step=step, prefix="removal/gates")
+            run.summary.update({f"removal/{k}": v for k, v in numbers.items()})
             return run.id
         finally:
             run.finish()
     except Exception as err:  # noqa: BLE001 -- W&B's own errors (no network, bad key) must not undo the pruning
         print(f"warning: W&B logging ({wandb_cfg.mode}) failed: {err}", file=sys.stderr)
         return None
+
+
+def attaches(mode: str, training_id: str) -> bool:
+    """Does the head removal continue the training's W&B run: only online, with the training's id
+    (``mode``: a ``wandb.mode``; :func:`log_head_removal` says why not offline)."""
+    return bool(training_id) and resolve_mode(mode) == "online"
+
+
+def _read_text(path: Path) -> str:
+    """The stripped text of ``path``; empty when it does not exist or cannot be read."""
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
 
 
 def wandb_section(mode: str = "auto", project: str = "mtl-heads", entity: str | None = None,

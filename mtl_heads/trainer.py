@@ -12,7 +12,6 @@ from typing import Callable
 import numpy as np
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from mtl_heads.data.batching import Example, collate, epoch_plan, length_batches
 from omegaconf import OmegaConf
@@ -22,6 +21,7 @@ from mtl_heads.files import (RefusedFile, UnreadableFile, fsync_dir, load_state,
                               save_tensors)
 from mtl_heads.parallel import Replicated, training_bytes
 from mtl_heads.precision import autocast, uses_bf16
+from mtl_heads.progress import progress_bar, write
 from mtl_heads.sparsity import prune_mode, sparsity_from_config
 
 
@@ -324,8 +324,8 @@ class Trainer:
             return False
         if self.state.epoch - self.state.best_epoch >= patience:
             if self.rank == 0:
-                tqdm.write(f"stopped after epoch {self.state.epoch}: no better dev score for {patience} epochs "
-                           f"(the best: epoch {self.state.best_epoch})")
+                write(f"stopped after epoch {self.state.epoch}: no better dev score for {patience} epochs "
+                      f"(the best: epoch {self.state.best_epoch})")
             return True
         return False
 
@@ -334,16 +334,17 @@ class Trainer:
         plan = epoch_plan(self._train_batches(epoch), self.tc.sampling_alpha,
                           random.Random(f"{self.cfg.seed}-plan-{epoch}"))
         self.model.train()
-        bar = tqdm(total=len(plan), initial=self.state.step_in_epoch, desc=f"epoch {epoch + 1}/{self.tc.epochs}",
-                   disable=self.rank != 0 or not self.tc.progress, dynamic_ncols=True, leave=False)
+        # on a terminal a bar that vanishes at the epoch's end; in a log, a few plain lines and the epoch's own
+        bar = progress_bar(total=len(plan), initial=self.state.step_in_epoch, desc=f"epoch {epoch + 1}/{self.tc.epochs}",
+                           disable=self.rank != 0 or not self.tc.progress, summary=True)
         for task, batch_ids in plan[self.state.step_in_epoch:]:
             loss = self._step(task, [self.examples["train"][task][i] for i in batch_ids])
             if self.memory is None:
                 self._report_memory()
             self.state.step_in_epoch += 1
             self.state.global_step += 1
+            bar.set_postfix(task=task, loss=f"{loss:.3f}")  # first: a plain line written by update shows this step
             bar.update(1)
-            bar.set_postfix(task=task, loss=f"{loss:.3f}")
             if self.state.global_step % 20 == 0:
                 self.tracker.log({f"train/loss/{task}": loss, **self._train_stats()}, step=self.state.global_step)
             if self.tc.checkpoint_every and self.state.global_step % self.tc.checkpoint_every == 0:
@@ -386,8 +387,8 @@ class Trainer:
         if self.rank == 0:
             mb = {k: f"{v / 2**20:.1f} MB" for k, v in self.memory.items()}
             how = self.parallel.name if self.world > 1 else "one process"
-            tqdm.write(f"training memory of rank 0 ({how}): parameters {mb['parameters']}, gradients "
-                       f"{mb['gradients']}, optimiser state {mb['optimizer']}")
+            write(f"training memory of rank 0 ({how}): parameters {mb['parameters']}, gradients "
+                  f"{mb['gradients']}, optimiser state {mb['optimizer']}")
 
     def _checkpoint_note(self) -> str:
         """Where a stopped run can be resumed from, for messages."""
@@ -427,9 +428,10 @@ class Trainer:
             self.tracker.log({**flat, "dev/mean": mean, "epoch": self.state.epoch + 1}, step=self.state.global_step)
             self.tracker.log_gates(self.model.encoder.gate_values().cpu(), step=self.state.global_step)
             trained_on = tuple(set(self.tasks) - set(selection_tasks(self.cfg, self.tasks)))
-            tqdm.write(f"epoch {self.state.epoch + 1}: dev " + format_scores(scores, self.tasks, trained_on)
-                       + f" | mean {mean:.2f}" + (f" | heads kept {kept}" if self.sparsity.active else "")
-                       + (" (best)" if improved and self.select == "best" else ""))
+            write(f"epoch {self.state.epoch + 1}: dev " + format_scores(scores, self.tasks, trained_on)
+                  + f" | mean {mean:.2f}" + (f" | heads kept {kept}" if self.sparsity.active else "")
+                  + (f" (budget {self.sparsity.controller.target})" if self.sparsity.controller is not None else "")
+                  + (" (best)" if improved and self.select == "best" else ""))
         self.state.epoch += 1
         self.state.step_in_epoch = 0
         self.save_checkpoint()
@@ -494,7 +496,7 @@ def evaluate_examples(model, tasks: dict, examples: dict, device: torch.device, 
         chunk_of = examples.get(name, [])
         metric = task.metric()
         batches = length_batches([len(e.input_ids) for e in chunk_of], batch_size)
-        for ids in tqdm(batches, desc=f"{desc} {name}".strip(), leave=False, dynamic_ncols=True, disable=not progress):
+        for ids in progress_bar(batches, desc=f"{desc} {name}".strip(), disable=not progress):
             chunk = [chunk_of[i] for i in ids]
             batch = collate(chunk, pad_id, device)
             with autocast(device, precision):

@@ -26,11 +26,11 @@ import numpy as np
 import pandas as pd
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 # the scoring helpers live in the core, shared with causal head ablation; imported from here too
 from mtl_heads.scoring import CLOSED_BELOW, eval_mode, open_heads, task_batches, task_score
 from mtl_heads.data.batching import Example
+from mtl_heads.progress import progress_bar
 from mtl_heads.trainer import move_to
 
 __all__ = ["eval_mode", "open_heads", "task_batches",
@@ -112,7 +112,7 @@ def single_head_ablation(model: nn.Module, batches_by_task: dict, skip_closed: b
     candidates = open_heads(encoder) if skip_closed else torch.ones_like(ones, dtype=torch.bool)
     mask = ones.clone()
     with eval_mode(model), encoder.mask_heads(mask):  # the gate reads ``mask`` at every forward
-        for layer, head in tqdm(candidates.nonzero().tolist(), desc="ablation", disable=not progress):
+        for layer, head in progress_bar(candidates.nonzero().tolist(), desc="ablation", disable=not progress):
             mask.fill_(1.0)
             mask[layer, head] = 0.0
             for task, batches in batches_by_task.items():

@@ -16,6 +16,7 @@ import torch
 from mtl_heads.config import ConfigError
 from mtl_heads.data.batching import Example, collate, length_batches, tokenize
 from mtl_heads.precision import full_precision
+from mtl_heads.progress import progress_bar
 from probes.base import Probe, ProbeBatch, ProbeContext, capture_head_contexts
 
 __all__ = ["examples_for", "probe_batches", "run_probes"]
@@ -40,14 +41,12 @@ def probe_batches(encoder, examples: list[Example], batch_size: int, device: tor
         encoder: a ``GatedEncoder`` in eval mode on ``device``.
         batch_size: sentences per batch.
         attentions: capture attention maps too (eager attention); False: head contexts only.
-        progress: show a tqdm bar named ``desc``.
+        progress: show a progress bar named ``desc`` (plain lines when stderr is not a terminal).
     """
     pad = encoder.tokenizer.pad_token_id if encoder.tokenizer.pad_token_id is not None else 0
     order = length_batches([len(e.input_ids) for e in examples], batch_size)
     if progress:
-        from tqdm import tqdm
-
-        order = tqdm(order, desc=desc, unit="batch", leave=False)
+        order = progress_bar(order, desc=desc, unit="batch")
     with capture_head_contexts(encoder) if not attentions else _nothing() as store:
         for indices in order:
             chosen = [examples[i] for i in indices]

@@ -12,7 +12,8 @@ import torch
 import yaml
 
 from mtl_heads.ablation import (METHODS, drop_summary, head_grid, kv_block, matched_sets, mean_contexts,
-                                one_sided_p, possible_sets, resample_donors, task_batches, task_score)
+                                one_sided_p, possible_sets, resample_donors, table_lines, task_batches, task_score)
+from mtl_heads.commands.ablate import judge, sets_needed
 from mtl_heads.encoder import GatedEncoder
 from mtl_heads.gating import FixedGate
 from mtl_heads.headsets import head_name, parse_head
@@ -201,6 +202,76 @@ def test_p_value_and_summary_by_hand():
     assert summary["null_95"] == pytest.approx(np.percentile([1, 5, 20, 0], 95))
 
 
+def judged(methods: dict[str, dict[str, list[float]]], sets: int, possible: int = 10**6, base: float = 90.0) -> dict:
+    """A made-up record judged as the command does: per method and task, [ablated score, random sets' scores...]."""
+    record = {"heads": ["L0H1"], "source": "list", "random_sets": sets, "seed": 0, "heads_per_layer": [1, 0],
+              "split": "test", "possible_sets": possible, "notes": [],
+              "methods": {m: {t: drop_summary("acc", base, scores[0], scores[1:]) for t, scores in by_task.items()}
+                          for m, by_task in methods.items()}}
+    return judge(record)
+
+
+def test_verdicts_holm_over_the_table_by_hand():
+    """2 methods x 2 tasks, 20 random sets: p = 1/21, 3/21, 11/21, 21/21; Holm over the 4 by hand:
+    4/21, 3 * 3/21 = 9/21, 2 * 11/21 = 22/21 -> 1, 1 (monotone). The floor 1/21 at zero pos; no test can
+    pass (4/21 >= 0.05): 80 sets are needed (4/81 < 0.05 <= 4/80)."""
+    scores = {"zero": {"pos": [80.0] + [89.0] * 20,                       # every random set drops less: p 1/21
+                       "dep": [80.0] + [79.0] * 2 + [89.0] * 18},         # 2 drop more: p 3/21
+              "mean": {"pos": [80.0] + [79.0] * 10 + [89.0] * 10,         # p 11/21
+                       "dep": [89.5] + [80.0] * 20}}                      # p 21/21
+    record = judged(scores, 20)
+    results = [r for by_task in record["methods"].values() for r in by_task.values()]
+    assert [r["p"] for r in results] == pytest.approx([1 / 21, 3 / 21, 11 / 21, 1.0])
+    assert [r["p_holm"] for r in results] == pytest.approx([4 / 21, 9 / 21, 1.0, 1.0])
+    assert [r["p_at_floor"] for r in results] == [True, False, False, False]
+    assert {r["verdict"] for r in results} == {"not shown"}
+    verdicts = record["verdicts"]
+    assert verdicts["tests"] == 4 and verdicts["alpha"] == 0.05 and verdicts["p_floor"] == pytest.approx(1 / 21)
+    assert verdicts["smallest_p_holm"] == pytest.approx(4 / 21) and verdicts["sets_needed"] == 80
+    assert any(n.startswith("warning: no test can pass") and "random_sets=80" in n for n in verdicts["notes"])
+    assert any(n.startswith("* p at its floor 1/21") and "(zero pos)" in n for n in verdicts["notes"])
+    lines = table_lines(record)
+    assert lines[2].endswith("Holm p  verdict") and lines[3].split()[-4:] == ["0.048*", "0.190", "not", "shown"]
+    assert sum(line.startswith("verdict: needed when") for line in lines) == 1 and "over the 4 tests" in lines[7]
+
+
+def test_verdicts_with_enough_sets_and_a_negative_drop():
+    """99 random sets, 2 tests: p 1/100 and 3/100 -> Holm 2/100 and 3/100, both below 0.05; a p at the floor
+    whose drop is negative (every random set cost even more) is "not shown"."""
+    record = judged({"zero": {"pos": [80.0] + [89.0] * 99, "dep": [80.0] + [79.0] * 2 + [89.0] * 97}}, 99)
+    pos, dep = record["methods"]["zero"]["pos"], record["methods"]["zero"]["dep"]
+    assert (pos["p_holm"], dep["p_holm"]) == pytest.approx((2 / 100, 3 / 100))
+    assert pos["verdict"] == dep["verdict"] == "needed" and pos["p_at_floor"] and not dep["p_at_floor"]
+    assert not any(n.startswith("warning") for n in record["verdicts"]["notes"])
+    better = judged({"zero": {"pos": [90.5] + [93.0] * 99}}, 99)["methods"]["zero"]["pos"]  # drop -0.5, p 1/100
+    assert better["p"] == pytest.approx(1 / 100) and better["p_holm"] == pytest.approx(1 / 100)
+    assert better["verdict"] == "not shown"
+
+
+def test_verdicts_of_a_fixed_null_and_the_sets_needed():
+    record = judged({"zero": {"pos": [80.0] + [80.0] * 5}}, 5, possible=1)  # every random set is the set itself
+    result = record["methods"]["zero"]["pos"]
+    assert result["verdict"] == "cannot be tested" and result["p_holm"] is None
+    assert record["verdicts"]["tests"] == 0 and record["verdicts"]["sets_needed"] is None
+    assert [sets_needed(m, 0.05) for m in (1, 2, 3, 6, 15)] == [20, 40, 60, 120, 300]
+
+
+def test_committed_study_records_read_and_judge():
+    """The study's ablation.json files (written before the verdicts) print as before, judge, and still
+    feed claim 6's reader."""
+    from mtl_heads.reports.claims import read_ablations
+
+    root = Path(__file__).resolve().parents[1] / "docs" / "ewt-study"
+    found, notes = read_ablations([str(root)])
+    assert len(found) >= 1 and not notes
+    for _, record in found:
+        assert "verdicts" not in record and not table_lines(record)[2].endswith("verdict")
+        plain = len(table_lines(record))
+        copy = judge(json.loads(json.dumps(record)))
+        assert len(table_lines(copy)) > plain and all(r["verdict"] in ("needed", "not shown")
+                                                      for by_task in copy["methods"].values() for r in by_task.values())
+
+
 def test_head_names():
     assert head_grid(["L0H1", "l1h3"], 2, 4).tolist() == [[False, True, False, False], [False, False, False, True]]
     for names, message in ((["L2H0"], "outside the 2 x 4 grid"), (["L0H1", "L0H1"], "twice"),
@@ -281,12 +352,19 @@ def test_command_end_to_end(runs, tmp_path, capsys, kind, monkeypatch):
             assert r["drop"] == pytest.approx(r["base"] - r["ablated"]) and 1 / 6 <= r["p"] <= 1
     printed = capsys.readouterr().out
     assert "resample  dep" in printed and "wrote" in printed
+    # 3 methods x 2 tasks = 6 tests, 5 random sets: Holm's smallest p is 6/6, so 120 sets are needed
+    assert record["verdicts"]["tests"] == 6 and record["verdicts"]["sets_needed"] == 120
+    assert all(r["verdict"] == "not shown" and r["p_holm"] >= r["p"] for by_task in record["methods"].values()
+               for r in by_task.values())
+    assert "warning: no test can pass" in printed and "random_sets=120" in printed
+    assert printed.count("verdict: needed when") == 1
 
     every = ",".join(f"L{layer}H{head}" for layer in range(LAYERS) for head in range(HEADS))
     code, record = ablate(runs[kind], f"heads={every}", "random_sets=3", "methods=zero", "progress=false",
                           f"out={tmp_path / 'every'}")
     assert code == 0 and record["degenerate"] and record["possible_sets"] == 1
     assert "degenerate" in record["notes"][0] and all(r["p"] == 1 for r in record["methods"]["zero"].values())
+    assert {r["verdict"] for r in record["methods"]["zero"].values()} == {"cannot be tested"}
     closed = closed_scores(runs[kind], [(layer, head) for layer in range(LAYERS) for head in range(HEADS)])
     if kind == "bert":  # one full layer: the null varies in the other layer only
         code, partial = ablate(runs[kind], "heads=L0H0,L0H1,L0H2,L0H3,L1H0", "random_sets=2", "methods=zero",

@@ -4,6 +4,7 @@ model (brute force, per head), causal rows that never point forward, reports and
 ignore the file, the HTML fragment, and the fragment in a real headless Chromium (skipped when absent)."""
 from __future__ import annotations
 
+import html
 import json
 import re
 import shutil
@@ -17,7 +18,8 @@ from mtl_heads.commands.probe import run
 from mtl_heads.data.sentence import Sentence
 from mtl_heads.encoder import GatedEncoder
 from mtl_heads.probing import with_sink
-from mtl_heads.reports.attention_view import CAUSAL_TEXT, attention_html, best_probe_heads, read_samples
+from mtl_heads.reports.attention_view import (CAUSAL_TEXT, MIN_LABEL_COUNT, attention_html, best_probe_heads,
+                                              note_text, read_samples)
 from mtl_heads.reports.probe_report import read_report
 from probes import PROBES
 from probes.base import ProbeContext
@@ -237,12 +239,48 @@ def test_view_picks_the_best_probe_heads_and_stays_small(reports):
     fragment = attention_html(pair)
     data = payload(fragment)
     assert data["heads"] and len(data["heads"]) <= 8
-    assert any(note.startswith("pretrained: dep ") for notes in data["notes"].values() for note in notes)
+    notes = [note for notes in data["notes"].values() for note in notes]
+    assert data["min_count"] == MIN_LABEL_COUNT and all(n["n"] is None or n["n"] >= MIN_LABEL_COUNT for n in notes)
+    every = payload(attention_html(pair, min_count=1))  # the tiny demo's labels are rare: all of them
+    assert any(n["report"] == "pretrained" and n["probe"] == "dep" and n["n"]
+               for ns in every["notes"].values() for n in ns)
     assert len(fragment) < 150_000
     # the bound behind "small": the code and grid, plus at most 2 numbers of <= 4 characters per kept target
     samples = [samples_of(reports[n]) for n in ("bert", "gpt2")]
     tokens = sum(len(s["tokens"]) for d in samples for s in d["sentences"])
     assert len(fragment) < 25_000 + len(data["heads"]) * tokens * (5 * 2 * 5 + 4)
+
+
+def labelled_report(folder: Path) -> Path:
+    """A probe report folder of a 1-layer, 2-head model: pos labels of counts 100, 1, 19 and 20 (the
+    best heads 0.0, 0.0, 0.1, 0.1) and attention samples of one sentence."""
+    folder.mkdir(parents=True)
+    meta = {"probes": {"pos": {}}, "families": {"pos": {"labels": {"unit": "%"}}}}
+    (folder / "report.json").write_text(json.dumps(meta))
+    (folder / "pos_summary.csv").write_text("layer,head,label,score,count\n0,0,NN,50.0,100\n0,0,XX,100.0,1\n"
+                                           "0,1,LS,100.0,19\n0,1,DT,61.25,20\n")
+    rows = [[[0, 1000], [1, 600, 2, 400], [2, 1000]]] * 2  # [head][token]: (target, weight x 1000) pairs
+    (folder / FILE).write_text(json.dumps({"layers": 1, "heads": 2, "sentences": [
+        {"words": ["a", "b"], "tokens": ["[CLS]", "a", "b"], "first_word": 1, "rows": [rows]}]}))
+    return folder
+
+
+def test_head_notes_count_each_label_and_leave_out_rare_ones(tmp_path):
+    report = [("pretrained", labelled_report(tmp_path / "r"))]
+    fragment = attention_html(report, {"g": [(0, 0), (0, 1)]})
+    data = payload(fragment)
+    fields = {k: [(n["report"], n["probe"], n["label"], n["n"]) for n in v] for k, v in data["notes"].items()}
+    assert data["min_count"] == MIN_LABEL_COUNT == 20
+    assert fields == {"0.0": [("pretrained", "pos", "NN", 100)], "0.1": [("pretrained", "pos", "DT", 20)]}
+    assert data["notes"]["0.1"][0]["score"] == "61.2%"  # the report's unit
+    assert note_text(data["notes"]["0.0"][0]) == "pretrained: pos NN 50.0% (n=100)"
+    titles = dict(re.findall(r'data-head="([\d.]+)"[^>]*title="([^"]*)"', fragment))
+    assert html.unescape(titles["0.1"]).split("\n")[1:] == [note_text(n) for n in data["notes"]["0.1"]]
+    # another minimum: it is what the data and the intro carry, and the rare labels come back
+    low = payload(attention_html(report, {"g": [(0, 0), (0, 1)]}, min_count=1))
+    assert low["min_count"] == 1 and [n["n"] for n in low["notes"]["0.0"]] == [100, 1]
+    intro = re.search(r'<p class="att-intro">(.*?)</p>', attention_html(report, min_count=7)).group(1)
+    assert re.search(r"\b7\b", intro) and not re.search(r"\b20\b", intro)
 
 
 # ---------------------------------------------------------------------- in a browser
@@ -251,6 +289,22 @@ ARCS = ("return Array.from(document.querySelectorAll('.att-panel')).map(function
         "  s ? s.querySelectorAll('text[data-q]').length : 0,"
         "  Array.from(p.querySelectorAll('svg path')).map(function (a) {"
         "    return [+a.getAttribute('data-from'), +a.getAttribute('data-to'), +a.getAttribute('data-weight')]; })]; });")
+
+
+def test_head_notes_in_headless_chromium(tmp_path, monkeypatch):
+    monkeypatch.setenv("SE_OFFLINE", "true")
+    fragment = attention_html([("pretrained", labelled_report(tmp_path / "r"))], {"g": [(0, 0), (0, 1)]})
+    page = tmp_path / "page.html"
+    page.write_text(f'<!doctype html><html><head><meta charset="utf-8"><title>notes</title></head><body>{fragment}'
+                    "</body></html>")
+    driver = _browser(tmp_path)
+    try:
+        driver.get(page.as_uri())
+        driver.execute_script("return document.querySelector('button.att-head[data-head=\"0.1\"]');").click()
+        info = driver.execute_script("return document.getElementById('att-head-info').textContent;").split("\n")
+        assert info == ["L0H1: g"] + [note_text(n) for n in payload(fragment)["notes"]["0.1"]]
+    finally:
+        driver.quit()
 
 
 def test_view_draws_arcs_in_headless_chromium(reports, tmp_path, monkeypatch):
@@ -267,8 +321,9 @@ def test_view_draws_arcs_in_headless_chromium(reports, tmp_path, monkeypatch):
         driver.execute_script("return document.querySelector('button.att-head[data-head=\"1.3\"]');").click()
         assert "att-sel" in driver.execute_script(
             "return document.querySelector('button.att-head[data-head=\"1.3\"]').className;")
-        assert driver.execute_script("return document.getElementById('att-head-info').textContent;").startswith(
-            "L1H3: stem cells")
+        info = driver.execute_script("return document.getElementById('att-head-info').textContent;").split("\n")
+        assert info[0].startswith("L1H3: stem cells")
+        assert info[1:] == [note_text(n) for n in payload(fragment)["notes"]["1.3"]]  # the script's noteText
         panels = driver.execute_script(ARCS)
         assert [(p[0], p[1]) for p in panels] == [("att-panel-0", "pretrained"), ("att-panel-1", "decoder")]
         data = payload(fragment)

@@ -10,9 +10,10 @@ from scipy import stats
 
 from mtl_heads.commands.claims import main
 from mtl_heads.config import ConfigError
-from mtl_heads.reports.claims import (BEGIN, END, MARGIN, MATCHED_RULE, REGIME_NAMES, RULES, TOO_FEW, check_claims,
-                                      claims_markdown, holm, pooled_ablation, probe_skill, read_study, regime,
-                                      score_grid, splice, sp_vs_dp, stem_heads)
+from mtl_heads.reports.claims import (BEGIN, END, MARGIN, MATCHED_RULE, REGIME_NAMES, RULES, SCHEMA, TOO_FEW, Claim,
+                                      check_claims, claims_json, claims_markdown, holm, pooled_ablation, probe_skill,
+                                      read_study, regime, score_grid, splice, sp_vs_dp, stem_heads)
+from mtl_heads.reports.significance import format_p, format_significance
 from test_compare import make_run
 
 LAYERS, HEADS = 4, 6
@@ -124,10 +125,19 @@ def test_claims_numbers(study_dir):
     # shown and not counted
     p = stats.ttest_ind([95.0, 95.1, 94.8], [96.0, 96.2, 95.9], equal_var=False).pvalue
     ner_p = stats.ttest_ind([71.5, 70.0, 71.0], [70.0, 72.0, 71.0], equal_var=False).pvalue
-    lines = mtl.text_lines()
-    assert f"Welch p {p:.2g}, Holm {min(1, 2 * p):.2g}" in lines[0] and lines[0].endswith("MTL loses")
-    assert "STL 96.03 ± 0.15 (n=3)" in lines[0] and "difference -1.07" in lines[0]
-    assert f"Welch p {ner_p:.2g}, Holm {ner_p:.2g}, stable" in lines[1]  # not significant with any seed left out
+    pos_test, ner_test = mtl.tests["POS"], mtl.tests["NER"]
+    assert pos_test.p == pytest.approx(p) and pos_test.adjusted == pytest.approx(min(1, 2 * p)) and pos_test.significant
+    assert pos_test.what == {"regime": "none", "task": "pos", "models": ["STL", "MTL-2"], "score": "test pos accuracy",
+                             "statistic": "difference", "test": "welch", "confound": ""}
+    assert pos_test.value == pytest.approx(np.mean([95.0, 95.1, 94.8]) - np.mean([96.0, 96.2, 95.9]))
+    assert pos_test.numbers["stl_mean"] == pytest.approx(np.mean([96.0, 96.2, 95.9]))
+    assert sorted(pos_test.runs) == sorted(str(study_dir / m / f"seed{s}") for m in ("pos", "mtl") for s in (1, 2, 3))
+    assert ner_test.p == pytest.approx(ner_p) and ner_test.adjusted == pytest.approx(ner_p)
+    assert ner_test.stability == "stable"  # not significant with any seed left out
+    assert ner_test.what["confound"] == "trains on the dev split, not train"
+    lines = mtl.text_lines()  # the sentences carry the same numbers, p-values in the tests' slots
+    assert f"Welch p {format_p(pos_test.p)}, Holm {format_p(pos_test.adjusted)}" in lines[0]
+    assert lines[0].endswith("MTL loses") and "STL 96.03 ± 0.15 (n=3)" in lines[0] and "difference -1.07" in lines[0]
     assert lines[1].endswith("**confound**: trains on the dev split, not train: shown, not counted")
     assert mtl.answer == ("of the 1 tasks trained under equal conditions (POS), MTL-2 loses on 1 (POS) and gains on 0 "
                           "(none); not counted, confounded: NER")
@@ -144,11 +154,16 @@ def test_claims_numbers(study_dir):
     consistency = np.mean([np.corrcoef(runs[i], runs[j])[0, 1] for i, j in ((0, 1), (0, 2), (1, 2))])
     lines = overlap.text_lines()
     assert lines[0].startswith("dynamic pruning (DP), run-to-run consistency") and f"POS {consistency:.2f}, NER" in lines[0]
-    assert f"gate correlation {np.corrcoef(pos, ner)[0, 1]:.2f} (global null: mean" in lines[1]
-    assert "layer-aware: mean" in lines[1] and "the stricter: p" in lines[1]
-    assert "kept-head Jaccard 0.60" in lines[1]  # 6 shared of 10 kept by either
     test = overlap.tests["dynamic pruning (DP), POS & NER correlation"]
+    jaccard = overlap.tests["dynamic pruning (DP), POS & NER Jaccard"]
+    assert overlap.find(regime="dp", pair=("pos", "ner"), statistic="correlation") is test
+    assert overlap.find(regime="dp", pair=["pos", "ner"], statistic="jaccard") is jaccard
+    assert overlap.find(regime="sp") is None
+    assert test.value == pytest.approx(np.corrcoef(pos, ner)[0, 1])
+    assert jaccard.value == pytest.approx(0.6) and (jaccard.numbers["kept_a"], jaccard.numbers["kept_b"]) == (8, 8)
+    assert test.p == max(test.numbers["p_global"], test.numbers["p_layer"])  # the stricter of the two nulls
     assert test.significant and test.adjusted == pytest.approx(min(1, 2 * test.p))  # Holm over correlation, Jaccard
+    assert f"gate correlation {test.value:.2f} (global null: mean" in lines[1] and "kept-head Jaccard 0.60" in lines[1]
     assert overlap.answer == ("dynamic pruning (DP): kept-head Jaccard above both nulls for 1 of 1 pairs of tasks "
                               "that pruned (gate correlation: 1, replicated by it)")
     assert overlap.tests["dynamic pruning (DP), POS & NER Jaccard"].decides
@@ -156,23 +171,34 @@ def test_claims_numbers(study_dir):
 
     # 3. stem cells: the 6 heads both keep; 24 * (8/24)^2 = 2.7 by chance; within layers POS keeps 4, 2, 2, 0 and
     # NER 4, 2, 0, 2 of 6: 6 * (4/6)^2 + 6 * (2/6)^2 = 3.3
+    count = stem.tests["dynamic pruning (DP) count"]
+    assert count.what == {"regime": "dp", "tasks": ["pos", "ner"], "statistic": "stem cell count", "heads": sorted(STEM)}
+    assert count.value == 6 and count.numbers["every_seed"] == 6
+    assert count.numbers["chance"] == pytest.approx(24 * (8 / 24) ** 2)
+    assert count.numbers["chance_within_layers"] == pytest.approx(6 * (4 / 6) ** 2 + 6 * (2 / 6) ** 2)
+    tail = stats.hypergeom(24, 8, 8).sf(5)  # P(two random 8-sets of 24 share >= 6), about 0.003
+    assert abs(count.numbers["p_global"] - tail) < 0.003
+    assert count.p == max(count.numbers["p_global"], count.numbers["p_layer"])
     line = stem.text_lines()[0]
     assert "6 heads kept in all 2 tasks that pruned (POS, NER; heads kept 8, 8 of 24); chance 2.7 (p " in line
     assert "within layers 3.3 (p " in line and all(h in line for h in STEM)
-    tail = stats.hypergeom(24, 8, 8).sf(5)  # P(two random 8-sets of 24 share >= 6), about 0.003
-    p = float(line.split("chance 2.7 (p ")[1].split(")")[0])
-    assert abs(p - tail) < 0.003
+    probe = stem.find(regime="dp", probe="pos")
+    assert probe.key == "dynamic pruning (DP) POS probe" and probe.what["statistic"] == "mean percentile"
     assert "POS probe heads: mean percentile" in stem.lines[1] and "matched per layer" in stem.lines[1]
     assert stem.answer == "dynamic pruning (DP): count above both chances yes, best probe heads for 0 of 1 probes"
 
     # 4. probes: count-weighted best-head score, pretrained (3*50+30)/4 = 45, STL (3*(80+s)+40)/4, MTL (3*(60+s)+40)/4
     stl = [(3 * (80 + s) + 40) / 4 for s in (1, 2, 3)]
     multi = [(3 * (60 + s) + 40) / 4 for s in (1, 2, 3)]
+    sharpen, spread = probes.tests["POS STL vs pretrained"], probes.tests["POS STL vs MTL"]
+    assert sharpen.p == pytest.approx(stats.ttest_1samp(stl, 45.0).pvalue)
+    assert sharpen.numbers["pretrained"] == pytest.approx(45.0) and sharpen.value == pytest.approx(np.mean(stl) - 45)
+    assert spread.p == pytest.approx(stats.ttest_ind(stl, multi, equal_var=False).pvalue)
+    assert spread.value == pytest.approx(np.mean(stl) - np.mean(multi)) and spread.what["models"] == ["STL", "MTL-2"]
     lines = probes.text_lines()
     assert lines[0].startswith(f"POS probe: pretrained 45.00; STL POS {np.mean(stl):.2f} ± "
                                f"{np.std(stl, ddof=1):.2f} (n=3)")
-    assert f"one-sample t-test p {stats.ttest_1samp(stl, 45.0).pvalue:.2g}" in lines[0]
-    assert f"STL - MTL {np.mean(stl) - np.mean(multi):+.2f}" in lines[0]
+    assert f"one-sample t-test p {format_p(sharpen.p)}" in lines[0] and f"STL - MTL {spread.value:+.2f}" in lines[0]
     # He & Choi's figure is one label's best head: NN here 50 / 81, 82, 83 / 61, 62, 63
     assert lines[1] == ("POS probe, label NN alone (the best head's score on it, the figure He & Choi quote): "
                         "pretrained / STL / MTL-2 here 50.0 / 82.0 ± 1.0 / 62.0 ± 1.0; He & Choi 44.1 / 91.4 / 54.8")
@@ -185,8 +211,13 @@ def test_claims_numbers(study_dir):
     not_lower = stats.ttest_ind(dp + MARGIN, sp_scores, equal_var=False, alternative="greater")
     assert sp.tests["POS lower"].p == pytest.approx(lower) and sp.tests["POS not lower"].p == pytest.approx(
         not_lower.pvalue)
+    assert sp.tests["POS lower"].what == {"tasks": ["pos"], "setting": "POS", "regimes": ["dp", "sp"], "matched": False,
+                                          "score": "test pos accuracy", "statistic": "test score",
+                                          "hypothesis": "DP - SP < -0.5", "test": "welch one-sided"}
+    assert sp.tests["POS lower"].value == pytest.approx(-2.0) and sp.tests["POS fewer heads"].value == 0
     assert 0.05 < lower < 0.055 and f"DP more than 0.5 lower: p {lower:.3g}," in sp.text_lines()[0]  # 3 digits near 0.05
     bound = stats.ttest_ind(dp, sp_scores, equal_var=False, alternative="greater").confidence_interval(0.95).low
+    assert sp.tests["POS not lower"].numbers["lower_bound"] == pytest.approx(bound)
     assert sp.lines[0].startswith("POS: heads kept DP 8.0 ± 0.0 (n=3), SP 8.0 ± 0.0 (n=3); test accuracy DP 92.00, SP "
                                   f"94.00, DP - SP -2.00 (one-sided 95% lower bound {bound:+.2f}); DP fewer heads: ")
     assert "DP fewer heads: cannot be tested: no spread in either" in sp.text_lines()[0]
@@ -203,7 +234,8 @@ def test_claims_numbers(study_dir):
     text = claims_markdown(study, [mtl, overlap, stem, probes, sp, needed])
     assert "**5. Does DP keep fewer heads than SP" in text and "He & Choi: DP keeps fewer heads than SP" in text
     assert text.index("*Rule:* Replicated when MTL loses") < text.index("*Verdict:* **Replicated** (too few seeds")
-    assert "*Verdict:* **Cannot be tested**" in text and "\x00" not in text
+    assert "*Verdict:* **Cannot be tested**" in text
+    assert not any("{" + key + "}" in text for claim in (mtl, overlap, stem, probes, sp) for key in claim.tests)
 
 
 def test_a_setting_that_did_not_prune_is_left_out(study_dir):
@@ -214,7 +246,7 @@ def test_a_setting_that_did_not_prune_is_left_out(study_dir):
                  heads_kept=24, prune={"mode": "dynamic", "lambda": "auto"})
     study = read_study([str(study_dir)])
     _, overlap, stem, *_ = check_claims(study, stability=False)
-    srl = [line for line in overlap.text_lines() if "POS & SRL" in line][0]
+    srl = next(line for line in overlap.text_lines() if "POS & SRL" in line)
     assert "cannot be tested: SRL did not prune (keeps 24 of 24)" in srl and srl.endswith(
         "not counted: SRL did not prune (keeps 24 of 24)")
     assert overlap.answer.startswith("dynamic pruning (DP): kept-head Jaccard above both nulls for 1 of 1 pairs")
@@ -256,15 +288,20 @@ def test_sp_against_dp_on_sps_schedule(study_dir):
     assert tests["POS with DP on SP's schedule fewer heads"].p == pytest.approx(fewer)
     assert tests["POS with DP on SP's schedule not lower"].p == pytest.approx(not_lower)
     assert all(tests[f"POS with DP on SP's schedule {w}"].significant for w in ("fewer heads", "not lower"))
+    matched = claim.find(setting="POS with DP on SP's schedule", statistic="heads kept", hypothesis="DP < SP")
+    assert matched is tests["POS with DP on SP's schedule fewer heads"] and matched.what["matched"]
+    assert matched.numbers == {"dp_mean": pytest.approx(np.mean(dp_heads)), "sp_mean": pytest.approx(np.mean(sp_heads))}
+    assert tests["POS with DP on SP's schedule not lower"].value == pytest.approx(95.1 - 94.0)
+    assert not tests["POS fewer heads"].what["matched"] and tests["POS not lower"].value == pytest.approx(92.0 - 94.0)
     assert claim.answer == (
         "on SP's schedule: DP wins (fewer heads, score not lower) 1 of the 1 comparisons whose DP and SP both pruned "
         "(POS with DP on SP's schedule): wins POS with DP on SP's schedule; loses none; neither shown none; as first "
         "run (shown, not counted; **confounded**: DP and SP trained the encoder differently, see the notes): DP wins "
         "none of POS")
-    assert claim.notes == ["**confound** (POS): DP trained the encoder 2 epochs at 1e-4; SP 2 epochs at 1e-4, then 2 "
-                           "epochs at 1e-5 (4 in all): SP had more training (4 epochs against 2) and SP's encoder moved "
-                           "at a lower rate while its gates learnt, which can raise SP's score against DP's and so push "
-                           "the verdict towards 'not replicated'; He & Choi's DP trained at 1e-5 for 30 epochs"]
+    assert claim.notes == [("**confound** (POS): DP trained the encoder 2 epochs at 1e-4; SP 2 epochs at 1e-4, then 2 "
+                            "epochs at 1e-5 (4 in all): SP had more training (4 epochs against 2) and SP's encoder moved "
+                            "at a lower rate while its gates learnt, which can raise SP's score against DP's and so push "
+                            "the verdict towards 'not replicated'; He & Choi's DP trained at 1e-5 for 30 epochs")]
     text = claims_markdown(study, check_claims(study, stability=False))
     assert f"*Rule:* {RULES['sp_dp'][:1].upper()}{RULES['sp_dp'][1:]} {MATCHED_RULE}" in text
 
@@ -345,6 +382,11 @@ def test_needed_holds_each_task_out(study_dir):
     assert pooled["p"] == pytest.approx((1 + int((ner >= 0.5).sum())) / 20)
     tests, name = claim.tests, REGIME_NAMES["dp"]
     assert tests[f"{name} STL POS zero"].p == pytest.approx(1 / 20)
+    pos_zero = claim.find(model="STL", task="pos", method="zero")
+    assert pos_zero is tests[f"{name} STL POS zero"] and pos_zero.what["regime"] == "dp"
+    assert pos_zero.what["heads"] == stem and pos_zero.value == pytest.approx(5.0) and pos_zero.numbers["sets"] == 19
+    assert pos_zero.numbers["drop_by_seed"] == {"1": 5.0, "2": 5.0, "3": 5.0}
+    assert sorted(pos_zero.runs) == sorted(str(study_dir / "pos" / f"seed{s}") for s in (1, 2, 3))
     assert tests[f"{name} STL NER mean"].p == pytest.approx(
         pooled_ablation([0.5] * 3, [randoms[s]["mean"]["ner"] for s in (1, 2, 3)])["p"])
     assert {t.family for t in tests.values()} == {"dp zero", "dp mean"}
@@ -356,8 +398,8 @@ def test_needed_holds_each_task_out(study_dir):
                               "L0H0, L0H1, L0H2, L0H3, L1H0, L1H1")
     assert claim.lines[1].startswith(f"{name}, STL POS (accuracy): zero: drop 5.00 (by seed: 1 5.00, 2 5.00, 3 5.00) "
                                      "against random sets'")
-    assert claim.notes == ["'one head' (1 heads: L0H0) is no held-out stem-cell set of today's study: shown, not "
-                           "counted (STL POS seed 1 zero)"]
+    assert claim.notes == [("'one head' (1 heads: L0H0) is no held-out stem-cell set of today's study: shown, not "
+                            "counted (STL POS seed 1 zero)")]
     # with enough random sets the POS drop is significant: needed by 1 of 2 (model, task) pairs (partly supported)
     more = {seed: list(rng.random(400)) for seed in (1, 2, 3)}
     for seed in (1, 2, 3):
@@ -391,7 +433,7 @@ def test_an_ablation_of_a_retraining_stands_for_its_run(study_dir):
     write_ablation(study_dir / "pos" / "seed2" / "ablation-dp-stem-cells", study_dir / "pos" / ".seed2.retrained",
                    sorted(STEM), {"zero": {"pos": 1.0}}, {"zero": {"pos": [0.0, 0.5]}})
     study = read_study([str(study_dir)])
-    (path, record), = study.ablations
+    (_, record), = study.ablations
     assert study.run_row(record["run"])["seed"] == 2 and study.run_row(record["run"])["setting"] == "pos"
     assert any("a retraining of its run with the same config and seed that did not reproduce" in n
                for n in study.notes)
@@ -449,8 +491,89 @@ def test_cli(study_dir, tmp_path, capsys):
 
 
 
-def test_p_values_near_the_line_show_their_side():
-    from mtl_heads.reports.claims import _p
+def test_claims_json_holds_the_markdowns_numbers(study_dir):
+    """format=json: plain JSON (NaN as null), one object per claim in order, each test with its fields; every
+    number the markdown prints of a test is its JSON field, printed as the markdown prints it."""
+    study = read_study([str(study_dir)])
+    claims = check_claims(study)
+    text, markdown = claims_json(study, claims, "cmd"), claims_markdown(study, claims, "cmd")
+    assert "NaN" not in text and "Infinity" not in text
+    data = json.loads(text)
+    assert data["schema"] == SCHEMA and data["command"] == "cmd"
+    assert data["study"]["runs"] == len(study.runs) and data["study"]["seeds"] == [1, 2, 3]
+    assert data["study"]["tasks"] == ["pos", "ner"] and data["study"]["mtl"] == "pos+ner"
+    assert [c["id"] for c in data["claims"]] == list(RULES) and [c["number"] for c in data["claims"]] == [1, 2, 3, 4, 5, 6]
+    for claim, shown in zip(claims, data["claims"]):
+        assert shown["verdict"] == (claim.verdict or None) and shown["rule"] == claim.rule
+        verdict = shown["verdict_word"]
+        assert f"*Verdict:* **{verdict[:1].upper() + verdict[1:]}**" in markdown and shown["answer"] in markdown
+        assert shown["lines"] == claim.text_lines() and all(f"- {line}" in markdown for line in shown["lines"])
+        assert [t["key"] for t in shown["tests"]] == list(claim.tests)
+        for test in shown["tests"]:
+            original = claim.tests[test["key"]]
+            assert test["what"] == original.what and test["significant"] == original.significant
+            if test["p"] is None:
+                assert math.isnan(original.p) and f"cannot be tested: {test['why']}" in markdown
+            else:
+                assert test["p"] == original.p and test["adjusted"] == original.adjusted
+                assert f"p {format_p(test['p'])}, Holm {format_p(test['adjusted'])}" in markdown
+    mtl, needed = data["claims"][0], data["claims"][5]
+    pos = mtl["tests"][0]
+    assert pos["key"] == "POS" and pos["stability"] == "too few seeds" and pos["too_few"] == ["without seed 1",
+                                                                                              "without seed 2",
+                                                                                              "without seed 3"]
+    assert f"difference {pos['value']:+.2f}" in mtl["lines"][0]
+    assert needed["verdict"] is None and needed["verdict_word"] == "cannot be tested" and needed["stability"] is None
+    sp = data["claims"][4]["tests"]
+    assert {t["key"]: t["value"] for t in sp}["POS not lower"] == pytest.approx(-2.0)
 
-    assert [_p(v) for v in (0.0001, 0.03, 0.0522, 0.046, 0.04997, 0.05003, 0.05, 0.2, math.nan)] == [
-        "0.0001", "0.03", "0.0522", "0.046", "0.04997", "0.05003", "0.05", "0.2", "n/a"]
+
+def test_cli_json(study_dir, tmp_path, capsys):
+    """format=json prints the JSON (nothing written unless out= says where); doc= with it is a one-line error."""
+    from mtl_heads.cli import load
+    from mtl_heads.commands.claims import ARGUMENTS, claims
+
+    cfg = load([str(study_dir)], ARGUMENTS)
+    cfg.format = "json"  # as format=json sets it
+    claims(cfg)
+    printed = json.loads(capsys.readouterr().out)
+    assert [c["id"] for c in printed["claims"]] == list(RULES) and not (study_dir / "claims.md").exists()
+    assert printed["command"] == f"python -m mtl_heads claims {study_dir}"
+    cfg.out = str(tmp_path / "claims.json")
+    claims(cfg)
+    assert json.loads((tmp_path / "claims.json").read_text()) == printed
+    assert capsys.readouterr().out == f"wrote {tmp_path / 'claims.json'}\n"
+    cfg.doc = str(tmp_path / "doc.md")
+    with pytest.raises(ConfigError, match="config key 'doc': it splices the markdown"):
+        claims(cfg)
+    cfg.format, cfg.doc = "yaml", None
+    with pytest.raises(ConfigError, match="config key 'format': 'yaml' is not one of markdown, json"):
+        claims(cfg)
+
+
+def test_lines_are_templates_with_test_slots():
+    claim = Claim("mtl", "question", "paper", RULES["mtl"])
+    slot = claim.test("POS", 0.01, what={"task": "pos"}, value=-1.0)
+    assert slot == "{POS}"
+    claim.test("NER", None)
+    claim.lines = [f"POS: {slot}; set {{1, 2}}", "NER: {NER}"]
+    claim.adjust()
+    assert claim.text_lines() == ["POS: p 0.01, Holm 0.01; set {1, 2}", "NER: cannot be tested: no p-value"]
+    assert claim.find(task="pos").value == -1.0 and claim.find(task="ner") is None
+    with pytest.raises(ValueError, match="braces mark a test's slot"):
+        claim.test("POS {x}", 0.5)
+
+
+def test_p_values_near_the_line_show_their_side():
+    assert [format_p(v) for v in (0.0001, 0.03, 0.0522, 0.046, 0.04997, 0.05003, 0.05, 0.2, math.nan, None)] == [
+        "0.0001", "0.03", "0.0522", "0.046", "0.04997", "0.05003", "0.05", "0.2", "n/a", "n/a"]
+    assert format_p(np.float64(0.0336)) == "0.034" and format_p(math.nan, missing="") == ""
+    # the significance table prints its p-values the same way (its empty cells blank)
+    table = pd.DataFrame({"A": ["a", "a"], "B": ["b", "b"], "score": ["test pos accuracy", "dev pos accuracy"],
+                          "mean A": [1.0, 1.0], "std A": [0.1, 0.1], "n A": [3, 3], "mean B": [2.0, 2.0],
+                          "std B": [0.1, 0.1], "n B": [3, 3], "difference": [1.0, 1.0], "welch p": [0.04997, math.nan],
+                          "permutation p": [1 / 3, math.nan], "smallest p": [0.1, math.nan], "splits": [20, 20],
+                          "note": ["", "no spread"]})
+    shown = format_significance(table)
+    assert list(shown["welch p"]) == ["0.04997", ""]
+    assert list(shown["permutation p (smallest possible, splits)"]) == ["0.33 (0.1, 20)", ""]

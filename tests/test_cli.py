@@ -68,3 +68,15 @@ def test_plain_drops_rest_markup():
 def test_module_shims_still_run():
     done = subprocess.run([sys.executable, "-m", "mtl_heads.compare", "-h"], capture_output=True, text=True)
     assert done.returncode == 0 and "Keys (default in brackets" in done.stdout
+
+
+@pytest.mark.parametrize("name", ["prune", "compare"])
+def test_help_answers_without_torch(name):
+    """-h of prune and compare imports neither torch nor transformers (prune -h once took 4.8 s: the
+    command module imported the model code at the top)."""
+    code = ("import sys, io, contextlib\nfrom mtl_heads.__main__ import main\n"
+            f"with contextlib.redirect_stdout(io.StringIO()):\n    assert main([{name!r}, '-h']) == 0\n"
+            "print(sorted({'torch', 'transformers', 'wandb'} & set(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

@@ -532,3 +532,39 @@ def test_a_key_added_since_a_run_reads_as_its_default(tmp_path):
                                                                        "init_gates": "init"})
     runs = compare_runs([str(root)]).runs
     assert runs.groupby("setting")["seed"].count().sort_values().tolist() == [1, 2]
+
+
+def test_two_runs_legend_shows_each_runs_values_and_what_they_share(tmp_path, capsys):
+    """Two runs that differ in several keys: no value is usual (each key's values tie), so each run's
+    line lists every key that differs, there is no "usual values" line (it once mixed the two runs'
+    values: prune.mode=dynamic with the STL run's lr, a config neither run had), and the keys both
+    runs share are printed with their values."""
+    root = tmp_path / "runs"
+    make_run(root / "a", ("pos",), 1, prune__mode="none", train__lr_gate=0.001, train__epochs=1,
+             data__demo_sizes={"train": 40, "dev": 20, "test": 20})
+    make_run(root / "b", ("pos",), 1, prune__mode="dynamic", prune__budget=36, train__lr_gate=0.01, train__epochs=3,
+             data__demo_sizes={"train": 40, "dev": 20, "test": 20})
+    assert main([str(root / "a"), str(root / "b"), f"out={tmp_path / 'cmp'}"]) == 0
+    printed = capsys.readouterr().out
+    legend = printed.split("settings: ")[1].split("\n\n")[0].splitlines()
+    assert legend[0] == "the config keys that differ between settings, each setting's values"
+    lines = {line.split("  ")[1]: line.split("  ")[-1] for line in legend[1:3]}
+    assert lines == {"pos": "prune.mode=none, train.{epochs=1, lr_gate=0.001}, prune.budget=null",
+                     "pos (dynamic)": "prune.mode=dynamic, train.{epochs=3, lr_gate=0.01}, prune.budget=36"}
+    assert "usual values" not in printed
+    shared = " ".join(line.strip() for line in legend[legend.index("shared by both runs:") + 1:])
+    assert "data.demo_sizes.{dev=20, test=20, train=40}" in shared
+    assert "encoder.{gate=hard_concrete, name=tiny}" in shared
+    assert "tasks=pos" in shared and "lr_gate" not in shared and "prune.mode" not in shared
+    md = (tmp_path / "cmp" / "compare.md").read_text()
+    assert "| pos (dynamic) | prune.mode=dynamic, train.{epochs=3, lr_gate=0.01}, prune.budget=36 |" in md
+
+
+def test_usual_values_only_when_some_setting_holds_them_all():
+    """Each key's most common value is usual only when no key ties and one setting holds them all."""
+    from mtl_heads.reports.comparison import usual_values
+
+    assert usual_values({"x": ["1", "2"], "y": ["a", "b"]}) is None  # two settings: every key ties
+    assert usual_values({"x": ["1", "1", "2"], "y": ["a", "b", "a"]}) == {"x": "1", "y": "a"}  # held by the first
+    # modes 1, a, p, but no setting combines them: no usual values
+    assert usual_values({"x": ["1", "1", "2"], "y": ["a", "b", "a"], "z": ["q", "p", "p"]}) is None

@@ -115,3 +115,21 @@ def test_init_inherits_what_the_weights_were_trained_with(tmp_path):
     assert started.encoder.pool == "first" and started.encoder.gate_groups == "kv"
     args += ["encoder.gate_groups=heads"]
     assert apply_init(load_config(args), args).encoder.gate_groups == "heads"
+
+
+def test_runs_saved_before_max_eval_sentences_keep_their_cut_dev_and_test(tmp_path):
+    """data.max_sentences used to cut every split: a config.yaml saved without data.max_eval_sentences
+    reads as max_eval_sentences = max_sentences, so its dev and test are rebuilt as the run had them."""
+    import yaml
+    from omegaconf import OmegaConf
+
+    from mtl_heads.config import load_saved_config
+
+    saved = OmegaConf.to_container(load_config(["data.max_sentences=40"]))
+    del saved["data"]["max_eval_sentences"]
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))
+    assert load_saved_config(tmp_path / "config.yaml").data.max_eval_sentences == 40
+    saved["data"]["max_eval_sentences"] = None  # saved since: kept as it is
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))
+    assert load_saved_config(tmp_path / "config.yaml").data.max_eval_sentences is None
+    assert load_config(["data.max_sentences=40"]).data.max_eval_sentences is None  # a new run: dev and test whole

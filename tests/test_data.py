@@ -588,11 +588,40 @@ def test_sentences_per_role_are_a_count_or_a_range(tmp_path, monkeypatch):
     monkeypatch.setenv("MTL_HEADS_CACHE", str(tmp_path))
     whole = load_corpus(load_config([]).data)
     cfg = load_config(["data.splits={train: dev, dev: dev, test: test}", "data.max_sentences=7",
-                       "data.sentences={train: 100, dev: [100, 150]}"])
-    corpus = load_corpus(cfg.data)
+                       "data.max_eval_sentences=9", "data.sentences={train: 100, dev: [100, 150]}"])
+    cuts = {}
+    corpus = load_corpus(cfg.data, cuts=cuts)
     assert [s.words for s in corpus["train"]] == [s.words for s in whole["dev"][:100]]
     assert [s.words for s in corpus["dev"]] == [s.words for s in whole["dev"][100:150]]
-    assert [s.words for s in corpus["test"]] == [s.words for s in whole["test"][:7]]  # max_sentences still
+    assert [s.words for s in corpus["test"]] == [s.words for s in whole["test"][:9]]  # max_eval_sentences still
+    assert cuts == {"train": {"kept": 100, "of": 200, "start": 0, "by": "data.sentences.train"},
+                    "dev": {"kept": 50, "of": 200, "start": 100, "by": "data.sentences.dev"},
+                    "test": {"kept": 9, "of": 200, "start": 0, "by": "data.max_eval_sentences=9"}}
     for bad in ("{train: 0}", "{train: [5, 2]}", "{dev: [1, 2, 3]}", "{test: x}"):
         with pytest.raises(ConfigError, match="config key 'data.sentences'"):
             load_config([f"data.sentences={bad}"])
+
+
+def test_max_sentences_cuts_train_alone_and_max_eval_sentences_dev_and_test(tmp_path, monkeypatch):
+    """data.max_sentences limits the training split only, so that a quick run is scored on the whole
+    dev and test splits; data.max_eval_sentences cuts those, and load_corpus reports each cut."""
+    from mtl_heads.config import ConfigError, load_config
+    from mtl_heads.data.corpus import cut_note, load_corpus
+
+    monkeypatch.setenv("MTL_HEADS_CACHE", str(tmp_path))
+    sizes = "data.demo_sizes={train: 30, dev: 12, test: 10}"
+    whole = load_corpus(load_config([sizes]).data)
+    cuts = {}
+    train_only = load_corpus(load_config([sizes, "data.max_sentences=5"]).data, cuts=cuts)
+    assert [len(train_only[r]) for r in ("train", "dev", "test")] == [5, 12, 10]
+    assert cuts == {"train": {"kept": 5, "of": 30, "start": 0, "by": "data.max_sentences=5"}}
+    cuts = {}
+    both = load_corpus(load_config([sizes, "data.max_sentences=5", "data.max_eval_sentences=11"]).data, cuts=cuts)
+    assert [len(both[r]) for r in ("train", "dev", "test")] == [5, 11, 10]
+    assert [s.words for s in both["dev"]] == [s.words for s in whole["dev"][:11]]
+    assert set(cuts) == {"train", "dev"}  # test holds 10 sentences: nothing of it is cut
+    assert cut_note(cuts["dev"]) == "the first 11 of its 12 sentences (data.max_eval_sentences=11)"
+    assert cut_note({"kept": 50, "of": 200, "start": 100, "by": "data.sentences.dev"}) == \
+        "sentences 100-149 of its 200 (data.sentences.dev)"
+    with pytest.raises(ConfigError, match="config key 'data.max_eval_sentences': expected an integer >= 1"):
+        load_config(["data.max_eval_sentences=0"])

@@ -1,14 +1,16 @@
 """Decoder-only language models as gated encoders: Llama, Mistral, Qwen2/3, Gemma 1/2/3, OLMo 1/2/3,
 Phi-3 and GPT-2, with grouped-query attention. Every model is a tiny random one built from its config
-class and saved to a folder, with a byte-level BPE tokenizer trained in memory (no download)."""
+class and saved to a folder, with a byte-level BPE tokenizer trained in memory (no download), by the
+decoder guide's builder docs/guides/tiny_lm.py."""
 from __future__ import annotations
 
-import functools
+import importlib.util
 
 import pytest
 import torch
 import transformers
 
+from conftest import REPO
 from mtl_heads.encoder import GatedEncoder, attention_shape, pool_words
 
 SENTENCES = [
@@ -19,55 +21,28 @@ SENTENCES = [
 ]
 
 HEADS = 4
-# family -> (config class, extra kwargs); every family with num_key_value_heads gets GQA ratios 1, 2, 4
-FAMILIES = {
-    "llama": (transformers.LlamaConfig, {}),
-    "mistral": (transformers.MistralConfig, {}),
-    "qwen2": (transformers.Qwen2Config, {}),
-    "qwen3": (transformers.Qwen3Config, {"head_dim": 16}),  # heads * head_dim = 64 != hidden 32
-    "gemma": (transformers.GemmaConfig, {"head_dim": 16}),
-    "gemma2": (transformers.Gemma2Config, {"head_dim": 16, "query_pre_attn_scalar": 16}),
-    "gemma3_text": (transformers.Gemma3TextConfig, {"head_dim": 16, "query_pre_attn_scalar": 16,
-                                                    "sliding_window": 16}),
-    "phi3": (transformers.Phi3Config, {"pad_token_id": None}),
-    "olmo": (transformers.OlmoConfig, {}),
-    "olmo2": (transformers.Olmo2Config, {}),
-    "olmo3": (transformers.Olmo3Config, {}),
-}
+
+
+def _tiny_lm():
+    """docs/guides/tiny_lm.py, the decoder guide's model builder: the recipe of every model here."""
+    spec = importlib.util.spec_from_file_location("tiny_lm", REPO / "docs" / "guides" / "tiny_lm.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+tiny_lm = _tiny_lm()
+FAMILIES = tiny_lm.FAMILIES  # family -> (config class, extra kwargs)
+# every family with num_key_value_heads gets GQA ratios 1, 2, 4
 CASES = [(f, kv) for f in FAMILIES for kv in (4, 2, 1)] + [("gpt2", 4)]
 
 
-@functools.lru_cache(maxsize=None)
-def _tokenizer(with_bos: bool):
-    """A byte-level BPE (GPT-2 style) over the sentences above; Llama-style when ``with_bos``
-    (``<s>`` put first), GPT-2-style otherwise (no BOS added, no pad token: the loader sets pad = eos)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-
-    tk = Tokenizer(models.BPE())
-    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
-    tk.decoder = decoders.ByteLevel()
-    tk.train_from_iterator(SENTENCES, trainers.BpeTrainer(vocab_size=320, special_tokens=["<|endoftext|>", "<s>"],
-                                                          initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    if with_bos:
-        tk.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", tk.token_to_id("<s>"))])
-        return transformers.PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="<|endoftext|>")
-    return transformers.PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<|endoftext|>", eos_token="<|endoftext|>")
-
-
 def _save(folder, family: str, kv_heads: int):
-    """A 2-layer, 4-query-head random model of ``family`` with ``kv_heads`` KV heads, saved with its tokenizer."""
-    tokenizer = _tokenizer(with_bos=family != "gpt2")
-    ids = {"vocab_size": len(tokenizer), "bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id}
-    if family == "gpt2":
-        config = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=HEADS, n_positions=64, **ids)
-    else:
-        cls, extra = FAMILIES[family]
-        config = cls(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=HEADS,
-                     num_key_value_heads=kv_heads, max_position_embeddings=64, **{**ids, **extra})
-    torch.manual_seed(0)
-    transformers.AutoModel.from_config(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    """A 2-layer, 4-query-head random model of ``family`` with ``kv_heads`` KV heads, saved with its
+    tokenizer: a byte-level BPE over the sentences above, Llama-style (``<s>`` put first) or, for
+    GPT-2, without BOS and without a pad token (the loader sets pad = eos)."""
+    return tiny_lm.build(folder, family, kv_heads, heads=HEADS, layers=2, hidden=32, intermediate=64,
+                         max_positions=64, texts=tuple(SENTENCES), vocab_size=320, seed=0)
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny matrices: see conftest.one_thread
@@ -291,3 +266,31 @@ def test_a_bf16_checkpoint_trains_in_fp32(tmp_path, folders):
     assert {p.dtype for p in encoder.parameters()} == {torch.float32}
     ids, attention, index, mask = _batch(encoder)
     assert torch.isfinite(encoder(ids, attention, index, mask).words).all()
+
+
+def test_tiny_lm_builds_the_same_gqa_model_twice(tmp_path, capsys):
+    """docs/guides/tiny_lm.py as the guide runs it: a GQA Llama whose files are the same bytes when built
+    again (tokenizer retrained too), loadable as a gated encoder, whose tokenizer keeps demo words whole;
+    a bad head count is one error line naming the option."""
+    from mtl_heads.data.demo import generate_demo
+
+    assert tiny_lm.main([str(tmp_path / "a")]) == 0
+    tiny_lm.tokenizer.cache_clear()
+    assert tiny_lm.main([str(tmp_path / "b"), "--family", "llama", "--kv-heads", "2", "--seed", "0"]) == 0
+    files = sorted(p.name for p in (tmp_path / "a").iterdir())
+    assert files == ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
+    assert all((tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes() for f in files)
+    encoder = GatedEncoder.from_pretrained(str(tmp_path / "a"), gate="hard_concrete", gate_groups="kv")
+    assert (encoder.num_layers, encoder.num_heads, encoder.num_kv_heads) == (2, 4, 2)
+    assert tuple(encoder.gate.values().shape) == (2, 4) and encoder.tokenizer.bos_token == "<s>"
+    # sentences of another seed than the tokenizer's: nearly every word is one token
+    words = [s.words for s in generate_demo(50, seed=123)]
+    enc = encoder.tokenizer(words, is_split_into_words=True)
+    pieces = [[w for w in enc.word_ids(i) if w is not None] for i in range(len(words))]
+    whole = sum(p.count(w) == 1 for p in pieces for w in set(p)) / sum(len(w) for w in words)
+    assert whole > 0.95
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        tiny_lm.main([str(tmp_path / "c"), "--kv-heads", "3"])
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith("--kv-heads: 3 does not divide --heads 4")
+    assert not (tmp_path / "c").exists()

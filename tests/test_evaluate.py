@@ -1,6 +1,7 @@
 """python -m mtl_heads.evaluate: a run on a corpus gives its training-time scores; files are scored
 like decoded batches."""
 import json
+import re
 
 import pytest
 
@@ -109,3 +110,28 @@ def test_round_trip_predict_write_read_score_equals_the_run_metrics(trained, tmp
     assert main([f"pred={tmp_path / 'pred_conll'}", f"gold={tmp_path / 'gold_conll'}", "tasks=pos,ner,con,srl",
                  f"out={out}"]) == 0
     assert json.loads(out.read_text())["scores"] == {t: saved[t] for t in ("pos", "ner", "con", "srl")}
+
+
+def test_counts_print_as_integers_and_rates_with_two_decimals(trained, capsys):
+    from mtl_heads.evaluation import format_metric, format_metrics
+
+    assert format_metrics({"accuracy": 93.6512, "tokens": 19083.0}) == "accuracy 93.65  tokens 19083"
+    assert format_metric("words", 120.0) == "120" and format_metric("sentences", 7) == "7"
+    assert format_metric("accuracy", 100.0) == "100.00"  # a whole rate stays a rate
+    assert format_metric("tokens", 2.5) == "2.50"  # not a whole count: shown as it is
+    assert main([str(trained), "tasks=pos,dep", "progress=false"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"pos \(8 sentences\): accuracy \d+\.\d\d  tokens \d+$", out, re.M), out
+    assert re.search(r"dep \(\d+ sentences\): uas \d+\.\d\d  las \d+\.\d\d  words \d+$", out, re.M), out
+
+
+def test_a_cut_split_is_named_beside_its_scores(trained, capsys):
+    out = trained.parent / "cut.json"
+    assert main([str(trained), "tasks=pos", "progress=false", "data.demo_sizes={train: 24, dev: 8, test: 8}",
+                 "data.max_eval_sentences=3", f"out={out}"]) == 0
+    printed = capsys.readouterr().out
+    assert "on the test split, the first 3 of its 8 sentences (data.max_eval_sentences=3):" in printed
+    assert json.loads(out.read_text())["eval_cut"] == {"kept": 3, "of": 8, "start": 0, "by": "data.max_eval_sentences=3"}
+    whole = trained.parent / "whole.json"
+    assert main([str(trained), "tasks=pos", "progress=false", f"out={whole}"]) == 0
+    assert "eval_cut" not in json.loads(whole.read_text()) and ", the first" not in capsys.readouterr().out

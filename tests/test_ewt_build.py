@@ -2,13 +2,18 @@
 each alignment rule and caveat on the small excerpts in tests/fixtures/ewt-sources."""
 from __future__ import annotations
 
+import copy
+import re
 import shutil
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from mtl_heads.config import load_config
 from mtl_heads.data import ewt_build
+from mtl_heads.data.batching import check_task_splits
 from mtl_heads.data.conll2012 import read_conll2012
 from mtl_heads.data.conllu import attach_conllu, read_conllu
 from mtl_heads.data.errors import DataError
@@ -153,6 +158,31 @@ def test_readme_reports_the_build(built):
     assert "| `en_ewt.dev.gold_conll` | CoNLL-2012 `*_conll` format (columns below) | " in readme
     assert (out / "LICENSE-ud.txt").read_bytes() == (FIXTURES / "UD_English-EWT" / "LICENSE.txt").read_bytes()
 
+
+
+def test_a_split_without_a_ner_source_says_why_and_how_ner_trains(built):
+    """train has 0 entities because UNER has no train file: the summary says so, and names overrides that
+    the train config and the task-split check accept; a split whose UNER file exists gets no such note."""
+    summary, out = built
+    assert {s: c.ner_file for s, c in summary.counts.items()} == \
+        {"train": "", "dev": "en_ewt-ud-dev.iob2", "test": "en_ewt-ud-test.iob2"}
+    note = summary.ner_note()
+    assert note and summary.lines()[-len(note):] == note
+    assert re.match(r"\s*0 entities in (\w+):", note[0]).group(1) == "train"
+    overrides = re.findall(r"(data\.\S+=\S+)", " ".join(note))
+    assert overrides == ["data.splits.train=dev", 'data.task_splits={"ner":{"train":"dev"}}']
+    alone = load_config(["data=ewt", f"data.path={out}", "tasks=ner", overrides[0]])
+    assert alone.data.splits.train == "dev"
+    mtl = load_config(["data=ewt", f"data.path={out}", "tasks=pos,ner", overrides[1]])
+    assert check_task_splits(mtl.data.task_splits, {"pos": None, "ner": None}, dict(mtl.data.splits)) == \
+        {"ner": {"train": "dev"}}
+    # data-driven: a train file (even one without entities) silences it; a missing dev file is named alone
+    every = copy.deepcopy(summary)
+    every.counts["train"].ner_file = "en_ewt-ud-train.iob2"
+    assert every.ner_note() == [] and every.lines() == summary.lines()[:-len(note)]
+    no_dev = copy.deepcopy(every)
+    no_dev.counts["dev"].ner_file, no_dev.counts["dev"].entities = "", Counter()
+    assert [re.match(r"\s*0 entities in (\w+):", line).group(1) for line in no_dev.ner_note()] == ["dev"]
 
 # ---------------------------------------------------------------- pieces
 

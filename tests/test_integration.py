@@ -27,7 +27,8 @@ def test_packaged_encoder_learns_the_demo_corpus(tmp_path, monkeypatch):
 
 def test_ewt_layers_and_a_short_pos_ner_run(ewt, tmp_path):
     # EWT: train has no NER annotation; dev and test do. Train on dev to keep this test short.
-    cfg = load_config(["data=ewt", "data.splits={train: dev, dev: dev, test: test}", "data.max_sentences=120"])
+    cfg = load_config(["data=ewt", "data.splits={train: dev, dev: dev, test: test}", "data.max_sentences=120",
+                       "data.max_eval_sentences=120"])
     corpus = load_corpus(cfg.data)
     first = corpus["test"][0]
     assert first.has("pos") and first.has("tree") and first.has("srl") and first.has("deps") and first.has("entities")
@@ -36,7 +37,8 @@ def test_ewt_layers_and_a_short_pos_ner_run(ewt, tmp_path):
     assert load_corpus(cfg.data)["train"][0].entities is None
 
     metrics = run(QUICK + ["tasks=pos,ner", "data=ewt", "data.splits={train: dev, dev: dev, test: test}",
-                           "data.max_sentences=120", "train.epochs=2", "train.batch_size=8", "train.lr_decoder=5e-3",
+                           "data.max_sentences=120", "data.max_eval_sentences=120", "train.epochs=2",
+                           "train.batch_size=8", "train.lr_decoder=5e-3",
                            f"run_dir={tmp_path / 'ewt'}"])
     saved = json.loads((tmp_path / "ewt" / "metrics.json").read_text())
     assert saved["sentences"]["test"] == {"pos": 120, "ner": 120}

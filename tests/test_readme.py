@@ -1,12 +1,13 @@
 """The README and the guides (docs/guides/*.md) are true.
 
-Run: the README's tour (every command of it, on a small demo corpus) and the "Adding a task"
-example (one module, one registry line, it trains). Parsed, not run (they need data, GPUs, runs or
-hours): every other command of a ``bash`` block names a module or file that exists, its ``key=value``
-keys are keys of the command (training commands are checked by the config loader itself, values
-too) and its ``--flags`` are the command's; every ``python`` block compiles and imports names that
-exist. Also: the set-up commands are the ones .ci/run runs, relative links point at files (and
-headings) that exist, and every guide is linked from the README and listed in mkdocs.yml.
+Run: the README's tour (every command of it, on a small demo corpus), every command of the decoder
+guide (a tiny local GQA model, as written) and the "Adding a task" example (one module, one registry
+line, it trains). Parsed, not run (they need data, GPUs, runs or hours): every other command of a
+``bash`` block names a module or file that exists, its ``key=value`` keys are keys of the command
+(training commands are checked by the config loader itself, values too) and its ``--flags`` are the
+command's; every ``python`` block compiles and imports names that exist. Also: the set-up commands
+are the ones .ci/run runs, relative links point at files (and headings) that exist, and every guide
+is linked from the README and listed in mkdocs.yml.
 """
 from __future__ import annotations
 
@@ -15,13 +16,14 @@ import contextlib
 import importlib
 import importlib.util
 import io
+import json
 import re
 import runpy
 import shlex
 import subprocess
 import sys
 import types
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 
 import pytest
@@ -136,6 +138,8 @@ def key_problem(module: str, key: str, value: str) -> str | None:
                 node = node[part]
             if not isinstance(node, dict) or key in PRESET_GROUPS or "path" in node:  # input=F: input.path
                 return None
+            if value.startswith("{"):  # a mapping-valued key given a mapping: data.demo_sizes={train: 40}
+                return None
             return f"{key} is a group of keys in configs/{module.rsplit('.', 1)[-1]}.yaml"
         train = yaml.safe_load((CONFIGS / "train.yaml").read_text())
         if key.split(".")[0] == "data" and _has_key(train, key):  # data.* as in training (evaluate)
@@ -157,6 +161,8 @@ def flag_problem(module: str, flag: str) -> str | None:
 
 
 def module_problems(module: str, args: list[str]) -> list[str]:
+    if module == "mtl_heads" and args and re.fullmatch(r"[a-z_]+", args[0]):  # python -m mtl_heads <command>
+        module, args = f"mtl_heads.{args[0]}", args[1:]
     if importlib.util.find_spec(module) is None:
         return [f"no module {module}"]
     if not module.startswith("mtl_heads"):
@@ -226,10 +232,15 @@ def test_the_checks_catch_mistakes():
     assert command_problems("python -m mtl_heads.probe model=x probes=dep nope.key=1")
     assert command_problems("python -m mtl_heads.gates runs --no-such-flag")
     assert command_problems("python -m mtl_heads.nope runs")
+    assert command_problems("python -m mtl_heads nope runs") and command_problems("python -m mtl_heads prune runs/x nope=1")
+    assert not command_problems("python -m mtl_heads prune runs/x threshold=0.01")  # = python -m mtl_heads.prune
     assert command_problems("python bench/prune_speed.py --no-such-flag")
     assert command_problems("bash docs/ewt-study.sh nostage")
     assert not command_problems("python -m mtl_heads.predict runs/x input=a.txt out=b.conllu")
     assert not command_problems("python -m mtl_heads.evaluate runs/x data=ewt split=dev")
+    assert not command_problems("python -m mtl_heads.probe model=x 'data.demo_sizes={train: 8}'")
+    assert command_problems("python -m mtl_heads.probe model=x data.demo_sizes=8")  # a group, given a number
+    assert command_problems("python docs/guides/tiny_lm.py models/x --no-such-flag")
 
 
 @pytest.mark.parametrize("path", DOCS, ids=_name)
@@ -310,10 +321,30 @@ def test_task_table_is_the_same_in_readme_and_training_guide():
     assert table(README.read_text()) == table((REPO / "docs" / "guides" / "training.md").read_text())
 
 
-def _tour_argv(command: str, tiny: list[str]) -> list[str]:
+def run_as_written(command: str, train_extra: list[str] | None = None) -> None:
+    """Run one command of a ``bash`` block in this process (imports are paid once), in the current folder:
+    ``python -m <module> ...`` as its ``__main__``, ``python <script> ...`` with the script taken from
+    the checkout, anything else (``echo ... > file``) through bash; ``train_extra`` is appended to a
+    training command. Fails unless the command exits with 0."""
     tokens = shlex.split(command)
-    assert tokens[:2] == ["python", "-m"], command
-    return [tokens[2], *tokens[3:], *(tiny if tokens[2] == "mtl_heads.train" else [])]
+    if tokens[0] != "python":
+        subprocess.run(["bash", "-c", command], check=True)
+        return
+    if tokens[1] == "-m":
+        argv = [tokens[2], *tokens[3:], *((train_extra or []) if tokens[2] == "mtl_heads.train" else [])]
+        start = partial(runpy.run_module, argv[0], run_name="__main__", alter_sys=True)
+    else:
+        argv = [str(REPO / tokens[1]), *tokens[2:]]
+        start = partial(runpy.run_path, argv[0], run_name="__main__")
+    argv_before = sys.argv
+    sys.argv = argv
+    try:
+        with pytest.raises(SystemExit) as done:
+            start()
+            raise SystemExit(0)  # a script that returns without sys.exit
+    finally:
+        sys.argv = argv_before
+    assert done.value.code in (0, None), command
 
 
 @pytest.mark.integration
@@ -328,14 +359,7 @@ def test_readme_tour_runs(tmp_path, monkeypatch):
     monkeypatch.setenv("MTL_HEADS_CACHE", str(tmp_path / "cache"))
     tiny = ["data.demo_sizes={train: 24, dev: 8, test: 8}", "train.epochs=1", "train.progress=false"]
     for command in commands:
-        if command.startswith("echo "):  # as written, through the shell (it writes the input file)
-            subprocess.run(["bash", "-c", command], check=True)
-            continue
-        argv = _tour_argv(command, tiny)
-        monkeypatch.setattr(sys, "argv", argv)
-        with pytest.raises(SystemExit) as done:
-            runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
-        assert done.value.code in (0, None), command
+        run_as_written(command, tiny)
     assert (tmp_path / "runs/tour/metrics.json").is_file()
     assert (tmp_path / "runs/tour/pruned").is_dir()
     assert "NER=" in (tmp_path / "hello.conllu").read_text()
@@ -358,3 +382,37 @@ def test_task_example_trains(tiny_encoder_dir, tmp_path, monkeypatch):
                    "train.batch_size=8", "wandb.mode=disabled", "train.progress=false", "tasks=pos,chunk",
                    f"run_dir={tmp_path / 'run'}"])
     assert 0 < metrics["test"]["chunk"]["accuracy"] <= 100
+
+
+DECODER_GUIDE = REPO / "docs" / "guides" / "decoder-lms.md"
+
+
+@pytest.mark.integration
+def test_decoder_guide_runs(tmp_path, monkeypatch):
+    """Every ``bash`` block of the decoder guide, every command as written, in a fresh folder, offline
+    (conftest sets HF_HUB_OFFLINE): a tiny GQA Llama built by docs/guides/tiny_lm.py, trained with KV
+    gates, pruned, probed, ablated; the heads kept are the ones the guide says."""
+    text = DECODER_GUIDE.read_text()
+    commands = [line for block in code_blocks(text, "bash") for line in command_lines(block)]
+    steps = [tokens[2] if tokens[1] == "-m" else tokens[1] for tokens in map(shlex.split, commands)]
+    assert steps == ["docs/guides/tiny_lm.py", "mtl_heads.train", "mtl_heads.prune", "mtl_heads.probe",
+                     "mtl_heads.ablate"], "the guide's path: build, train, prune, probe, ablate"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MTL_HEADS_CACHE", str(tmp_path / "cache"))
+    for command in commands:
+        run_as_written(command)
+
+    config = json.loads((tmp_path / "models/tiny-llama/config.json").read_text())
+    assert config["model_type"] == "llama" and config["num_key_value_heads"] < config["num_attention_heads"]
+    run = tmp_path / "runs/tiny-llama"
+    metrics = json.loads((run / "metrics.json").read_text())
+    kept, total = map(int, re.search(r"`heads kept (\d+)/(\d+)`", text).groups())
+    assert (metrics["heads_kept"], metrics["heads_total"]) == (kept, total), "the guide's heads kept"
+    assert json.loads((run / "gates.json").read_text())["gate_groups"] == "kv"
+    heads = json.loads((run / "pruned/heads.json").read_text())
+    assert heads["kept"] == kept and heads["zeroed_query_heads"] == 0  # whole KV groups went
+    assert sum(heads["kv_heads_per_layer"]) * config["num_attention_heads"] // config["num_key_value_heads"] == kept
+    report = json.loads((tmp_path / "probe-reports/tiny-llama/report.json").read_text())
+    assert report["causal"] and report["first_token"] == "<s>" and {"dep", "pos", "clark"} <= set(report["probes"])
+    ablation = json.loads((run / "ablation/ablation.json").read_text())
+    assert len(ablation["heads"]) == 2 and set(ablation["methods"]) == {"zero", "mean"}

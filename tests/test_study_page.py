@@ -1,6 +1,7 @@
 """A study's page opens with the answer: the claims one line each, and the three figures that carry
 them, every number the same as the claims command's (made-up study of tests/test_claims.py); and the
 EWT study's page as committed, in headless Chromium: first screen, width, size, attention arcs."""
+import dataclasses
 import html
 import json
 import re
@@ -11,7 +12,7 @@ import pytest
 from mtl_heads.commands.report import main as report
 from mtl_heads.reports.claims import REGIME_NAMES, check_claims, read_study, stem_heads
 from mtl_heads.reports.page import heat_cells
-from mtl_heads.reports.study_page import study_lead
+from mtl_heads.reports.study_page import STABILITY, claims_legend, study_lead
 from test_claims import LAYERS, STEM, make_study
 from test_compare import make_run
 
@@ -46,6 +47,25 @@ def test_claims_one_line_each_with_their_tests(study_dir, lead):
         for line in claim.text_lines() + [f"note: {note}" for note in claim.notes]:
             assert line.replace("**", "") in text, line
         assert claim.rule in text and claim.paper in text
+
+
+def _legend_kinds(text: str) -> list[str]:
+    legend = re.search(r'<span class="legend" id="claims-legend">(.*?)</span>(</h2>|$)', text)
+    return re.findall(r'<span class="([\w-]+)" data-kind="([^"]+)">', legend.group(1)) if legend else []
+
+
+def test_the_stability_marks_have_a_legend_outside_the_folds(study_dir, lead):
+    claims = check_claims(read_study([str(study_dir)]))
+    marked = [kind for kind in STABILITY if any(c.stability_kind == kind for c in claims)]
+    assert marked and _legend_kinds(lead) == [(kind.replace(" ", "-"), kind) for kind in marked]
+    assert lead.index('id="claims-legend"') < lead.index('<ol class="claims">')  # no claim to unfold first
+    # what the legend holds follows the marks: a fragile claim brings fragile, with its meaning; none, no line
+    fragile = dataclasses.replace(claims[0], fragile=["without seed 3: not replicated"])
+    assert fragile.stability_kind == "fragile"
+    legend = claims_legend([fragile])
+    assert _legend_kinds(legend) == [("fragile", "fragile")]
+    assert STABILITY["fragile"] in html.unescape(legend) and "seed" in STABILITY["fragile"]
+    assert claims_legend([dataclasses.replace(c, fragile=[], too_few=[], stability="") for c in claims]) == ""
 
 
 def test_score_figure_has_a_point_per_run_and_task(study_dir, lead):

@@ -173,3 +173,63 @@ def test_task_splits_let_one_task_train_on_another_role(base, tmp_path, capsys):
         run(base + ["tasks=pos", "data.task_splits={dep: {train: dev}}", f"run_dir={tmp_path / 'x'}"])
     with pytest.raises(ConfigError, match="data.task_splits.pos"):
         run(base + ["tasks=pos", "data.task_splits={pos: {train: validation}}", f"run_dir={tmp_path / 'y'}"])
+
+
+# --- what a run prints: logs without progress frames, a head budget's gap ----------------------------------------
+def test_a_log_file_gets_plain_progress_lines_and_no_carriage_return(base, tmp_path):
+    """Output sent to a file (stderr not a terminal): no tqdm frames (nor transformers' loading bar),
+    but a plain line closing each epoch with the bar's numbers."""
+    log = tmp_path / "train.log"
+    args = [b for b in base if b != "train.progress=false"] + ["tasks=pos,ner", f"run_dir={tmp_path / 'r'}"]
+    with open(log, "wb") as out:
+        proc = subprocess.run([sys.executable, "-m", "mtl_heads.train", *args], cwd=REPO, stdout=out,
+                              stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
+    text = log.read_bytes().decode()
+    assert proc.returncode == 0, text[-3000:]
+    assert "\r" not in text
+    for epoch in (1, 2):
+        line = next(line for line in text.splitlines() if line.startswith(f"epoch {epoch}/2: 100% "))
+        assert re.match(rf"epoch {epoch}/2: 100% (\d+)/\1 \[[\d:]+<00:00, +[\d.]+(it/s|s/it), loss=[\d.]+, task=(pos|ner)\]$",
+                        line), line
+        assert text.index(line) < text.index(f"epoch {epoch}: dev ")  # in order, before the epoch's scores
+    assert "Loading weights" not in text
+
+
+def test_progress_false_prints_no_progress(base, tmp_path, capsys):
+    run(base + ["tasks=pos", "train.epochs=1", f"run_dir={tmp_path / 'quiet'}"])
+    captured = capsys.readouterr()
+    assert "epoch 1: dev pos accuracy" in captured.out
+    assert "epoch 1/1" not in captured.out + captured.err and "\r" not in captured.err
+
+
+def test_a_budget_run_says_how_far_it_ended_from_the_budget(base, tmp_path, capsys):
+    metrics = run(base + ["tasks=pos", "prune=dynamic", "prune.budget=2", f"run_dir={tmp_path / 'budget'}"])
+    budget = json.loads((tmp_path / "budget" / "metrics.json").read_text())["budget"]
+    assert budget == metrics["budget"] == {"target": 2, "kept": metrics["heads_kept"],
+                                           "gap": metrics["heads_kept"] - 2}
+    out = capsys.readouterr().out
+    per_epoch = ", ".join(str(r["heads_kept"]) for r in metrics["history"])
+    assert f"budget 2 heads: {metrics['heads_kept']} kept" in out and f"(per epoch: {per_epoch})" in out
+    assert re.search(r"epoch 1: dev .* heads kept \d+ \(budget 2\)", out)
+    plain = run(base + ["tasks=pos", "prune=dynamic", f"run_dir={tmp_path / 'lambda'}"])
+    out = capsys.readouterr().out  # a lambda run has no budget
+    assert "budget" not in plain and "budget 2 heads" not in out and "(budget" not in out
+
+
+def test_the_budget_line_names_the_keys_that_close_the_gap():
+    from omegaconf import OmegaConf
+
+    from mtl_heads.sparsity import budget_gap, budget_line
+
+    cfg = OmegaConf.create({"train": {"epochs": 3, "lr_gate": 0.05}, "prune": {"lr_lagrangian": 0.01}})
+    assert budget_gap(36, 42) == {"target": 36, "kept": 42, "gap": 6}
+    assert budget_line(budget_gap(36, 36), [50, 40, 36], cfg) == "budget 36 heads: 36 kept, the budget is met (per epoch: 50, 40, 36)"
+    closing = budget_line(budget_gap(36, 38), [48, 44, 38], cfg)
+    assert closing.startswith("budget 36 heads: 38 kept, 2 over (per epoch: 48, 44, 38): the gates were still closing")
+    for key in ("train.epochs, now 3", "prune.lr_lagrangian (now 0.01", "train.lr_gate (now 0.05"):
+        assert key in closing
+    swing = budget_line(budget_gap(36, 42), [30, 24, 42], cfg)  # the README tour's run: under, then over
+    assert swing.startswith("budget 36 heads: 42 kept, 6 over (per epoch: 30, 24, 42): the count still swings")
+    assert "train.epochs, now 3" in swing and "prune.lr_lagrangian, now 0.01" in swing
+    assert "opening" in budget_line(budget_gap(36, 30), [20, 26, 30], cfg) and "under" in budget_line(
+        budget_gap(36, 30), [20, 26, 30], cfg)

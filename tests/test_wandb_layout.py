@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from mtl_heads.tracking import resolve_mode
 from mtl_heads.experiment import run
@@ -70,10 +71,11 @@ def _complete_log(run_dir: Path, timeout: float = 60.0) -> Path:
         time.sleep(0.2)
 
 
-def read_offline_run(folder: Path) -> dict:
-    """The run record (name, group, job type, tags, config), history rows, summary and files of the one
-    offline W&B run under ``folder/wandb``."""
-    [run_dir] = (folder / "wandb").glob("offline-run-*")
+def read_offline_run(folder: Path, which: int | None = None) -> dict:
+    """The run record (id, name, group, job type, tags, config), history rows, summary and files of the
+    one offline W&B run under ``folder/wandb`` (``which``: the index of one of several, oldest first)."""
+    folders = sorted((folder / "wandb").glob("offline-run-*"))  # offline-run-<time>-<id>: by time
+    [run_dir] = folders if which is None else [folders[which]]
     result = {"history": [], "summary": {}, "files": run_dir / "files"}
     for record in read_records(_complete_log(run_dir)):
         kind = record.WhichOneof("record_type")
@@ -137,19 +139,63 @@ def test_training_run_layout(trained, tiny_encoder_dir):
     assert logged["summary"]["test/pos/accuracy"] == pytest.approx(metrics["test"]["pos"]["accuracy"])
 
 
-def test_head_removal_run_layout(trained, tiny_encoder_dir, capsys):
+def test_head_removal_offline_is_a_run_of_its_own_linked_to_the_training(trained, capsys):
+    """Offline, python -m mtl_heads prune logs to a run of its own (W&B cannot resume an offline run, and
+    syncing two offline folders of one id has replaced the first's history): the training's group and tags
+    plus ``removal``, the training's id in its config, its keys under removal/; the training's run is untouched."""
     from mtl_heads.commands.prune import main
 
     assert main([str(trained), f"out={trained / 'pruned'}", "wandb.mode=offline", "check_sentences=4"]) == 0
-    assert "W&B run" in capsys.readouterr().out
+    run_id = (trained / "wandb_id").read_text().strip()
+    assert f"linked to the training's {run_id}" in capsys.readouterr().out
+    training, logged = read_offline_run(trained), read_offline_run(trained / "pruned")
+    assert len(list((trained / "wandb").glob("offline-run-*"))) == 1  # no second folder with the training's id
+    assert logged["id"] != run_id and logged["config"]["removal"]["training_run"] == run_id
+    assert logged["name"] == "seed3-pruned" and logged["group"] == training["group"] == "exp-x"
+    assert logged["job_type"] == "prune" and set(logged["tags"]) == set(training["tags"]) | {"removal"}
+    assert logged["config"]["removal"]["run"] == str(trained) and logged["config"]["tasks"] == ["pos"]
+    assert logged["summary"]["removal/heads_kept"] == 8 and logged["summary"]["removal/heads_total"] == 8
+    assert logged["summary"]["removal/max_diff/reloaded"] < 1e-4
+    [row] = [r for r in logged["history"] if "removal/gates/table._type" in r]
+    assert row["removal/gates/heatmap._type"] == "image-file" and row["removal/heads_per_layer._type"] == "table-file"
+    last = max(r["_step"] for r in training["history"] if "_step" in r)
+    assert int((trained / "wandb_step").read_text()) == last
+    assert not any(key.startswith("removal/") for r in training["history"] for key in r)
+
+
+def test_head_removal_online_continues_the_training_run(trained, monkeypatch):
+    """Online, the removal continues the training's run: its id, its folder, its name and job type, at the
+    step after the training's last (W&B itself is replaced here: no network in tests)."""
+    from omegaconf import OmegaConf
+
+    from mtl_heads import tracking
+    from mtl_heads.config import load_saved_config
+
+    assert tracking.attaches("online", "abc") and not tracking.attaches("offline", "abc")
+    assert not tracking.attaches("online", "") and not tracking.attaches("disabled", "abc")
+    calls = []
+    monkeypatch.setattr(tracking, "start_run", lambda *args, **kwargs: calls.append((args, kwargs)))
+    (trained / "wandb_step").write_text("41")
+    cfg = load_saved_config(trained / "config.yaml")
+    tracking.log_head_removal(OmegaConf.create({"mode": "online", "project": "p"}), trained, cfg, trained / "pruned",
+                              torch.ones(2, 4), [4, 4], {"heads_kept": 8}, {"threshold": 1e-3})
+    [(args, kwargs)] = calls
+    section, folder, job, config = args
+    assert kwargs["run_id"] == (trained / "wandb_id").read_text().strip() and folder == trained
+    assert job == "train" and kwargs["name"] == "seed3" and kwargs["extra_tags"] == ("removal",)
+    assert config["removal"]["training_run"] == kwargs["run_id"]
+
+
+def test_head_removal_of_a_run_trained_without_wandb(trained):
+    """A run without a W&B id (trained with wandb.mode=disabled) gets a removal run of its own."""
+    from mtl_heads.commands.prune import main
+
+    (trained / "wandb_id").unlink()
+    assert main([str(trained), f"out={trained / 'pruned'}", "wandb.mode=offline", "check_sentences=4"]) == 0
     logged = read_offline_run(trained / "pruned")
     assert logged["name"] == "seed3-pruned" and logged["group"] == "exp-x" and logged["job_type"] == "prune"
     assert {"removal", "pos", "seed:3", "mine"} <= set(logged["tags"])
-    assert logged["config"]["removal"]["run"] == str(trained) and logged["config"]["tasks"] == ["pos"]
-    assert logged["summary"]["heads_kept"] == 8 and logged["summary"]["heads_total"] == 8
-    assert logged["summary"]["max_diff/reloaded"] < 1e-4
-    row = next(r for r in logged["history"] if "gates/table._type" in r)
-    assert row["gates/heatmap._type"] == "image-file" and row["removal/heads_per_layer._type"] == "table-file"
+    assert logged["id"] != read_offline_run(trained)["id"] and logged["summary"]["removal/heads_kept"] == 8
 
 
 def test_auto_mode_follows_the_environment(monkeypatch):

@@ -13,7 +13,13 @@ Examples::
 Writes ``<out>/ablation.json`` (kind "head ablation": the heads, their source, per method and task
 the base and ablated scores, the drop, the random sets' drops with their mean, 95th percentile and
 the one-sided p = (1 + random drops >= drop) / (1 + random_sets), and the random sets' heads) and
-prints one line per method and task. A set holding every head of a layer leaves the null nothing
+prints one line per method and task. Each line ends with a verdict (:func:`judge`): "needed" when its
+p, Holm-adjusted over every test of the table (each method and task), is below 0.05, else "not
+shown"; a p at its floor 1 / (random_sets + 1) is marked (the drop exceeds every random set's, and
+more sets could give a smaller p), and a warning says when too few random sets leave no test able
+to pass (Holm over m tests needs at least 20 m sets). The record holds them as fields: per method
+and task ``p_holm``, ``verdict`` and ``p_at_floor``, and ``verdicts`` (the rule, alpha, the tests,
+the floor, the sets needed, the notes). A set holding every head of a layer leaves the null nothing
 to vary there: the output says so ("degenerate": true, the layers in "full_layers"; "possible_sets"
 is 1 when no layer varies). The cost is one pass over the split per method and head set,
 methods x (1 + random_sets) in all. Bad input (an unknown head
@@ -54,6 +60,76 @@ def out_folder(cfg) -> Path:
     return out
 
 
+def sets_needed(tests: int, alpha: float) -> int:
+    """The fewest random sets n for which Holm over ``tests`` tests can pass: ``tests / (n + 1) < alpha``
+    (the smallest p of n sets is ``1 / (n + 1)``; Holm multiplies the smallest by the number of tests)."""
+    n = max(1, int(tests / alpha) - 2)
+    while tests / (n + 1) >= alpha:
+        n += 1
+    return n
+
+
+def judge(record: dict) -> dict:
+    """Add the verdicts to an ablation record (in place; returns it). The Holm family is the record's
+    table, every method and task (:func:`mtl_heads.reports.claims.holm`, at
+    :data:`mtl_heads.reports.significance.ALPHA`). Per method and task: ``p_holm`` (the adjusted p),
+    ``verdict`` ("needed" when the drop is positive and ``p_holm`` < alpha, else "not shown"; "cannot be
+    tested", ``p_holm`` None, when every random set is the set itself: ``possible_sets`` 1) and
+    ``p_at_floor`` (p is ``1 / (random_sets + 1)``: no random set dropped as much). Under ``verdicts``:
+    ``rule`` (as text), ``alpha``, ``tests`` (m, the family's size), ``p_floor``, ``smallest_p_holm``
+    (``m * p_floor``, at most 1: no test can pass when it is >= alpha), ``sets_needed``
+    (:func:`sets_needed`; these two None when nothing can be tested) and ``notes`` (:func:`verdict_notes`).
+
+    Args:
+        record: what :func:`mtl_heads.ablation.run_ablation` returns (or an ``ablation.json`` read back).
+    """
+    from mtl_heads.reports.claims import holm
+    from mtl_heads.reports.significance import ALPHA
+
+    results = [r for by_task in record["methods"].values() for r in by_task.values()]
+    testable = record.get("possible_sets") != 1
+    sets = int(record["random_sets"])
+    floor = 1 / (sets + 1)
+    adjusted = holm([r["p"] for r in results]) if testable else [None] * len(results)
+    for r, p_holm in zip(results, adjusted):
+        r["p_holm"] = p_holm
+        r["verdict"] = ("cannot be tested" if p_holm is None else
+                        "needed" if p_holm < ALPHA and r["drop"] > 0 else "not shown")
+        r["p_at_floor"] = bool(abs(r["p"] - floor) < 1e-12)
+    tests = len(results) if testable else 0
+    record["verdicts"] = {
+        "rule": f"needed when the drop is positive and its p, Holm-adjusted over the {tests} tests of this table "
+                f"(every method and task), is below {ALPHA:g}; else not shown. p = (1 + random sets that drop at "
+                f"least as much) / (1 + {sets})",
+        "alpha": ALPHA, "tests": tests, "p_floor": floor, "smallest_p_holm": min(1.0, tests * floor) if tests else None,
+        "sets_needed": sets_needed(tests, ALPHA) if tests else None}
+    record["verdicts"]["notes"] = verdict_notes(record)
+    return record
+
+
+def verdict_notes(record: dict) -> list[str]:
+    """The notes under a judged table (:func:`judge`): which p sit at their floor, and a warning when
+    too few random sets leave no test able to pass (or that nothing can be tested)."""
+    from mtl_heads.reports.significance import format_p
+
+    verdicts, sets = record["verdicts"], record["random_sets"]
+    notes = []
+    at_floor = [f"{m} {t}" for m, by_task in record["methods"].items() for t, r in by_task.items() if r["p_at_floor"]]
+    if at_floor:
+        notes.append(f"* p at its floor 1/{sets + 1} = {format_p(verdicts['p_floor'])}, the smallest that {sets} "
+                     f"random sets allow ({', '.join(at_floor)}): no random set dropped as much; more sets could "
+                     "give a smaller p")
+    if not verdicts["tests"]:
+        notes.append("cannot be tested: every layer-matched random set is the set itself (see the note on the null)")
+    elif verdicts["smallest_p_holm"] >= verdicts["alpha"]:
+        tests, needed = verdicts["tests"], verdicts["sets_needed"]
+        notes.append(f"warning: no test can pass: with {sets} random sets the smallest p is 1/{sets + 1}, and Holm "
+                     f"over the {tests} tests of this table makes it at least {tests}/{sets + 1} = "
+                     f"{format_p(verdicts['smallest_p_holm'])} >= {verdicts['alpha']:g}; needs at least {needed} sets "
+                     f"(random_sets={needed})")
+    return notes
+
+
 def run(argv: list[str], log=print) -> dict:
     """Ablate as ``argv`` says; returns the record written to ``<out>/ablation.json``."""
     cfg = load_config(parse_args(argv), base=CONFIG_DIR / "ablate.yaml")
@@ -71,6 +147,7 @@ def run(argv: list[str], log=print) -> dict:
                           list(cfg.tasks) or None, cfg.max_sentences, cfg.batch_size, cfg.precision, heads.source,
                           str(cfg.label), str(cfg.run), cfg.progress, log,
                           reference_max=cfg.reference_sentences)
+    judge(record)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "ablation.json", record)
     for line in table_lines(record):

@@ -1,12 +1,14 @@
-"""``python -m mtl_heads claims FOLDERS... [out=FILE] [doc=FILE]``: He & Choi's claims checked on a
-study's run folders and probe reports, one line each with its numbers.
+"""``python -m mtl_heads claims FOLDERS... [out=FILE] [doc=FILE] [format=markdown|json]``: He & Choi's
+claims checked on a study's run folders and probe reports, one line each with its numbers.
 
 ``FOLDERS`` are run folders or folders holding runs and probe reports at any depth (a study folder
 such as ``docs/ewt-study``). What each claim compares and which test it uses:
 :mod:`mtl_heads.reports.claims`. Prints the claims; ``out=`` writes them as markdown (default
 ``claims.md`` in the first folder); ``doc=`` also puts them into a markdown file between the lines
 ``<!-- claims:begin -->`` and ``<!-- claims:end -->``, so that a hand-written document carries numbers
-that cannot drift from the runs.
+that cannot drift from the runs. ``format=json`` prints the claims as JSON instead, every test with
+its fields, statistic and p-values (schema: :mod:`mtl_heads.reports.claims.render`), and writes it
+only where ``out=`` says.
 """
 from __future__ import annotations
 
@@ -18,10 +20,11 @@ from omegaconf import DictConfig
 from mtl_heads.cli import Arguments, command, config_file
 from mtl_heads.config import ConfigError
 from mtl_heads.files import atomic_write_text
-from mtl_heads.reports.claims import check_claims, claims_markdown, read_study, splice
+from mtl_heads.reports.claims import check_claims, claims_json, claims_markdown, read_study, splice
 
 ARGUMENTS = Arguments(config_file("claims"), positional="folders", many=True,
                       flags={"--out": "out", "--doc": "doc"})
+FORMATS = ("markdown", "json")
 
 
 def claims(cfg: DictConfig) -> None:
@@ -29,10 +32,25 @@ def claims(cfg: DictConfig) -> None:
     folders = [str(f) for f in cfg.folders]
     if not folders:
         raise ConfigError("config key 'folders': give a study folder, e.g. python -m mtl_heads claims docs/ewt-study")
+    form = str(cfg.get("format") or "markdown")
+    if form not in FORMATS:
+        raise ConfigError(f"config key 'format': {form!r} is not one of {', '.join(FORMATS)}")
+    if form == "json" and cfg.doc:
+        raise ConfigError("config key 'doc': it splices the markdown into a document; with format=json give out= "
+                          "(or nothing: the JSON is printed)")
     command_line = "python -m mtl_heads claims " + " ".join(map(shlex.quote, folders))
     try:
         study = read_study(folders)
-        text = claims_markdown(study, check_claims(study), command_line)
+        checked = check_claims(study)
+        if form == "json":
+            text = claims_json(study, checked, command_line)
+            if cfg.out:
+                atomic_write_text(Path(cfg.out), text + "\n")
+                print(f"wrote {cfg.out}")
+            else:
+                print(text)
+            return
+        text = claims_markdown(study, checked, command_line)
         doc = Path(cfg.doc) if cfg.doc else None
         spliced = splice(doc.read_text(), text, str(doc)) if doc else None
     except OSError as err:

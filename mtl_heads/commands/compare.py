@@ -8,7 +8,10 @@ files, folders without runs, globs matching nothing) is one ``note: not used: <p
 
 Runs whose configs are identical apart from seed, folders, W&B, resume and progress bars form one
 *setting*; the table has one row per setting, each number as mean and sample standard deviation over
-its seeds (what the columns and names are: :mod:`mtl_heads.reports.comparison`).
+its seeds (what the columns and names are: :mod:`mtl_heads.reports.comparison`). Under the table, per
+setting, the config keys that differ between settings (only those not at their usual value when some
+setting holds each key's most common value; else, as with two runs, every key that differs), then the
+config that all runs share.
 
 Written to ``out=`` (default ``comparison/``): ``compare.csv`` (one row per setting, ``<column> mean``
 and ``<column> std``), ``compare-runs.csv`` (one row per run), ``compare.md`` (``mean ± std``).
@@ -29,8 +32,6 @@ from omegaconf import DictConfig
 
 from mtl_heads.cli import Arguments, command, config_file
 from mtl_heads.config import ConfigError
-from mtl_heads.reports.comparison import (add_significance, compare_runs, legend_text, significance_lines,
-                                          terminal_table, write_comparison, write_plots, written_lines)
 
 ARGUMENTS = Arguments(config_file("compare"), positional="runs", many=True, repeat=frozenset({"test"}),
                       flags={"--out": "out", "--plot": "plot", "--test": "test", "--root": "root"},
@@ -42,6 +43,10 @@ def compare(cfg: DictConfig) -> None:
     if not cfg.runs:
         raise ConfigError("config key 'runs': give run folders, globs, folders of runs or experiment names, "
                           "e.g. python -m mtl_heads compare runs")
+    # the tables' library (pandas, and torch through the probes) from here on: deferred so that -h answers at once
+    from mtl_heads.reports.comparison import (add_significance, compare_runs, legend_text, significance_lines,
+                                              terminal_table, write_comparison, write_plots, written_lines)
+
     comparison = compare_runs(list(cfg.runs), cfg.root)
     if cfg.test:
         add_significance(comparison, list(cfg.test))

@@ -51,12 +51,17 @@ def run(argv: list[str], log=print) -> dict:
     else:
         raise ConfigError("config key 'model': give a trained run folder (python -m mtl_heads evaluate runs/<run>) "
                           "or two files (pred=<file> gold=<file> tasks=...)")
+    from mtl_heads.data.corpus import cut_note
+    from mtl_heads.evaluation import format_metrics
+
+    if "eval_cut" in result:
+        what += f", {cut_note(result['eval_cut'])}"
     log(f"scores of {what}:")
     for task, scores in result["scores"].items():
         missed = result.get("unpredicted", {}).get(task)
         log(f"  {task} ({result['sentences'][task]} sentences"
             + (f", {missed} without a prediction, scored as missed" if missed else "") + "): "
-            + ("  ".join(f"{k} {v:.2f}" for k, v in scores.items()) if scores else "no sentence carries this layer"))
+            + (format_metrics(scores) if scores else "no sentence carries this layer"))
     if cfg.out:
         out = Path(cfg.out)
         if not out.parent.is_dir():

@@ -7,7 +7,9 @@ query head in a group that stays is zeroed in ``W_O``); the command prints the h
 (and KV heads, zeroed heads), the parameters before and after, and the largest difference between
 the gated and the pruned model's outputs on dev sentences, then reloads the saved folder and checks
 it again (:mod:`mtl_heads.prune_check`). Load a pruned folder with
-``mtl_heads.removal.load_pruned(folder)``.
+``mtl_heads.removal.load_pruned(folder)``. With W&B on (``wandb.mode``), the removal joins the training
+run's W&B run (the id in ``<run>/wandb_id``; its keys under ``removal/``); a run trained without W&B
+gets a run of its own (:func:`mtl_heads.tracking.log_head_removal`).
 """
 from __future__ import annotations
 
@@ -15,13 +17,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from mtl_heads.build import load_run
 from mtl_heads.cli import Arguments, command, config_file
 from mtl_heads.config import ConfigError
-from mtl_heads.prune_check import check_pruned, removal_lines, removal_numbers
-from mtl_heads.removal import prune_model, save_pruned
-from mtl_heads.tracking import log_head_removal, wandb_section
-
 
 ARGUMENTS = Arguments(config_file("prune"), positional="run",
                       flags={"--out": "out", "--threshold": "threshold", "--device": "device",
@@ -33,6 +30,12 @@ def prune(cfg: DictConfig) -> None:
     """Prune, save, check and report as ``cfg`` (configs/prune.yaml) says; bad input is a ConfigError."""
     if not cfg.run:
         raise ConfigError("config key 'run': give a finished run folder, e.g. python -m mtl_heads prune runs/<run>")
+    # torch and transformers from here on: deferred so that -h and a mistyped key answer at once
+    from mtl_heads.build import load_run
+    from mtl_heads.prune_check import check_pruned, removal_lines, removal_numbers
+    from mtl_heads.removal import prune_model, save_pruned
+    from mtl_heads.tracking import ID_FILE, log_head_removal, wandb_section
+
     try:
         run = load_run(cfg.run, device=cfg.device)
         pruned = prune_model(run.model, cfg.threshold).eval()
@@ -49,7 +52,10 @@ def prune(cfg: DictConfig) -> None:
                                 gated.gate_values(), kept.heads_per_layer, removal_numbers(gated, kept, check),
                                 {"threshold": cfg.threshold, "check": check.source})
     if wandb_id:
-        print(f"W&B run {wandb_id} ({out / 'wandb'})")
+        training = (run.path / ID_FILE).read_text().strip() if (run.path / ID_FILE).is_file() else ""
+        print(f"W&B run {wandb_id}" + (" (the training's, continued)" if wandb_id == training else
+                                        f" (its own, linked to the training's {training}: W&B cannot continue an "
+                                        "offline run)" if training else ""))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -44,14 +44,23 @@ def resolve_path(value: str, key: str) -> Path:
     return found
 
 
-def load_corpus(data, layers: set[str] | None = None, roles: tuple[str, ...] = ROLES) -> dict[str, list[Sentence]]:
+def load_corpus(data, layers: set[str] | None = None, roles: tuple[str, ...] = ROLES,
+                cuts: dict | None = None) -> dict[str, list[Sentence]]:
     """Sentences for each role, read per ``data.format`` (demo | conll2012 | ewt | hf | conllu).
+
+    A role keeps the slice that ``data.sentences`` names for it, else the first N sentences of its
+    split: ``data.max_sentences`` for train, ``data.max_eval_sentences`` for dev and test (see
+    :func:`max_sentences`), else all of them.
 
     Args:
         data: the config's ``data`` section.
         layers: the layers the run's tasks need (default: all); dependencies are converted from
             trees only when ``deps`` is among them.
         roles: the roles to read (default: train, dev and test).
+        cuts: a dict to fill (default: none) with ``{role: {"kept", "of", "start", "by"}}`` for each
+            role that keeps fewer sentences than its split holds: ``kept`` sentences from index
+            ``start`` of ``of``, by the config key ``by``. Scores on a cut dev or test split are not
+            comparable with scores on the whole split (:func:`cut_note` words a cut).
     """
     readers = {"demo": _demo, "conll2012": _conll2012, "ewt": _ewt, "hf": _hf, "conllu": _conllu}
     if data.format not in readers:
@@ -76,12 +85,34 @@ def load_corpus(data, layers: set[str] | None = None, roles: tuple[str, ...] = R
             convert_trees(sentences)
         _drop_layers(sentences, (data.unannotated or {}).get(split, []), split)
         kept = (data.get("sentences") or {}).get(role)
+        limit = max_sentences(data, role)
+        whole = len(sentences)
         if kept is not None:  # checked by the config: N or [start, end)
+            start, by = sentence_range(kept)[0], f"data.sentences.{role}"
             sentences = sentences[slice(*sentence_range(kept))]
-        elif data.max_sentences:
-            sentences = sentences[: data.max_sentences]
+        elif limit:
+            start, by = 0, f"data.{'max_sentences' if role == 'train' else 'max_eval_sentences'}={limit}"
+            sentences = sentences[:limit]
+        if cuts is not None and len(sentences) < whole:
+            cuts[role] = {"kept": len(sentences), "of": whole, "start": start, "by": by}
         corpus[role] = sentences
     return corpus
+
+
+def max_sentences(data, role: str) -> int | None:
+    """The cap on ``role``'s sentences (the first N are kept): ``data.max_sentences`` for train,
+    ``data.max_eval_sentences`` for dev and test (absent from configs saved before it: none). None: all.
+    A role named in ``data.sentences`` takes that instead."""
+    key = "max_sentences" if role == "train" else "max_eval_sentences"
+    return data.get(key) or None
+
+
+def cut_note(cut: dict) -> str:
+    """A cut split in words: ``the first 20 of its 200 sentences (data.max_eval_sentences=20)`` or
+    ``sentences 100-149 of its 200 (data.sentences.dev)``; ``cut``: one entry of :func:`load_corpus`'s ``cuts``."""
+    what = (f"the first {cut['kept']} of its {cut['of']} sentences" if not cut["start"] else
+            f"sentences {cut['start']}-{cut['start'] + cut['kept'] - 1} of its {cut['of']}")
+    return f"{what} ({cut['by']})"
 
 
 def deprel(data) -> str:

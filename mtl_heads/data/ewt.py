@@ -15,9 +15,11 @@ Without ``sources=``, the repositories' archives are downloaded from GitHub over
 repository's files are checked against a pinned content digest (``mtl_heads.data.ewt_sources``).
 The corpus is built into a temporary folder beside ``out`` and renamed to ``out`` only when the
 build succeeded, so a failed or interrupted build leaves no half-written corpus. The command ends
-with the build's summary and the time taken. Bad input (an unknown key, a missing or non-matching
-sources folder, a non-empty ``out``, no network) is one ``error:`` line naming the key, file or
-URL, exit 2. ``data=ewt`` then finds ``data/ewt`` (``mtl_heads.config.EWT_FOLDERS``).
+with the build's summary and the time taken; a split with 0 entities because Universal NER has no
+file for it (train) is explained there, with the overrides NER trains by (``BuildSummary.ner_note``).
+Bad input (an unknown key, a missing or non-matching sources folder, a non-empty ``out``, no
+network) is one ``error:`` line naming the key, file or URL, exit 2. ``data=ewt`` then finds
+``data/ewt`` (``mtl_heads.config.EWT_FOLDERS``).
 """
 from __future__ import annotations
 
@@ -44,7 +46,7 @@ KEYS = {  # key: (default, what it means): the command's whole configuration, an
     "check": (True, "a sources folder whose files differ from the pinned commits' is an error; false: "
                     "a warning, and the build goes on (a newer clone, on purpose)"),
     "force": (False, "replace a non-empty out (only once the new corpus is built)"),
-    "progress": (True, "a progress bar per download (on a terminal)"),
+    "progress": (True, "a progress bar per download (on a terminal; a few plain lines in a log)"),
 }
 
 

@@ -600,6 +600,7 @@ class SplitCounts:
         mwt_ranges: CoNLL-U multi-word-token range lines written.
         empty_nodes: CoNLL-U empty nodes (enhanced UD) written.
         ner_sentences: written sentences with a UNER annotation.
+        ner_file: the UNER file the split's entities come from; "" where UNER has none (no entities).
         entities: written entities by label (PERSON, ORG, LOC).
         pos_agreeing: written words whose skeleton POS equals the UD XPOS.
         edited: ``EDITED`` constituents (disfluencies) written.
@@ -618,6 +619,7 @@ class SplitCounts:
     mwt_ranges: int = 0
     empty_nodes: int = 0
     ner_sentences: int = 0
+    ner_file: str = ""
     entities: Counter = field(default_factory=Counter)
     pos_agreeing: int = 0
     edited: int = 0
@@ -737,6 +739,22 @@ class BuildSummary:
                 what = "documents" if reason == NO_SKELETON else "sentences"
                 lines.append(f"  {reason} ({what}): " + ", ".join(f"{s} {n}" for s, n in per_split.items()))
         lines.append(f"  I- tags repaired: {self.repairs}; failed checks on the written files: {self.failures}")
+        return lines + self.ner_note()
+
+    def ner_note(self) -> list[str]:
+        """Why a split has 0 entities when UNER, the NER source, has no file for it, and (for train) how
+        NER trains on this corpus instead; [] when every split without entities had a UNER file."""
+        lacking = [s for s, c in self.counts.items() if not c.ner_file and not c.entity_count]
+        having = [s for s, c in self.counts.items() if c.ner_file]
+        if not lacking:
+            return []
+        lines = [(f"  0 entities in {', '.join(lacking)}: the NER layer comes from Universal NER "
+                  f"({REPOS['uner'].github}), which has no {'/'.join(lacking)} split, only "
+                  f"{', '.join(having) or 'none'} ({README}, Caveats)")]
+        if "train" in lacking and having:
+            other = "dev" if "dev" in having else having[0]
+            lines.append(f"  NER trains on {other}: data.splits.train={other} for NER alone; with other tasks, "
+                         f'data.task_splits={{"ner":{{"train":"{other}"}}}} (as docs/ewt-study.sh\'s mtl5)')
         return lines
 
 
@@ -1354,7 +1372,8 @@ def build_split(roots: dict[str, Path], split: str, out: Path, summary: BuildSum
     if split in NER_SPLITS:
         check_ud_release(roots, split, documents)
         uner = read_uner(roots["uner"] / UNER_FILE.format(split=split))
-    counts = summary.counts[split] = SplitCounts(listed=len(documents))
+    ner_file = UNER_FILE.format(split=split) if uner is not None else ""
+    counts = summary.counts[split] = SplitCounts(listed=len(documents), ner_file=ner_file)
     gold, conllu, written = [], [], []
     for document in documents:
         pairs = _align_document(document, uner, counts, summary)

@@ -34,10 +34,9 @@ import zlib
 from pathlib import Path
 from typing import Callable
 
-from tqdm.auto import tqdm
-
 from mtl_heads.data.errors import DataError, MissingDataError
 from mtl_heads.data.ewt_build import REPOS, source_files
+from mtl_heads.progress import progress_bar
 
 # Content digests of the files the build reads, per REPOS key, at the pinned commits (see above).
 DIGESTS = {
@@ -122,7 +121,7 @@ def download_sources(cache: Path, urls: dict[str, str] | None = None, digests: d
         cache: the folder of archives and their files (created when absent).
         urls: the archive of each repository (default :func:`archive_urls`).
         digests: the content digest each must have (default :data:`DIGESTS`).
-        progress: a progress bar per download on stderr (on a terminal only).
+        progress: a progress bar per download on stderr (on a terminal; a few plain lines in a log).
         log: where the lines saying what is done go.
     """
     urls, digests = urls or archive_urls(), digests or DIGESTS
@@ -175,8 +174,8 @@ def download(url: str, folder: Path, label: str, progress: bool, log: Callable[[
     try:
         with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=TIMEOUT) as response:
             size = int(response.headers.get("Content-Length") or 0) or None  # GitHub's archives: often unknown
-            with tqdm(total=size, unit="B", unit_scale=True, unit_divisor=1024, desc=label,
-                      disable=None if progress else True, leave=False, dynamic_ncols=True, file=sys.stderr) as bar:
+            with progress_bar(total=size, unit="B", unit_scale=True, unit_divisor=1024, desc=label,
+                              disable=not progress, file=sys.stderr) as bar:
                 got = 0
                 while block := response.read(CHUNK):
                     out.write(block)

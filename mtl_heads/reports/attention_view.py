@@ -16,7 +16,9 @@ sentences: 62 KB for one report, 104 KB for two; all 72 heads of two reports: 26
 For a test or a script, each arc is an SVG ``path`` with ``data-from`` / ``data-to`` (token indices
 in the sentence's ``tokens``) and ``data-weight``, inside ``#att-panel-<i>`` (class ``att-panel``,
 ``data-report`` = its label); the grid's heads are ``button.att-head[data-head="<layer>.<head>"]``,
-the sentence picker ``select#att-sentence``.
+the sentence picker ``select#att-sentence``. The JSON of ``script#att-data`` holds, per embedded head,
+its ``notes`` (the probe labels it is best at: report, probe, label, score and the label's count ``n``;
+labels counted fewer than ``min_count`` times, also in the JSON, are left out).
 """
 from __future__ import annotations
 
@@ -25,13 +27,15 @@ import html
 import json
 from pathlib import Path
 
-__all__ = ["SAMPLES_FILE", "read_samples", "best_probe_heads", "attention_html", "CAUSAL_TEXT"]
+__all__ = ["SAMPLES_FILE", "MIN_LABEL_COUNT", "read_samples", "best_probe_heads", "attention_html", "note_text",
+           "CAUSAL_TEXT"]
 
 SAMPLES_FILE = "attention-samples.json"  # probes.samples.FILE: the reports floor reads the file, not the probe
 CAUSAL_TEXT = "causal: each word attends only to earlier words (and to itself)"
 COLOURS = ("#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f",
            "#bcbd22")
 NOTES_PER_HEAD = 6  # lines of "what this head is best at" in its tooltip
+MIN_LABEL_COUNT = 20  # a label seen fewer times in the probed split is left out of those lines (1 of 1 is "100%")
 
 
 # ---------------------------------------------------------------------- reading
@@ -95,15 +99,41 @@ def best_probe_heads(reports: list[tuple[str, Path]], max_heads: int = 24) -> di
     return groups
 
 
-def _head_notes(reports: list[tuple[str, Path]]) -> dict[str, list[str]]:
-    """``{"<layer>.<head>": ["pretrained: dep nsubj 62.1%", ...]}``: the labels each head is best at."""
-    notes: dict[str, list[str]] = {}
+def _count(row: dict) -> int | None:
+    """A summary row's label count, None where the row has none (the sink's)."""
+    try:
+        return int(float(row.get("count", "")))
+    except (TypeError, ValueError):
+        return None
+
+
+def _head_notes(reports: list[tuple[str, Path]], min_count: int = MIN_LABEL_COUNT) -> dict[str, list[dict]]:
+    """``{"<layer>.<head>": [{"report": "pretrained", "probe": "dep", "label": "nsubj", "score": "62.1%",
+    "n": 1840}, ...]}``: the labels each head is best at, with their counts ``n`` in the probed split.
+
+    Args:
+        reports: ``(label, folder)`` of the probe reports.
+        min_count: labels counted fewer times are left out (default :data:`MIN_LABEL_COUNT`); a row
+            without a count is kept, with ``n`` None.
+    """
+    notes: dict[str, list[dict]] = {}
     for label, folder in reports:
         for probe, rows, unit in _summaries(Path(folder)):
             for row in rows:
+                n = _count(row)
+                if n is not None and n < min_count:
+                    continue
                 key = f"{int(float(row['layer']))}.{int(float(row['head']))}"
-                notes.setdefault(key, []).append(f"{label}: {probe} {row.get('label', '')} {_score_text(row, unit)}")
+                notes.setdefault(key, []).append({"report": label, "probe": probe, "label": row.get("label", ""),
+                                                  "score": _score_text(row, unit), "n": n})
     return notes
+
+
+def note_text(note: dict) -> str:
+    """A note of :func:`_head_notes` as one line: ``pretrained: dep nsubj 62.1% (n=1840)`` (the script's
+    ``noteText`` writes the same)."""
+    n = "" if note.get("n") is None else f" (n={note['n']})"
+    return f"{note['report']}: {note['probe']} {note['label']} {note['score']}{n}"
 
 
 # ---------------------------------------------------------------------- the data embedded
@@ -156,7 +186,7 @@ def _panel(label: str, samples: dict | None, sentences: list[tuple], keys: list[
 
 # ---------------------------------------------------------------------- the fragment
 def attention_html(reports: list[tuple[str, Path]], heads: dict[str, list[tuple[int, int]]] | None = None,
-                   max_heads: int = 24) -> str:
+                   max_heads: int = 24, min_count: int = MIN_LABEL_COUNT) -> str:
     """The attention view of the probe report folders ``reports`` (``(label, folder)`` pairs, e.g.
     ``("pretrained", p1), ("fine-tuned pos seed1", p2)``), as an HTML fragment; "" when none of them
     holds attention samples.
@@ -166,6 +196,9 @@ def attention_html(reports: list[tuple[str, Path]], heads: dict[str, list[tuple[
         heads: head groups to offer, ``{"stem cells": [(layer, head), ...], ...}`` (0-based); None or
             empty: the best head of each probe label in the reports' summaries (:func:`best_probe_heads`).
         max_heads: at most this many distinct heads embedded (the first ones of the groups, in order).
+        min_count: a head's notes (the probe labels it is best at, with their counts) leave out the
+            labels counted fewer times in the probed split (default :data:`MIN_LABEL_COUNT`); the page
+            says so, and the embedded data holds it as ``min_count``.
     """
     loaded = [(str(label), Path(folder), read_samples(folder)) for label, folder in reports]
     loaded = [x for x in loaded if x[2] is not None]
@@ -177,9 +210,9 @@ def attention_html(reports: list[tuple[str, Path]], heads: dict[str, list[tuple[
                                      max_heads)
     keys = list(dict.fromkeys(k for _, members in groups for k in members))
     sentences = list(dict.fromkeys(tuple(s["words"]) for _, _, samples in loaded for s in samples["sentences"]))
-    notes = _head_notes([(label, folder) for label, folder, _ in loaded])
-    data = {"heads": keys, "groups": [{"name": n, "heads": m, "colour": COLOURS[i % len(COLOURS)]}
-                                      for i, (n, m) in enumerate(groups)],
+    notes = _head_notes([(label, folder) for label, folder, _ in loaded], min_count)
+    data = {"heads": keys, "min_count": min_count,
+            "groups": [{"name": n, "heads": m, "colour": COLOURS[i % len(COLOURS)]} for i, (n, m) in enumerate(groups)],
             "notes": {k: notes.get(k, [])[:NOTES_PER_HEAD] for k in keys},
             "panels": [_panel(label, samples, sentences, keys) for label, _, samples in loaded]}
     first = loaded[0][2]
@@ -188,7 +221,9 @@ def attention_html(reports: list[tuple[str, Path]], heads: dict[str, list[tuple[
              f"word it attends to on the right, wider and darker with the weight. Only each word's "
              f"{first.get('top', 5)} strongest targets of at least {first.get('min_weight', 0.05)} are kept. "
              "Pick a head in the grid (greyed heads are not embedded) and a sentence; hover a word on the "
-             "left to see its arcs alone.")
+             "left to see its arcs alone. A head's notes (on hover; below the grid once picked) name the probe "
+             f"labels it is best at, with each label's count n in the probed split; labels seen fewer than "
+             f"{min_count} times are left out.")
     if left_out:
         intro += f" {left_out} more heads of the groups are not embedded (max_heads={max_heads})."
     causal = any(p["causal"] for p in data["panels"])
@@ -224,7 +259,8 @@ def _grid_html(layers: int, n_heads: int, data: dict) -> str:
                 rows.append(f'<td class="att-off" title="L{layer}H{head}: not embedded"></td>')
                 continue
             groups = [g["name"] for g in data["groups"] if key in g["heads"]]
-            title = "\n".join([f"L{layer}H{head}: {', '.join(groups)}"] + data["notes"].get(key, []))
+            notes = [note_text(note) for note in data["notes"].get(key, [])]
+            title = "\n".join([f"L{layer}H{head}: {', '.join(groups)}"] + notes)
             rows.append(f'<td><button type="button" class="att-head" data-head="{key}" '
                         f'style="--group:{colour[key][0]}" title="{html.escape(title)}"></button></td>')
         rows.append("</tr>")
@@ -307,6 +343,9 @@ JS = r"""
   }
   function cut(s) { s = String(s); return s.length > MAX ? s.slice(0, MAX - 1) + "\u2026" : s; }
   function name(key) { var p = key.split("."); return "L" + p[0] + "H" + p[1]; }
+  function noteText(x) {  // as note_text in Python
+    return x.report + ": " + x.probe + " " + x.label + " " + x.score + (x.n == null ? "" : " (n=" + x.n + ")");
+  }
   function draw(box, msg, panel) {
     var s = panel.sentences[state.sentence];
     box.innerHTML = "";
@@ -360,7 +399,8 @@ JS = r"""
     var groups = data.groups.filter(function (g) { return g.heads.indexOf(state.head) >= 0; })
       .map(function (g) { return g.name; });
     document.getElementById("att-head-info").textContent = name(state.head) + (groups.length ? ": " + groups.join(", ") : "")
-      + (data.notes[state.head] && data.notes[state.head].length ? "\n" + data.notes[state.head].join("\n") : "");
+      + (data.notes[state.head] && data.notes[state.head].length
+         ? "\n" + data.notes[state.head].map(noteText).join("\n") : "");
     data.panels.forEach(function (panel, i) {
       var el = document.getElementById("att-panel-" + i);
       draw(el.querySelector(".att-svg"), el.querySelector(".att-msg"), panel);

@@ -14,7 +14,9 @@ pooled. The table has one row per setting:
   ``pruned heads`` and ``pruned params`` when a run has a ``pruned/`` folder (``python -m mtl_heads.prune``);
 - each number as mean and sample standard deviation (ddof 1; blank with one seed);
 - then the config keys (dotted, e.g. ``train.lr_encoder``) whose values differ between settings; the
-  terminal and ``compare.md`` show them as a legend under the table (:func:`config_legend`).
+  terminal and ``compare.md`` show them as a legend under the table (:func:`config_legend`: per setting
+  the keys where it is not the usual value, when some setting holds each key's most common value, else
+  every key that differs), and the config that all runs share (:func:`shared_text`).
 
 :func:`write_comparison` writes ``compare.csv`` (one row per setting, ``<column> mean`` and
 ``<column> std``), ``compare-runs.csv`` (one row per run) and ``compare.md`` (``mean ± std``);
@@ -49,7 +51,8 @@ from mtl_heads.reports.runs import (RUNS, Note, find_runs, flatten_config, is_nu
                                     read_yaml, setting_config, value_text, varying_keys)
 from mtl_heads.reports.significance import TESTS_TEXT, format_significance, resolve_pairs, significance_table
 
-__all__ = ["Comparison", "read_run_row", "config_legend", "run_table", "summarise", "format_summary",
+__all__ = ["Comparison", "read_run_row", "USUAL", "usual_values", "config_legend", "legend_title", "shared_text",
+           "run_table", "summarise", "format_summary",
            "number_columns", "numbers_shown", "runs_shown", "short_run_names", "markdown", "text_table",
            "terminal_table", "legend_text", "compare_runs", "add_significance", "significance_lines",
            "write_comparison", "plot_score_vs_heads", "plot_dev_curves", "gate_settings", "plot_gate_correlation",
@@ -149,22 +152,65 @@ def _grouped(pairs: list[tuple[str, str]]) -> str:
     return ", ".join(parts)
 
 
+USUAL = "usual values"  # the legend's last entry, when the settings have usual values
+
+
+def _config_text(value) -> str:
+    """A config value as the legend writes it: unset as ``null`` (as in a config), else :func:`value_text`."""
+    return "null" if is_null(value) else value_text(value)
+
+
+def usual_values(text: dict[str, list[str]]) -> dict[str, str] | None:
+    """The values a setting of the legend may leave unsaid: each key's most common value over the
+    settings, when every key has one (no tie) and some setting holds all of them; else None (two
+    settings, or modes that no setting combines: every setting then lists every key that differs).
+
+    Args:
+        text: per config key, each setting's value as written (:func:`_config_text`).
+    """
+    counts = {c: pd.Series(values).value_counts(sort=True) for c, values in text.items()}
+    if any(len(n) > 1 and n.iloc[0] == n.iloc[1] for n in counts.values()):
+        return None
+    usual = {c: str(n.index[0]) for c, n in counts.items()}
+    settings = len(next(iter(text.values()), []))
+    held = any(all(text[c][i] == usual[c] for c in text) for i in range(settings))
+    return usual if held else None
+
+
 def config_legend(summary: pd.DataFrame) -> list[tuple[str, str]]:
     """``[(setting, "key=value, ...")]``: per setting, the config keys that differ between settings
-    (tasks left out: the name says them) where its value is not the usual one (the most common over
-    the settings); a last entry ``("others", ...)`` gives the usual values. Unset is written ``null``,
-    as in a config. Empty when the settings differ only in their tasks."""
+    (tasks left out: the name says them). When the settings have :func:`usual_values`, a setting lists
+    the keys where its value is not the usual one (``(the usual values)`` when none) and a last entry
+    ``(USUAL, ...)`` gives the usual values; without them (two settings, say), every setting lists every
+    key that differs, and no usual entry. Unset is written ``null``, as in a config. Empty when the
+    settings differ only in their tasks."""
     columns = [c for c in summary.attrs.get("config_columns", []) if c != "tasks"]
     if not columns:
         return []
-    text = {c: ["null" if is_null(v) else value_text(v) for v in summary[c]] for c in columns}
-    usual = {c: pd.Series(values).mode().iloc[0] for c, values in text.items()}
+    text = {c: [_config_text(v) for v in summary[c]] for c in columns}
+    usual = usual_values(text)
     legend = []
     for i, name in enumerate(summary["setting"]):
-        pairs = [(c, text[c][i]) for c in columns if text[c][i] != usual[c]]
+        pairs = [(c, text[c][i]) for c in columns if usual is None or text[c][i] != usual[c]]
         legend.append((str(name), _grouped(pairs) if pairs else "(the usual values)"))
-    legend.append(("usual values", _grouped([(c, usual[c]) for c in columns])))
+    if usual is not None:
+        legend.append((USUAL, _grouped([(c, usual[c]) for c in columns])))
     return legend
+
+
+def legend_title(legend: list[tuple[str, str]]) -> str:
+    """What a :func:`config_legend` lists: the keys that differ, where not the usual value (when it has
+    usual values), else each setting's value of every key that differs."""
+    usual = bool(legend) and legend[-1][0] == USUAL
+    return ("the config keys that differ between settings, where not the usual value (the most common)" if usual
+            else "the config keys that differ between settings, each setting's values")
+
+
+def shared_text(summary: pd.DataFrame) -> str:
+    """The config every run shares (``attrs["shared"]`` of :func:`run_table`) as grouped ``key=value`` pairs
+    (unset written ``null``); empty when there is none."""
+    shared = summary.attrs.get("shared") or {}
+    return _grouped([(k, _config_text(v)) for k, v in shared.items()])
 
 
 def run_table(paths: list[Path]) -> pd.DataFrame:
@@ -312,14 +358,21 @@ def numbers_shown(shown: pd.DataFrame) -> pd.DataFrame:
     return shown[[c for c in shown.columns if c not in shown.attrs.get("config_columns", [])]]
 
 
-def legend_text(summary: pd.DataFrame) -> list[str]:
-    """Lines naming each setting's differing config keys (none when the settings differ only in tasks)."""
+def legend_text(summary: pd.DataFrame, width: int = 100) -> list[str]:
+    """Lines naming each setting's differing config keys (:func:`config_legend`), then, with more than one
+    setting, the config all runs share (:func:`shared_text`, wrapped at ``width`` characters, default 100)."""
     legend = config_legend(summary)
-    if not legend:
-        return []
-    room = max(len(name) for name, _ in legend)
-    return ["settings: the config keys that differ between them, where not the usual value"] + \
-        [f"  {name.ljust(room)}  {pairs}" for name, pairs in legend]
+    lines = []
+    if legend:
+        room = max(len(name) for name, _ in legend)
+        lines += [f"settings: {legend_title(legend)}"] + [f"  {name.ljust(room)}  {pairs}" for name, pairs in legend]
+    shared = shared_text(summary) if len(summary) > 1 else ""
+    if shared:
+        runs = int(summary["n"].sum())
+        lines.append(f"shared by {'both' if runs == 2 else f'all {runs}'} runs:")
+        lines += textwrap.wrap(shared, width, initial_indent="  ", subsequent_indent="  ", break_long_words=False,
+                               break_on_hyphens=False)
+    return lines
 
 
 @dataclass
@@ -388,8 +441,8 @@ def write_comparison(comparison: Comparison, out: str | Path) -> dict[str, Path]
     legend = config_legend(comparison.summary)
     if legend:
         frame = pd.DataFrame({"setting": [n for n, _ in legend], "config keys that differ": [p for _, p in legend]})
-        text += ["## Settings", "", "The config keys that differ between settings, where a setting's value is not "
-                 "the usual one (the most common).", "", markdown(frame), ""]
+        title = legend_title(legend)
+        text += ["## Settings", "", f"{title[0].upper()}{title[1:]}.", "", markdown(frame), ""]
     if comparison.significance is not None:
         text += ["## Significance", "", TESTS_TEXT, ""]
         text += [markdown(format_significance(comparison.significance)) if not comparison.significance.empty

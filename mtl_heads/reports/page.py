@@ -43,8 +43,9 @@ import pandas as pd
 
 from mtl_heads.config import ConfigError
 from mtl_heads.reports.attention_view import attention_html, best_probe_heads, read_samples
-from mtl_heads.reports.comparison import (Comparison, add_significance, compare_runs, config_legend, number_columns,
-                                          numbers_shown, plot_dev_curves, plot_score_vs_heads, runs_shown)
+from mtl_heads.reports.comparison import (Comparison, add_significance, compare_runs, config_legend, legend_title,
+                                          number_columns, numbers_shown, plot_dev_curves, plot_score_vs_heads,
+                                          runs_shown)
 from mtl_heads.reports.gates import (DIAGONAL_TEXT, KEEP_THRESHOLD, PERMUTATION_TEXT, group_settings, moved_flags,
                                      read_run, stem_cell_lines, stem_settings, still_settings, write_report)
 from mtl_heads.reports.probe_report import heatmap_grid, read_report
@@ -383,7 +384,7 @@ def comparison_section(comparison: Comparison, folder: Path, folded: bool = Fals
     shown = numbers_shown(comparison.shown)
     values = pd.DataFrame({c: summary[f"{c} mean"] for c in summary.attrs["numbers"]})
     values["n"] = summary["n"]
-    legend = dict(config_legend(summary))
+    legend = dict(entries := config_legend(summary))
     hover = [legend.get(name, "") for name in shown["setting"]]
     shown_runs = runs_shown(runs)
     run_values = runs[[c for c in shown_runs.columns if c in runs and c not in ("run", "setting")]]
@@ -398,8 +399,7 @@ def comparison_section(comparison: Comparison, folder: Path, folded: bool = Fals
              f"<details><summary>the settings, seeds pooled ({len(summary)})</summary>{table}</details>"
              if folded else table]
     if legend:
-        frame = pd.DataFrame({"setting": list(legend), "config keys that differ (where not the usual value)":
-                              list(legend.values())})
+        frame = pd.DataFrame({"setting": list(legend), legend_title(entries): list(legend.values())})
         parts.append(fold("Settings" if not folded else f"the settings' config keys ({len(legend)})",
                           html_table(frame, None, "legend", text_columns=(frame.columns[1],))))
     parts.append(fold("Runs" if not folded else f"the runs ({len(runs)})",

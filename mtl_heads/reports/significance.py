@@ -14,6 +14,9 @@ of each over its seeds, the difference ``B - A``, and two two-sided tests over t
 
 A setting with fewer than two seeds cannot be tested (its row says so). No correction is made for
 testing many scores or pairs at once.
+
+Every p-value the reports print goes through :func:`format_p` (this table's and the claims' of
+:mod:`mtl_heads.reports.claims`), so that a p prints one way everywhere.
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ import pandas as pd
 
 from mtl_heads.config import ConfigError
 
-__all__ = ["TESTS_TEXT", "MAX_EXACT_SPLITS", "resolve_pair", "resolve_pairs", "shared_scores", "welch",
+__all__ = ["ALPHA", "TESTS_TEXT", "MAX_EXACT_SPLITS", "format_p", "resolve_pair", "resolve_pairs", "shared_scores", "welch",
            "permutation_test", "significance_table", "format_significance"]
 
 TESTS_TEXT = ("Tests, two-sided, over the seeds of each setting: Welch's t-test (unequal variances; "
@@ -36,6 +39,27 @@ TESTS_TEXT = ("Tests, two-sided, over the seeds of each setting: Welch's t-test 
               "1/3 with 2 + 2, so with so few seeds it cannot reach 0.05. difference = B - A. A setting with "
               "fewer than 2 seeds cannot be tested. No correction for testing many scores or pairs.")
 MAX_EXACT_SPLITS = 100_000  # more splits than this: that many random relabellings instead (seeded)
+ALPHA = 0.05  # the significance level: the line that format_p shows which side of
+
+
+def format_p(value: float | None, missing: str = "n/a") -> str:
+    """A p-value as every report prints it: 2 significant digits; within 10% of :data:`ALPHA` (0.045 to
+    0.055) 3, and more while it would print as the line itself (0.04997 as 0.04997, not 0.05), so that
+    the side of the line shows.
+
+    Args:
+        value: the p-value; None or NaN when there is none.
+        missing: what a missing p prints as (default ``n/a``; the significance table's cells use ``""``).
+    """
+    if value is None or pd.isna(value):
+        return missing
+    value = float(value)
+    if abs(value - ALPHA) > 0.1 * ALPHA:
+        return f"{value:.2g}"
+    digits = 3
+    while float(f"{value:.{digits}g}") == ALPHA and value != ALPHA and digits < 8:
+        digits += 1
+    return f"{value:.{digits}g}"
 
 
 # --- which settings -------------------------------------------------------------------------------
@@ -200,10 +224,6 @@ def significance_table(runs: pd.DataFrame, pairs: list[tuple[str, str]]) -> pd.D
     return pd.DataFrame(rows, columns=columns)
 
 
-def _p(value: float) -> str:
-    return "" if pd.isna(value) else f"{value:.3g}"
-
-
 def _mean_std(mean: float, std: float) -> str:
     return "" if pd.isna(mean) else f"{mean:.2f}" + ("" if pd.isna(std) else f" ± {std:.2f}")
 
@@ -219,8 +239,8 @@ def format_significance(table: pd.DataFrame) -> pd.DataFrame:
         "B mean ± std (n)": [f"{_mean_std(m, s)} ({n})" for m, s, n in zip(table["mean B"], table["std B"],
                                                                             table["n B"])],
         "B - A": [f"{d:+.2f}" for d in table["difference"]],
-        "welch p": [_p(p) for p in table["welch p"]],
-        "permutation p (smallest possible, splits)": ["" if pd.isna(p) else f"{_p(p)} ({_p(m)}, {int(k)})"
+        "welch p": [format_p(p, missing="") for p in table["welch p"]],
+        "permutation p (smallest possible, splits)": ["" if pd.isna(p) else f"{format_p(p)} ({format_p(m)}, {int(k)})"
                                   for p, m, k in zip(table["permutation p"], table["smallest p"], table["splits"])],
         "note": table["note"].fillna(""),
     })

@@ -6,6 +6,8 @@ When the run folders given to ``python -m mtl_heads report`` hold a study (the c
 - the claims, one line each: a short name, the verdict (coloured; its rule on hover), its stability and
   its key numbers; each unfolds to the question, He & Choi's answer, the rule and the tests the claim
   used, grouped under it (``p raw, Holm adjusted``), so that the significance a reader needs is by its claim;
+  beside their heading, one line says what the stability marks they carry mean (``fragile``: a verdict
+  that leaving one seed out flips), so that no claim needs unfolding for it;
 - the three figures that carry them, side by side:
 
   1. each task's test score against heads kept, one panel per task, coloured by regime (unpruned, DP,
@@ -31,19 +33,23 @@ import pandas as pd
 from matplotlib.lines import Line2D
 
 from mtl_heads.config import ConfigError
-from mtl_heads.reports.claims import (REGIME_NAMES, REGIMES, Claim, Study, gate_baseline,
+from mtl_heads.reports.claims import (MIN_SEEDS, REGIME_NAMES, REGIMES, Claim, Study, gate_baseline,
                                       regime_gates, stem_table, check_claims, read_study, stem_heads)
 from mtl_heads.reports.gates import run_consistency
 from mtl_heads.reports.page import heatmap_html, viridis_colour
 from mtl_heads.reports.plots import new_figure
 
-__all__ = ["SHORT", "study_lead", "stem_cell_groups", "read_study_or_none", "claims_list", "score_figure", "stem_map",
-           "correlation_map"]
+__all__ = ["SHORT", "STABILITY", "study_lead", "stem_cell_groups", "read_study_or_none", "claims_list", "claims_legend",
+           "score_figure", "stem_map", "correlation_map"]
 
 # a short name per claim (keyed as claims.RULES), for the one-line list
 SHORT = {"mtl": "MTL vs STL", "overlap": "Overlap across tasks", "stem": "Stem cells", "probes": "Probes",
          "sp_dp": "DP vs SP", "needed": "Stem cells needed"}
 REGIME_COLOURS = {"none": "#7f7f7f", "dp": "#1f77b4", "budget": "#2ca02c", "sp": "#ff7f0e"}
+# what each stability mark (Claim.stability_kind) means, for the legend above the claims
+STABILITY = {"fragile": "a verdict that leaving one seed out flips",
+             "stable": "no seed left out changes it",
+             "too few seeds": f"a seed left out changes it only by leaving a t-test under {MIN_SEEDS} seeds a group"}
 CSS = """
 .lead ol.claims{list-style:none;padding:0;margin:6px 0 10px;font-size:13px}
 .lead ol.claims li{margin:2px 0}
@@ -54,6 +60,7 @@ CSS = """
 .lead .fragile{font-size:11px;color:#8a5a00;border:1px solid #e8c77a;border-radius:3px;padding:0 4px;cursor:help}
 .lead .stable{font-size:11px;color:#2a6a2a;border:1px solid #9c9;border-radius:3px;padding:0 4px;cursor:help}
 .lead .too-few-seeds{font-size:11px;color:#555;border:1px solid #bbb;border-radius:3px;padding:0 4px;cursor:help}
+.lead h2 .legend{font-size:11px;font-weight:normal;color:#555;margin-left:1.5em} .lead .legend span{cursor:default}
 .lead .evidence{font-size:12px;margin:4px 0 10px 18px;max-width:1250px}
 .lead .evidence li{margin:2px 0;overflow-wrap:anywhere}
 .figures{display:flex;flex-wrap:wrap;gap:12px;align-items:flex-start}
@@ -121,6 +128,18 @@ def claims_list(claims: list[Claim]) -> str:
                    f"<ul>{tests}{notes}</ul>" if tests or notes else "") + "</div>")
         items.append(f'<li id="claim-{number}"><details>{summary}{body}</details></li>')
     return f'<ol class="claims">{"".join(items)}</ol>'
+
+
+def claims_legend(claims: list[Claim]) -> str:
+    """One line saying what the stability marks the claims carry mean (:data:`STABILITY`), each mark as it
+    looks in the list (``span[data-kind]``), for the claims' heading (where it costs no height); "" when no
+    claim carries one."""
+    kinds = [kind for kind in STABILITY if any(c.stability_kind == kind for c in claims)]
+    if not kinds:
+        return ""
+    parts = [f'<span class="{kind.replace(" ", "-")}" data-kind="{_e(kind)}">{_e(kind)}</span> {_e(STABILITY[kind])}'
+             for kind in kinds]
+    return f'<span class="legend" id="claims-legend">{"; ".join(parts)} (hover a mark for the seeds)</span>'
 
 
 # --- figure 1: score against heads kept ----------------------------------------------------------
@@ -242,7 +261,8 @@ def correlation_map(study: Study, kind: str, gates: dict, claim: Claim | None) -
                 cells.append('<td style="background:#eee" title="gates did not move">n/a</td>')
                 continue
             r = row["correlation"]
-            test = claim.tests.get(f"{REGIME_NAMES[kind]}, {row['A']} & {row['B']} correlation") if claim else None
+            test = claim.find(regime=kind, pair=[gates[row["A"]].task, gates[row["B"]].task],
+                              statistic="correlation") if claim else None
             beats = bool(test is not None and test.significant) and a not in still and b not in still
             holm = f"; Holm-adjusted {test.adjusted:.2g}" if test is not None and np.isfinite(test.adjusted) else ""
             why = "; " + "; ".join(still[n] for n in (a, b) if n in still) if a in still or b in still else ""
@@ -320,7 +340,7 @@ def study_lead(specs: list[str] | Study) -> str:
         corr = _tabbed([(REGIME_NAMES[k], correlation_map(study, k, g, overlap)) for k, g in regimes])
         figures.append(_figure(corr, "Do tasks keep the same heads? Gate correlation, task by task.",
                                "figure-correlation"))
-    return (f'<section id="claims" class="lead"><style>{CSS}</style><h2>Claims</h2>'
+    return (f'<section id="claims" class="lead"><style>{CSS}</style><h2>Claims{claims_legend(claims)}</h2>'
             '<p class="meta">He &amp; Choi 2021 checked on these runs: click a claim for its question, rule and '
             "tests; hover a verdict for its rule. The same numbers: <code>python -m mtl_heads claims</code> on the "
             f"same folders.</p>{claims_list(claims)}"

@@ -1,0 +1,133 @@
+"""He & Choi's claims checked on one study, each with a rule written before its verdict (the library
+of ``python -m mtl_heads claims``, whose command line is :mod:`mtl_heads.commands.claims`).
+
+A *study* is a set of finished run folders, probe report folders and head ablation results
+(``docs/ewt-study.sh`` writes one). Each run's *setting* is what ``python -m mtl_heads.compare`` calls
+one (configs equal apart from seed and folders); each setting is placed in a cell by its task list
+(one task: single-task, STL; the setting with the most tasks: MTL) and its pruning regime
+(:func:`regime`): ``none`` (unpruned), ``dp`` (``prune=dynamic`` with the L0 lambdas), ``budget``
+(``prune=dynamic`` with ``prune.budget``: equal sparsity) or ``sp`` (``prune=static``).
+
+The claims (:func:`check_claims`), each a :class:`Claim` with its question, He & Choi's answer, a
+*rule* (the verdict's definition, fixed in :data:`RULES` before any number is read), its tests (each a
+:class:`Test`: what it tests as fields, its statistic, raw and adjusted p), its lines and its verdict
+(yes / partly / no, or none with the reason when the study cannot answer); one module each:
+
+1. (:mod:`.mtl`) does MTL lose to STL (test score, Welch's t-test over seeds; a task with a known confound, such as
+   training on another split, is shown but not counted);
+2. (:mod:`.overlap`) do the heads that survive pruning overlap across tasks more than chance (the gate correlation and
+   the kept-head Jaccard overlap of every pair of single-task settings that pruned, against a global
+   and a layer-aware permutation null, :func:`mtl_heads.reports.gates.permutation_baseline`);
+3. (:mod:`.stem`) which heads survive in every task that pruned ("stem cells"), against the count expected by chance
+   (global and within layers), and are they the pretrained encoder's best probe heads (against random
+   sets anywhere and random sets matched per layer);
+4. (:mod:`.probes`) does STL sharpen its own task's probe heads while MTL spreads them (:func:`probe_skill`), with
+   the per-label best-head scores He & Choi quote beside ours;
+5. (:mod:`.sp_dp`) does DP keep fewer heads than SP at an equal or better test score (and do they agree on which); with DP
+   runs trained as SP was (its encoder rate, or its epochs in all), those matched comparisons decide;
+6. (:mod:`.needed`) are the stem cells *needed*: the score each task loses when they are ablated
+   (``python -m mtl_heads.ablate``) against layer-matched random head sets of the same size.
+
+Statistics shared by every claim (:data:`TESTS`): a setting that keeps at least :data:`NEAR_ALL` of
+its heads *did not prune* and is left out of overlaps and intersections (named where it is); where a
+test has a global and a layer-aware null the verdict reads the larger p; Holm-Bonferroni over each
+claim's tests (:func:`holm`), raw and adjusted p side by side; every verdict is recomputed with each
+seed left out in turn (:func:`check_claims`), and one that changes is marked fragile with the seed.
+
+The rest of the package: :mod:`.rules` (the rules and the numbers they name), :mod:`.core` (:class:`Test`,
+:class:`Claim`, :func:`holm`, :class:`Study` and the helpers every claim writes with), :mod:`.heads` (the
+gates the head claims read) and :mod:`.render` (markdown, and the JSON of ``format=json``, whose schema
+its docstring gives). This module reads a study (:func:`read_study`), checks its claims and writes them.
+"""
+from __future__ import annotations
+
+import json
+
+from mtl_heads.reports.claims.core import (REGIME_NAMES, REGIMES, Claim, Study, Test, build_study, holm, read_ablations,
+                                           regime, too_few_text)
+from mtl_heads.reports.claims.heads import gate_baseline, regime_gates, stem_heads, stem_table
+from mtl_heads.reports.claims.mtl import mtl_vs_stl
+from mtl_heads.reports.claims.needed import needed, pooled_ablation
+from mtl_heads.reports.claims.overlap import overlap
+from mtl_heads.reports.claims.probes import PAPER_LABELS, probe_skill, probes_claim
+from mtl_heads.reports.claims.render import BEGIN, END, SCHEMA, claims_data, page_markdown, score_grid, splice
+from mtl_heads.reports.claims.rules import (ALPHA, MARGIN, MATCHED_RULE, MIN_SEEDS, NEAR_ALL, REPLICATION, RULES,
+                                            SHUFFLES, SUPPORT, TESTS, TOO_FEW)
+from mtl_heads.reports.claims.sp_dp import sp_vs_dp
+from mtl_heads.reports.claims.stem import stem
+from mtl_heads.reports.comparison import compare_runs, markdown
+from mtl_heads.reports.significance import format_p
+
+__all__ = ["ALPHA", "NEAR_ALL", "SHUFFLES", "MIN_SEEDS", "MARGIN", "RULES", "MATCHED_RULE", "REPLICATION", "SUPPORT",
+           "TESTS", "TOO_FEW", "REGIMES", "REGIME_NAMES", "PAPER_LABELS", "BEGIN", "END", "SCHEMA", "Test", "Claim",
+           "Study", "regime", "holm", "read_study", "read_ablations", "CLAIMS", "check_claims", "mtl_vs_stl", "overlap",
+           "stem", "probes_claim", "sp_vs_dp", "needed", "regime_gates", "gate_baseline", "stem_table", "stem_heads",
+           "probe_skill", "pooled_ablation", "score_grid", "claims_markdown", "claims_data", "claims_json", "splice"]
+
+CLAIMS = (mtl_vs_stl, overlap, stem, probes_claim, sp_vs_dp, needed)  # in the order of the module docstring
+
+
+def read_study(specs: list[str]) -> Study:
+    """The finished runs, probe reports and head ablations found in ``specs`` (run folders, or folders
+    searched at any depth as ``compare`` does); a ConfigError when they hold no finished run."""
+    comparison = compare_runs(specs, uses=("probe report", "probe comparison"))
+    return build_study(comparison.runs, comparison.notes, specs)
+
+
+def check_claims(study: Study, stability: bool = True) -> list[Claim]:
+    """Every claim of the module docstring, in order. With ``stability`` (default True) each claim is
+    computed again with each seed left out in turn (:meth:`Study.without_seed`). A verdict that changes
+    is listed in ``Claim.fragile``, unless the change comes from t-tests left with too few seeds alone
+    (every deciding test whose significance changed is one, and there is one: ``Claim.too_few``); a
+    significant test that stops being one (or a test that becomes
+    significant) gets a ``fragile`` note, or a ``too_few`` one when it is left with too few seeds."""
+    claims = [check(study) for check in CLAIMS]
+    if not stability:
+        return claims
+    seeds = study.seeds
+    for check, claim in zip(CLAIMS, claims):
+        if len(seeds) < 2 or not claim.verdict:
+            claim.stability = "not checked (one seed)" if len(seeds) < 2 and claim.verdict else ""
+            continue
+        for test in claim.tests.values():
+            test.checked = True
+        for seed in seeds:
+            other = check(study.without_seed(seed))
+            changed = []  # the tests whose significance changed, and whether each is too few to test now
+            for key, test in claim.tests.items():
+                again = other.tests.get(key)
+                if again is None or again.significant != test.significant:
+                    few = again is not None and again.few
+                    if test.decides and not test.untestable:  # an untestable test decided nothing either way
+                        changed.append(few)
+                    if test.significant or (again is not None and again.significant):
+                        now = "cannot be tested" if again is None or again.untestable else \
+                            f"Holm {format_p(again.adjusted)}"
+                        (test.too_few if few else test.fragile).append(f"without seed {seed}" + ("" if few else f": {now}"))
+            lost = [k for k, test in claim.tests.items()  # deciding tests that leaving the seed out leaves too few
+                    if test.decides and not test.untestable and k in other.tests and other.tests[k].few]
+            if other.verdict != claim.verdict:
+                if all(changed) and (changed or lost):
+                    claim.too_few.append(f"without seed {seed}")
+                else:
+                    claim.fragile.append(f"without seed {seed}: {other.word}")
+        stable = f"stable: the same verdict with any one of seeds {', '.join(map(str, seeds))} left out"
+        parts = ([f"fragile: {'; '.join(claim.fragile)}"] if claim.fragile else []) + (
+            [f"{too_few_text(claim.too_few)}: a t-test needs {MIN_SEEDS} seeds a group"] if claim.too_few else [])
+        claim.stability = "; ".join(parts) if parts else stable
+    return claims
+
+
+def claims_markdown(study: Study, claims: list[Claim], command: str = "") -> str:
+    """The scores grid and the claims as markdown (what ``out=`` writes and ``doc=`` splices in): per
+    claim its question and He & Choi's answer, its rule, then its verdict with its stability, then its
+    lines (raw and Holm-adjusted p) and notes (:func:`~mtl_heads.reports.claims.render.page_markdown`);
+    ``command`` is the command line named as the page's source (default none)."""
+    return page_markdown(study, claims, markdown(score_grid(study)), command)
+
+
+def claims_json(study: Study, claims: list[Claim], command: str = "") -> str:
+    """The study and its claims as JSON (``format=json``; the schema is
+    :mod:`mtl_heads.reports.claims.render`'s docstring; NaN written as null); ``command`` as in
+    :func:`claims_markdown`."""
+    return json.dumps(claims_data(study, claims, command), indent=2, ensure_ascii=False, allow_nan=False)

@@ -1,0 +1,442 @@
+"""What every claim is made of: a :class:`Claim` holds its :class:`Test` s (each a record of what it
+tests, its statistic and its p-values) and its lines, templates whose ``{test key}`` slots
+:meth:`Claim.text_lines` fills with the test's p-values; :func:`holm` adjusts a claim's p-values; a
+:class:`Study` holds the runs, probe reports and ablations the claims read; and the small helpers that
+write numbers and names the same way in every claim.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from mtl_heads.reports.claims.rules import ALPHA, REPLICATION, TOO_FEW
+from mtl_heads.reports.probe_report import read_report
+from mtl_heads.reports.runs import read_yaml, walk_runs
+from mtl_heads.reports.significance import format_p
+from mtl_heads.runs import is_probe_report
+
+__all__ = ["REGIMES", "REGIME_NAMES", "RETRAINED", "ABLATION_FILE", "regime", "holm", "Test", "Claim", "test_text",
+           "too_few_text", "unreachable", "Study", "read_ablations", "build_study", "mean_std", "heads_text",
+           "metric_name", "listed", "task_name", "mtl_name", "setting_name", "runs_of", "run_folders", "config_of",
+           "score_column", "majority", "share"]
+
+REGIMES = ("dp", "budget", "sp")  # the paper's regime (DP) first: gate verdicts read the first one present
+REGIME_NAMES = {"none": "unpruned", "dp": "dynamic pruning (DP)", "budget": "DP at equal sparsity",
+                "sp": "static pruning (SP)"}
+RETRAINED = re.compile(r"(^|/)\.seed\d+\.retrained/?$")  # docs/ewt-study.sh's retrain stage: a run trained again
+ABLATION_FILE = "ablation.json"  # what python -m mtl_heads.ablate writes
+SLOT = re.compile(r"\{([^{}]+)\}")  # a test's place in a line: its key in braces
+
+
+def regime(prune_mode: str, budget) -> str:
+    """The pruning regime of a run: ``none``, ``dp``, ``budget`` (dynamic with a head budget) or ``sp``."""
+    mode = str(prune_mode or "none")
+    if mode == "dynamic":
+        return "dp" if budget is None or (isinstance(budget, float) and math.isnan(budget)) else "budget"
+    return {"static": "sp"}.get(mode, mode)
+
+
+def holm(p: list[float]) -> list[float]:
+    """Holm-Bonferroni adjusted p-values, in the order given: the i-th smallest of m finite p-values
+    becomes ``max over j <= i of min(1, (m - j + 1) * p_j)``. NaN stays NaN and is not counted in m.
+    Written by hand: five lines, and statsmodels (which has it) is not a dependency."""
+    values = np.asarray(p, dtype=float)
+    finite = np.flatnonzero(np.isfinite(values))
+    order = finite[np.argsort(values[finite], kind="stable")]
+    adjusted = np.full(values.shape, math.nan)
+    adjusted[order] = np.minimum(1.0, np.maximum.accumulate((len(order) - np.arange(len(order))) * values[order]))
+    return adjusted.tolist()
+
+
+@dataclass
+class Test:
+    """One test of a claim.
+
+    What it tests: ``key`` (names it within the claim, the same in every seed-left-out recomputation;
+    also its slot ``{key}`` in the claim's lines), ``what`` (the setting, task, pair, method and statistic
+    as fields, e.g. ``{"regime": "dp", "pair": ["pos", "ner"], "statistic": "jaccard"}``; tasks by their
+    ids, as ``tasks=`` names them), ``value`` (the statistic's value, NaN where there is none), ``numbers``
+    (the other numbers its line shows: means, null means, the global and layer-aware p) and ``runs``
+    (the run folders behind it, where known).
+
+    Its p-values: ``p`` (raw; the larger of a global and a layer-aware null's), ``why`` (why it cannot be
+    tested; ``p`` is then NaN), ``floor`` (the smallest p it can reach: ``1 / (n + 1)`` for n shuffles or
+    random sets, 0 for a t-test), ``family`` (its Holm family within the claim; one by default), ``few``
+    (a t-test left with fewer than :data:`~mtl_heads.reports.claims.rules.MIN_SEEDS` seeds a group),
+    ``decides`` (the verdict reads it; False for tests shown beside, such as claim 2's gate correlation),
+    ``adjusted`` (Holm over its family), ``reach`` (``""``, or the sets it needs when its family is too
+    large for its floor: it cannot be significant), ``fragile`` (what leaving out a seed does to a
+    significant result), ``too_few`` (the seeds whose leaving out leaves it too few to test) and
+    ``checked`` (recomputed with each seed left out, by ``check_claims``)."""
+
+    key: str
+    p: float
+    why: str = ""
+    floor: float = 0.0
+    family: str = ""
+    few: bool = False
+    decides: bool = True
+    adjusted: float = math.nan
+    reach: str = ""
+    fragile: list[str] = field(default_factory=list)
+    too_few: list[str] = field(default_factory=list)
+    checked: bool = False
+    what: dict = field(default_factory=dict)
+    value: float = math.nan
+    numbers: dict = field(default_factory=dict)
+    runs: list[str] = field(default_factory=list)
+
+    @property
+    def significant(self) -> bool:
+        return bool(np.isfinite(self.adjusted) and self.adjusted < ALPHA and not self.reach)
+
+    @property
+    def untestable(self) -> str:
+        """Why no verdict can rest on it: ``why``, or that it cannot reach significance; ``""`` when it can."""
+        return self.why or self.reach
+
+    @property
+    def stability(self) -> str:
+        """``fragile``, ``too few seeds`` (leaving a seed out leaves too few to test), ``stable`` or ``""``
+        (not checked)."""
+        return "fragile" if self.fragile else "too few seeds" if self.too_few else "stable" if self.checked else ""
+
+
+@dataclass
+class Claim:
+    """One claim: ``key`` (its id, as :data:`~mtl_heads.reports.claims.rules.RULES` names it: ``mtl``,
+    ``overlap``, ``stem``, ``probes``, ``sp_dp``, ``needed``), ``question``, ``paper`` (what He & Choi
+    report), ``rule`` (how the verdict is decided), ``verdict`` (``yes`` | ``partly`` | ``no`` |
+    ``inconclusive``; ``""`` when the study cannot answer), ``words`` (the verdicts as words:
+    :data:`~mtl_heads.reports.claims.rules.REPLICATION` for the paper's claims,
+    :data:`~mtl_heads.reports.claims.rules.SUPPORT` for one it does not make), ``answer`` (the verdict's
+    key numbers, or why there is none), ``lines`` (one per task or pair: templates whose ``{test key}``
+    slots :meth:`text_lines` fills), ``notes``, ``tests`` (by key), ``fragile`` (the verdicts found with a
+    seed left out, where they differ), ``too_few`` (the seeds whose leaving out changes the verdict
+    through tests left with too few seeds only) and ``stability`` (the sentence ``check_claims`` writes)."""
+
+    key: str
+    question: str
+    paper: str
+    rule: str
+    verdict: str = ""
+    answer: str = ""
+    words: dict = field(default_factory=lambda: REPLICATION)
+    lines: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    tests: dict[str, Test] = field(default_factory=dict)
+    fragile: list[str] = field(default_factory=list)
+    too_few: list[str] = field(default_factory=list)
+    stability: str = ""  # "" (not checked), or the sentence of check_claims
+
+    @property
+    def word(self) -> str:
+        """The verdict as a word (``cannot be tested`` without one)."""
+        return self.words.get(self.verdict, "cannot be tested")
+
+    @property
+    def stability_kind(self) -> str:
+        """``stable``, ``fragile``, ``too few seeds`` or ``""`` (not checked)."""
+        return ("fragile" if self.fragile else "too few seeds" if self.too_few else
+                "stable" if self.stability.startswith("stable") else "")
+
+    def test(self, key: str, p: float, why: str = "", floor: float = 0.0, family: str = "", few: bool = False,
+             decides: bool = True, what: dict | None = None, value: float = math.nan, numbers: dict | None = None,
+             runs: list[str] | None = None) -> str:
+        """Register a test and return its slot, ``{key}``, for a line to hold where its p-values go.
+
+        Args:
+            key: its name within the claim (no braces).
+            p: its raw p-value (None or NaN: no p-value).
+            why: why it cannot be tested (default ``""``: it can).
+            floor, family, few, decides, what, value, numbers, runs: as :class:`Test` (defaults: 0, one
+                family, False, True, no fields, NaN, none, none).
+        """
+        if "{" in key or "}" in key:
+            raise ValueError(f"test key {key!r}: braces mark a test's slot in a line; name it without them")
+        p = float(p) if p is not None else math.nan
+        if few:
+            why = why or TOO_FEW
+        if not why and not np.isfinite(p):
+            why = "no p-value"
+        self.tests[key] = Test(key, math.nan if why else p, why, floor, family, few, decides, what=dict(what or {}),
+                               value=math.nan if value is None else float(value), numbers=dict(numbers or {}), runs=list(runs or []))
+        return "{" + key + "}"
+
+    def adjust(self) -> None:
+        """Holm-Bonferroni within each family of tests that have a p-value; a test whose family of m is too
+        large for its floor (``m * floor >= ALPHA``) gets ``reach``: the sets it would need, 20 m."""
+        families: dict[str, list[Test]] = {}
+        for test in self.tests.values():
+            families.setdefault(test.family, []).append(test)
+        for tests in families.values():
+            for test, adjusted in zip(tests, holm([t.p for t in tests])):
+                test.adjusted = adjusted
+            m = sum(np.isfinite(t.p) for t in tests)
+            for test in tests:
+                if np.isfinite(test.p) and test.floor > 0 and m * test.floor >= ALPHA:
+                    test.reach = (f"cannot reach significance: {round(1 / test.floor) - 1} sets or shuffles allow p "
+                                  f">= {format_p(test.floor)}, and Holm over {m} tests needs at least {20 * m}")
+
+    def significant(self, key: str) -> bool:
+        return key in self.tests and self.tests[key].significant
+
+    def find(self, **fields) -> Test | None:
+        """The first test whose ``what`` has every one of ``fields`` (a tuple matches a list), or None:
+        ``claim.find(regime="dp", pair=["pos", "ner"], statistic="correlation")``."""
+        wanted = {k: list(v) if isinstance(v, tuple) else v for k, v in fields.items()}
+        return next((t for t in self.tests.values() if all(t.what.get(k) == v for k, v in wanted.items())), None)
+
+    def text_lines(self) -> list[str]:
+        """The lines with each test's ``p raw, Holm adjusted`` (or ``cannot be tested: why``) in its slot."""
+        def fill(slot: re.Match) -> str:
+            return test_text(self.tests[slot[1]]) if slot[1] in self.tests else slot[0]  # a brace that is no slot
+
+        return [SLOT.sub(fill, line) for line in self.lines]
+
+
+def test_text(test: Test) -> str:
+    """A test's p-values as its line shows them: ``p 0.001, Holm 0.004, stable``, with why it cannot be
+    tested or reach significance, and what leaving a seed out does."""
+    if test.why:
+        return f"cannot be tested: {test.why}"
+    notes = ([f"fragile: {'; '.join(test.fragile)}"] if test.fragile else []) + \
+        ([too_few_text(test.too_few)] if test.too_few else [])
+    stability = f" ({'; '.join(notes)})" if notes else ", stable" if test.checked else ""
+    return f"p {format_p(test.p)}, Holm {format_p(test.adjusted)}" + (f"; {test.reach}" if test.reach else "") \
+        + stability
+
+
+def too_few_text(entries: list[str]) -> str:
+    """``too few seeds to test with seed 1, 2 or 3 left out`` from ``["without seed 1", ...]``."""
+    left = [entry.removeprefix("without seed ") for entry in entries]
+    return f"too few seeds to test with seed {', '.join(left[:-1]) + ' or ' if len(left) > 1 else ''}{left[-1]} left out"
+
+
+def unreachable(claim: Claim, keys: list[str]) -> str:
+    """``""``, or the answer of a claim whose deciding tests (``keys``) all cannot reach significance."""
+    reach = [claim.tests[k].reach for k in keys if k in claim.tests and claim.tests[k].reach]
+    if not keys or len(reach) < len(keys):
+        return ""
+    return f"cannot be tested: {reach[0]}"
+
+
+# --- the study ----------------------------------------------------------------------------------------
+@dataclass
+class Study:
+    """The runs, probe reports and head ablations of a study.
+
+    runs: one row per run (:func:`mtl_heads.reports.comparison.compare_runs`, plus ``regime``);
+    cells: ``{(tasks, regime): setting}`` (``tasks`` as ``pos`` or ``pos+ner+...``; where several
+    settings share a cell, the one with the most runs, and a note says so); mtl: the task list of the
+    MTL setting (the unpruned one with the most tasks) or None; reports: probe reports
+    (:class:`mtl_heads.reports.probe_report.Report`; the first whose model is no run stands for the pretrained
+    encoder); ablations: ``[(path, record)]`` of ``ablation.json`` files (:func:`read_ablations`);
+    notes: what was found and not used, and why; left_out: the seed left out (stability), or None.
+    """
+
+    runs: pd.DataFrame
+    cells: dict
+    mtl: str | None
+    reports: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+    ablations: list = field(default_factory=list)
+    left_out: int | None = None
+    gates: dict = field(default_factory=dict, repr=False)  # run folder -> RunGates, read once
+
+    def setting(self, tasks: str | None, kind: str) -> str | None:
+        setting = self.cells.get((tasks, kind)) if tasks else None
+        return setting if setting is not None and (self.runs["setting"] == setting).any() else None
+
+    @property
+    def tasks(self) -> list[str]:
+        """Tasks in the order of the MTL setting, then those of single-task settings only."""
+        order = self.mtl.split("+") if self.mtl else []
+        single = [t for t, _ in self.cells if "+" not in t]
+        return list(dict.fromkeys(order + sorted(single)))
+
+    @property
+    def seeds(self) -> list[int]:
+        return sorted(int(s) for s in self.runs["seed"].dropna().unique())
+
+    def run_row(self, folder) -> pd.Series | None:
+        """The run table's row of a run folder (by resolved path, else by its last two path parts:
+        ``<setting folder>/seed<N>``, for a study moved since), or None. A retraining of a run that did
+        not reproduce its record (``<setting folder>/.seed<N>.retrained``, docs/ewt-study.sh's retrain
+        stage) stands for that run: same config and seed, its own weights."""
+        target = Path(str(folder))
+        retrained = re.fullmatch(r"\.seed(\d+)\.retrained", target.name)
+        if retrained:
+            target = target.parent / f"seed{retrained.group(1)}"
+        paths = [Path(r) for r in self.runs["run"]]
+        for match in ([p.resolve() == target.resolve() for p in paths], [p.parts[-2:] == target.parts[-2:] for p in paths]):
+            if any(match):
+                return self.runs[match].iloc[0]
+        return None
+
+    def without_seed(self, seed: int) -> Study:
+        """The same study without the runs of ``seed``, their probe reports and their ablations."""
+        runs = self.runs[self.runs["seed"] != seed]
+        reports = [r for r in self.reports if (row := self.report_row(r)) is None or row["seed"] != seed]
+        ablations = [(p, a) for p, a in self.ablations
+                     if (row := self.run_row(a.get("run_resolved") or a.get("run"))) is None or row["seed"] != seed]
+        return replace(self, runs=runs, reports=reports, ablations=ablations, left_out=seed, gates=self.gates)
+
+    def report_row(self, report) -> pd.Series | None:
+        """The run table's row of the run a probe report probed, or None (the pretrained encoder)."""
+        model = report.meta.get("model")
+        if report.meta.get("model_kind") != "run" or not model:
+            return None
+        return self.run_row(model)
+
+
+def _budget(runs: pd.DataFrame) -> pd.Series:
+    if "prune.budget" in runs:
+        return runs["prune.budget"].where(runs["prune.budget"].notna(), None)
+    return pd.Series([None] * len(runs), index=runs.index)
+
+
+def _cell_preference(runs: pd.DataFrame, kind: str) -> tuple:
+    """How a setting ranks for its (tasks, regime) cell: the reference L0 lambda first, then trained from
+    the pretrained encoder (no ``init``; static pruning always has one), then the most seeds; so that a
+    searched lambda or a DP run trained on (the matched schedule) never becomes the regime's setting."""
+    lam = runs["prune.lambda"].iloc[0] if "prune.lambda" in runs else "auto"
+    init = runs["init"].iloc[0] if "init" in runs else None
+    fresh = kind == "sp" or init is None or (isinstance(init, float) and math.isnan(init)) or not str(init)
+    return str(lam) in ("auto", "nan", "None"), fresh, len(runs)
+
+
+def read_ablations(specs: list[str]) -> tuple[list[tuple[Path, dict]], list[str]]:
+    """``([(path, record)], notes)``: the ``ablation.json`` files of ``python -m mtl_heads.ablate`` in
+    ``specs`` (files, or folders searched at any depth); one that cannot be read is a note naming it."""
+    found, notes = [], []
+    for spec in map(Path, specs):
+        paths = [spec] if spec.is_file() and spec.name == ABLATION_FILE else \
+            sorted(spec.rglob(ABLATION_FILE)) if spec.is_dir() else []
+        for path in paths:
+            try:
+                record = json.loads(path.read_text())
+            except (OSError, json.JSONDecodeError) as err:
+                notes.append(f"{path}: not used ({err})")
+                continue
+            if not isinstance(record, dict) or not isinstance(record.get("methods"), dict) or "run" not in record:
+                notes.append(f"{path}: not used (no 'run' and 'methods': not written by python -m mtl_heads.ablate)")
+                continue
+            found.append((path, record))
+    return found, notes
+
+
+def build_study(runs: pd.DataFrame, notes: list[str], specs: list[str]) -> Study:
+    """The study of a run table (``compare_runs(specs).runs``, whose ``notes`` are kept): each run's regime
+    and cell, the MTL setting, and the probe reports and head ablations found in ``specs``."""
+    runs = runs.copy()
+    runs["regime"] = [regime(p, b) for p, b in zip(runs["prune"], _budget(runs))]
+    cells, notes = {}, [str(n) for n in notes]
+    for (tasks, kind), group in runs.groupby(["tasks", "regime"], sort=False):
+        settings = list(dict.fromkeys(group["setting"]))
+        chosen = max(settings, key=lambda s: _cell_preference(group[group["setting"] == s], kind))
+        cells[(tasks, kind)] = chosen
+        if len(settings) > 1:
+            notes.append(f"{tasks}, {REGIME_NAMES.get(kind, kind)}: several settings ({', '.join(settings)}); "
+                         f"the claims use '{chosen}' (the reference lambda, trained from the pretrained encoder "
+                         "unless static, then the most seeds); the others are compared in claim 5 where they pair "
+                         "with SP")
+    multi = [t for t, k in cells if "+" in t and k == "none"] or [t for t, _ in cells if "+" in t]
+    mtl = max(multi, key=lambda t: t.count("+")) if multi else None
+    reports = []
+    for spec in map(Path, specs):
+        found = walk_runs(spec, is_run=is_probe_report, is_unfinished=lambda p: False)[0] if spec.is_dir() else []
+        for folder in ([spec] if is_probe_report(spec) else found):
+            try:
+                reports.append(read_report(folder))
+            except (OSError, ValueError) as err:
+                notes.append(f"{folder}: not used ({err})")
+    ablations, more = read_ablations(specs)
+    study = Study(runs, cells, mtl, reports, notes + more, ablations)
+    study.ablations = []
+    for path, record in ablations:  # each matched to its run once
+        if study.run_row(record.get("run_resolved") or record["run"]) is None:
+            study.notes.append(f"{path}: its run {record['run']} is not among the study's runs; not used")
+        else:
+            study.ablations.append((path, record))
+            if RETRAINED.search(str(record["run"])):
+                study.notes.append(f"{path}: ablates {record['run']}, a retraining of its run with the same config "
+                                   "and seed that did not reproduce the record's files (the record's scores are "
+                                   "the first training's; the ablation reads the retraining's weights)")
+    return study
+
+
+# --- numbers and names as text, the same in every claim ---------------------------------------------------
+def mean_std(values: np.ndarray | list[float], digits: int = 2, count: bool = True) -> str:
+    """``mean ± sample std (n=seeds)``; the std only with two or more values, ``(n=..)`` with ``count``."""
+    values = np.asarray(values, dtype=float)
+    if not len(values):
+        return "n/a"
+    text = f"{values.mean():.{digits}f}"
+    return text + (f" ± {values.std(ddof=1):.{digits}f}" if len(values) > 1 else "") \
+        + (f" (n={len(values)})" if count else "")
+
+
+def heads_text(names: list[str], limit: int = 16) -> str:
+    """At most ``limit`` head names, then how many more."""
+    more = f", and {len(names) - limit} more" if len(names) > limit else ""
+    return (", ".join(names[:limit]) or "none") + more
+
+
+def metric_name(score: str) -> str:
+    """The metric of a score column, as papers write it: ``test dep las`` -> ``LAS``, ``accuracy`` as is."""
+    metric = score.split(" ", 2)[2]
+    return metric.upper() if len(metric) <= 3 else metric
+
+
+def listed(names: list[str]) -> str:
+    """``A, B``, or ``none``."""
+    return ", ".join(names) or "none"
+
+
+def task_name(task: str) -> str:
+    """A task as the claims write it: its id in capitals (``pos`` -> ``POS``)."""
+    return task.upper()
+
+
+def mtl_name(study: Study) -> str:
+    return f"MTL-{study.mtl.count('+') + 1}" if study.mtl else "MTL"
+
+
+def setting_name(study: Study, tasks: str) -> str:
+    return mtl_name(study) if tasks == study.mtl else task_name(tasks)
+
+
+def runs_of(study: Study, setting: str) -> pd.DataFrame:
+    return study.runs[study.runs["setting"] == setting]
+
+
+def run_folders(study: Study, *settings: str | None) -> list[str]:
+    """The run folders of ``settings`` (None skipped), in table order: the runs behind a test."""
+    return [str(r) for s in settings if s is not None for r in runs_of(study, s)["run"]]
+
+
+def config_of(study: Study, setting: str) -> dict:
+    """The config of a setting's first run."""
+    return read_yaml(Path(runs_of(study, setting)["run"].iloc[0]) / "config.yaml")
+
+
+def score_column(runs: pd.DataFrame, task: str, role: str = "test") -> str | None:
+    """The run table's main score column of ``task`` (``test pos accuracy``), or None."""
+    found = [c for c in runs.columns if c.startswith(f"{role} {task} ")]
+    return found[0] if found else None
+
+
+def majority(verdicts: int, total: int) -> bool:
+    return total > 0 and verdicts > total / 2
+
+
+def share(hits: int, total: int) -> str:
+    """yes (every case), partly (some), no (none)."""
+    return "yes" if total and hits == total else "partly" if hits else "no"

@@ -1,0 +1,134 @@
+"""The gates the head claims read (2, 3, 5 and 6): a setting's gates, a regime's single-task settings,
+the permutation nulls of their overlaps (:func:`gate_baseline`) and their stem cells (:func:`stem_heads`)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from mtl_heads.reports.claims.core import Claim, Study, run_folders, runs_of, task_name
+from mtl_heads.reports.claims.rules import FLOOR, NEAR_ALL, SHUFFLES
+from mtl_heads.reports.gates import kept_heads, moved_flags, permutation_baseline, read_run, stem_cells
+from mtl_heads.reports.significance import format_p
+
+__all__ = ["Gates", "setting_gates", "regime_gates", "gate_baseline", "stricter", "not_pruned", "pair_text",
+           "stem_table", "stem_heads", "gate_runs"]
+
+
+@dataclass
+class Gates:
+    """The gates of one setting's runs: ``grids`` ([layers, heads] each), ``moved`` (whether each
+    run's gates moved), ``block`` (query heads per gate), ``setting`` (its name in the run table) and
+    ``task`` (its task id, ``pos``, for a regime's single-task setting; else ``""``)."""
+
+    grids: list
+    moved: list
+    block: int
+    setting: str = ""
+    task: str = ""
+
+    @property
+    def kept(self) -> np.ndarray:
+        """``[layers * heads]`` bool: kept in more than half of the runs (:func:`kept_heads`)."""
+        return kept_heads(self.grids)
+
+    @property
+    def pruned(self) -> bool:
+        """False when the setting keeps at least :data:`NEAR_ALL` of its heads: it did not prune."""
+        return bool(self.kept.mean() < NEAR_ALL)
+
+    def kept_text(self) -> str:
+        return f"{int(self.kept.sum())} of {self.kept.size}"
+
+
+def setting_gates(study: Study, setting: str, task: str = "") -> Gates:
+    """The gates of a setting's runs in ``study`` (``task``: its task id, for :attr:`Gates.task`; default
+    ``""``); each run folder is read once per study (its seed-left-out copies share the cache)."""
+    runs = []
+    for folder in runs_of(study, setting)["run"]:
+        if folder not in study.gates:
+            study.gates[folder] = read_run(Path(folder))
+        runs.append(study.gates[folder])
+    flags = moved_flags({setting: runs})[setting]
+    return Gates([r.values for r in runs], flags, max(r.group_size for r in runs), setting, task)
+
+
+def regime_gates(study: Study, kind: str) -> dict[str, Gates]:
+    """``{TASK: gates}`` of the single-task settings of a regime, in task order (``TASK`` as the claims
+    write it, ``POS``; each :class:`Gates` knows its task id)."""
+    return {task_name(t): setting_gates(study, s, t) for t in study.tasks if (s := study.setting(t, kind)) is not None}
+
+
+def gate_baseline(gates: dict[str, Gates]) -> pd.DataFrame:
+    """:func:`permutation_baseline` over ``{label: gates}`` with :data:`SHUFFLES` shuffles."""
+    return permutation_baseline({n: g.grids for n, g in gates.items()}, {n: g.moved for n, g in gates.items()},
+                                shuffles=SHUFFLES, block=max(g.block for g in gates.values()))
+
+
+def stricter(row: dict, prefix: str = "") -> float:
+    """The larger of a row's global and layer-aware p (``prefix`` ``jaccard `` for the overlap); NaN when either is."""
+    values = [row.get(f"{prefix}p"), row.get(f"{prefix}layer p")]
+    return math.nan if any(v is None or not np.isfinite(v) for v in values) else max(values)
+
+
+def not_pruned(gates: dict[str, Gates], names) -> str:
+    """'' or ``X did not prune (keeps 72 of 72)`` for the named settings that did not."""
+    return "; ".join(f"{n} did not prune (keeps {gates[n].kept_text()})" for n in names if not gates[n].pruned)
+
+
+def pair_text(claim: Claim, key: str, row: dict, why: str, decides: bool = True, what: dict | None = None,
+              runs: list[str] | None = None) -> str:
+    """A pair's gate correlation and kept-head Jaccard against both nulls, with their tests ``{key}
+    correlation`` (shown beside) and ``{key} Jaccard`` (it decides a verdict with ``decides``).
+
+    Args:
+        claim: the claim the two tests are registered with.
+        key: the pair's name, the start of both tests' keys.
+        row: the pair's row of :func:`gate_baseline`.
+        why: why the Jaccard test cannot be tested (a setting that did not prune), or ``""``.
+        decides: whether the Jaccard test decides the verdict (default True).
+        what: the pair's fields (regime and pair, or setting), to which each test adds its ``statistic``.
+        runs: the run folders of the two settings.
+    """
+    what = what or {}
+    corr = claim.test(f"{key} correlation", stricter(row), floor=FLOOR, decides=False,
+                      what={**what, "statistic": "correlation"}, value=row["correlation"], runs=runs,
+                      numbers={"null_mean": row["null mean"], "null_95": row["null 95%"], "p_global": row["p"],
+                               "layer_null_mean": row["layer null mean"], "p_layer": row["layer p"]})
+    jaccard_why = why or (row["jaccard note"] if isinstance(row.get("jaccard note"), str) else "")
+    overlap = claim.test(f"{key} Jaccard", stricter(row, "jaccard "), jaccard_why, floor=FLOOR, decides=decides,
+                         what={**what, "statistic": "jaccard"}, value=row["jaccard"], runs=runs,
+                         numbers={"null_mean": row["jaccard null mean"], "p_global": row.get("jaccard p"),
+                                  "layer_null_mean": row["jaccard layer null mean"],
+                                  "p_layer": row.get("jaccard layer p"), "kept_a": row["kept A"],
+                                  "kept_b": row["kept B"]})
+    return (f"gate correlation {row['correlation']:.2f} (global null: mean {row['null mean']:.2f}, 95th pct "
+            f"{row['null 95%']:.2f}, p {format_p(row['p'])}; layer-aware: mean {row['layer null mean']:.2f}, p "
+            f"{format_p(row['layer p'])}; the stricter: {corr}); kept-head Jaccard {row['jaccard']:.2f} (global null "
+            f"mean {row['jaccard null mean']:.2f}, layer-aware {row['jaccard layer null mean']:.2f}; {overlap}); "
+            f"heads kept {int(row['kept A'])} and {int(row['kept B'])}")
+
+
+def stem_table(gates: dict[str, Gates]) -> pd.DataFrame | None:
+    """:func:`stem_cells` of the settings that pruned (None with fewer than two)."""
+    pruned = {n: g for n, g in gates.items() if g.pruned}
+    if len(pruned) < 2:
+        return None
+    return stem_cells({n: g.grids for n, g in pruned.items()}, {n: g.moved for n, g in pruned.items()})
+
+
+def stem_heads(study: Study, kind: str, without: str | None = None) -> list[str]:
+    """The stem cells of a regime in ``study``: heads kept in every single-task setting that pruned;
+    with ``without`` (a task), that task's own setting left out (claim 6's held-out sets: the heads
+    found without T, ablated in T's runs). ``[]`` with fewer than two such settings."""
+    gates = {n: g for n, g in regime_gates(study, kind).items() if without is None or n != task_name(without)}
+    table = stem_table(gates)
+    return [] if table is None else list(table.loc[table["stem cell"], "name"])
+
+
+def gate_runs(study: Study, gates: dict[str, Gates], names=None) -> list[str]:
+    """The run folders of the named settings of ``gates`` (all by default)."""
+    return run_folders(study, *(gates[n].setting for n in (names if names is not None else gates)))

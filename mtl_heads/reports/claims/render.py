@@ -1,0 +1,180 @@
+"""The claims written out: as markdown (:func:`page_markdown`, what ``claims.md`` holds and ``doc=``
+splices in between :data:`BEGIN` and :data:`END`) and as plain data for JSON (:func:`claims_data`,
+``python -m mtl_heads claims STUDY format=json``).
+
+The JSON (schema :data:`SCHEMA`; every NaN written as null) is one object::
+
+    {"schema": "mtl_heads.claims/1",
+     "command": "python -m mtl_heads claims docs/ewt-study",      # "" when not given
+     "tests_text": "...",                                          # the statistics every claim shares
+     "study": {"runs": 76, "settings": 29, "probe_reports": 19, "ablations": 3, "hours": 17.6,
+               "seeds": [1, 2, 3], "tasks": ["pos", ...], "mtl": "pos+ner+...", "notes": [...]},
+     "claims": [CLAIM, ...]}                                       # in order, 1 to 6
+
+    CLAIM = {"number": 1, "id": "mtl",        # id: mtl, overlap, stem, probes, sp_dp, needed
+             "question": "...", "paper": "...", "rule": "...",
+             "verdict": "yes",                # yes | partly | no | inconclusive | null (cannot be tested)
+             "verdict_word": "replicated",    # as the markdown writes it
+             "answer": "...",
+             "stability": "stable",           # stable | fragile | too few seeds | null (not checked)
+             "stability_text": "...", "fragile": ["without seed 2: not replicated"], "too_few": [...],
+             "tests": [TEST, ...], "lines": ["rendered line", ...], "notes": [...]}
+
+    TEST = {"key": "POS",                     # its name in the claim, and its slot in the lines
+            "what": {"regime": "none", "task": "pos", ...},  # what it tests: fields per claim (below)
+            "value": -0.56,                   # the statistic's value, or null
+            "numbers": {"stl_mean": 96.06, ...},             # the other numbers its line shows
+            "p": 0.0045, "adjusted": 0.018,   # raw and Holm-adjusted over its family; null: not tested
+            "family": "", "floor": 0.0,       # Holm family within the claim; the smallest p it can reach
+            "reach": "",                      # why it cannot reach significance, or ""
+            "why": "",                        # why it cannot be tested, or ""
+            "significant": true, "decides": true, "few": false,
+            "stability": "stable",            # stable | fragile | too few seeds | null (not checked)
+            "fragile": [...], "too_few": [...],
+            "runs": ["/.../pos/seed1", ...]}        # the run folders behind it, as the run table has them
+
+``what`` per claim (task ids as ``tasks=`` writes them; regimes ``none``, ``dp``, ``budget``, ``sp``):
+mtl ``regime, task, models, score, statistic (difference), test (welch), confound``; overlap ``regime,
+pair, statistic (correlation | jaccard)``; stem ``regime, tasks, statistic (stem cell count), heads`` or
+``regime, probe, statistic (mean percentile)``; probes ``task, models, statistic (probe score
+difference), test``; sp_dp ``tasks, setting, regimes, matched, score, statistic (heads kept | test
+score), hypothesis, test`` or, for whether DP and SP keep the same heads, ``tasks, setting, regimes,
+matched, statistic (correlation | jaccard)``; needed ``regime, model, task, method, statistic (score
+drop), heads``.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from mtl_heads.config import ConfigError
+from mtl_heads.reports.claims.core import (REGIME_NAMES, Claim, Study, Test, mean_std, metric_name, mtl_name,
+                                           score_column, task_name)
+from mtl_heads.reports.claims.rules import TESTS
+
+__all__ = ["BEGIN", "END", "SCHEMA", "score_grid", "page_markdown", "claim_markdown", "splice", "claims_data",
+           "claim_data", "test_data", "plain"]
+
+BEGIN, END = "<!-- claims:begin -->", "<!-- claims:end -->"
+SCHEMA = "mtl_heads.claims/1"
+
+
+# --- markdown ---------------------------------------------------------------------------------------
+def score_grid(study: Study) -> pd.DataFrame:
+    """One row per task, one column per (STL or MTL, regime) cell: the test score ``mean ± std (n=..)``,
+    with the heads kept for pruned cells."""
+    columns = {}
+    for kind in ("none", "dp", "sp", "budget"):
+        for who, tasks_of in (("STL", lambda t: t), (mtl_name(study), lambda t: study.mtl)):
+            if any(study.setting(tasks_of(t), kind) for t in study.tasks):
+                columns[f"{who}, {REGIME_NAMES[kind]}"] = (tasks_of, kind)
+    rows = []
+    for task in study.tasks:
+        score = score_column(study.runs, task)
+        row = {"task (test)": f"{task_name(task)} ({metric_name(score)})" if score else task_name(task)}
+        for name, (tasks_of, kind) in columns.items():
+            setting = study.setting(tasks_of(task), kind)
+            runs = study.runs[study.runs["setting"] == setting] if setting else study.runs.iloc[:0]
+            if not len(runs) or score is None or runs[score].isna().all():
+                row[name] = ""
+                continue
+            text = mean_std(runs[score].dropna())
+            if kind != "none":
+                text += f"; heads {mean_std(runs['heads kept'], 0, count=False)}"
+            row[name] = text
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _hours(study: Study) -> float:
+    """The runs' wall time in hours: the sum of their ``metrics.json`` seconds."""
+    return pd.to_numeric(study.runs.get("seconds"), errors="coerce").sum() / 3600 if "seconds" in study.runs else 0.0
+
+
+def claim_markdown(number: int, claim: Claim) -> list[str]:
+    """One claim's markdown lines: its question and He & Choi's answer, its rule, its verdict with its
+    stability, then its lines (raw and Holm-adjusted p) and notes as a list."""
+    verdict = claim.word
+    out = [f"**{number}. {claim.question}** He & Choi: {claim.paper}.", "",
+           f"*Rule:* {claim.rule[:1].upper() + claim.rule[1:]}", "",
+           (f"*Verdict:* **{verdict[:1].upper() + verdict[1:]}** ({claim.stability or 'stability not checked'}): "
+            f"{claim.answer}."), ""]
+    return out + [f"- {line}" for line in claim.text_lines()] + [f"- note: {note}" for note in claim.notes] + [""]
+
+
+def page_markdown(study: Study, claims: list[Claim], grid: str, command: str = "") -> str:
+    """The claims page as markdown: what it was generated from (and by ``command``), the score grid
+    (``grid``: :func:`score_grid` as a markdown table), the statistics every claim shares, each claim
+    (:func:`claim_markdown`) and the study's notes."""
+    seeds = study.runs.groupby("setting")["seed"].nunique()
+    ablations = f" and {len(study.ablations)} head ablations" if study.ablations else ""
+    out = [f"Generated from {len(study.runs)} runs in {len(seeds)} settings, {len(study.reports)} probe reports{ablations}"
+           + (f" by `{command}`" if command else "") + f"; do not edit by hand. The runs took {_hours(study):.1f} hours "
+           "in all (the sum of their `metrics.json` seconds: wall time with loading and evaluation, of the last "
+           "process of a resumed run; probes not counted).", "",
+           "Test scores, mean ± sample standard deviation over seeds (n = seeds):", "", grid, "", TESTS, ""]
+    for number, claim in enumerate(claims, 1):
+        out += claim_markdown(number, claim)
+    if study.notes:
+        out += ["Notes:", ""] + [f"- {note}" for note in study.notes] + [""]
+    return "\n".join(out)
+
+
+def splice(doc: str, generated: str, path: str = "doc") -> str:
+    """``doc`` with the text between its :data:`BEGIN` and :data:`END` markers replaced by ``generated``;
+    ``path`` names the document in the ConfigError raised when it has no such markers."""
+    start, end = doc.find(BEGIN), doc.find(END)
+    if start < 0 or end < start:
+        raise ConfigError(f"{path}: no '{BEGIN}' ... '{END}' markers to put the claims between")
+    return doc[:start + len(BEGIN)] + "\n" + generated.rstrip("\n") + "\n" + doc[end:]
+
+
+# --- plain data (JSON) --------------------------------------------------------------------------------
+def plain(value):
+    """``value`` as JSON can hold it: numpy numbers as Python's, NaN and infinity as None, tuples and
+    arrays as lists, paths as strings; dicts and lists converted all the way down."""
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [plain(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Path):
+        return str(value)
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    return None if pd.isna(value) else str(value)
+
+
+def test_data(test: Test) -> dict:
+    """One test as plain data (the module docstring's TEST)."""
+    return plain({"key": test.key, "what": test.what, "value": test.value, "numbers": test.numbers, "p": test.p,
+                  "adjusted": test.adjusted, "family": test.family, "floor": test.floor, "reach": test.reach,
+                  "why": test.why, "significant": test.significant, "decides": test.decides, "few": test.few,
+                  "stability": test.stability or None, "fragile": test.fragile, "too_few": test.too_few,
+                  "runs": test.runs})
+
+
+def claim_data(number: int, claim: Claim) -> dict:
+    """One claim as plain data (the module docstring's CLAIM)."""
+    return plain({"number": number, "id": claim.key, "question": claim.question, "paper": claim.paper,
+                  "rule": claim.rule, "verdict": claim.verdict or None, "verdict_word": claim.word,
+                  "answer": claim.answer, "stability": claim.stability_kind or None,
+                  "stability_text": claim.stability, "fragile": claim.fragile, "too_few": claim.too_few,
+                  "tests": [test_data(t) for t in claim.tests.values()], "lines": claim.text_lines(),
+                  "notes": claim.notes})
+
+
+def claims_data(study: Study, claims: list[Claim], command: str = "") -> dict:
+    """The study and its claims as plain data, ready for ``json.dumps`` (schema: the module docstring)."""
+    return plain({"schema": SCHEMA, "command": command, "tests_text": TESTS,
+                  "study": {"runs": len(study.runs), "settings": int(study.runs["setting"].nunique()),
+                            "probe_reports": len(study.reports), "ablations": len(study.ablations),
+                            "hours": _hours(study), "seeds": study.seeds, "tasks": study.tasks, "mtl": study.mtl,
+                            "notes": study.notes},
+                  "claims": [claim_data(n, c) for n, c in enumerate(claims, 1)]})
