@@ -6,7 +6,7 @@ sentences (so every layer is real: POS, trees, entities, SRL, dependencies conve
 trees). Prints, for each decoder, milliseconds per batch for forward+loss+backward on the
 encoder's (detached) output and for forward+decode (evaluation), next to the encoder's own forward
 time on the same batch, their ratios, and both times again on the decoder's reference path
-(``Decoder.reference``: its previous implementation). SRL is timed twice: ``srl`` with its default candidate
+(``tasks/reference.py``: its previous implementation). SRL is timed twice: ``srl`` with its default candidate
 pruning (the best ``task.srl.span_ratio`` x n spans per sentence, 0.8) and ``srl-all`` without
 (``span_ratio=off``: every span up to ``max_width`` words, the decoder before pruning).
 
@@ -22,7 +22,7 @@ busy CPU weighs less):
   training mode (dropout, gate samples), as a training step runs it;
 * step: the task's targets (``Task.targets``), ``model(batch, task, targets)`` (encoder, decoder,
   loss) and ``loss.backward()``: the trainer's step without the optimiser;
-* reference step: the same with the decoder's ``reference`` flag set (its previous forward:
+* reference step: the same on the decoder's reference class (``tasks/reference.py``; its previous forward:
   supar's modules one by one, every score computed; ``--no-reference`` skips it), so that the
   gain of the current decoders shows in one run.
 
@@ -54,6 +54,7 @@ from mtl_heads.encoder import GatedEncoder
 from mtl_heads.model import MultiTaskModel, decoder_mask
 from mtl_heads.trainer import move_to
 from tasks import TASKS
+from tasks.reference import reference_path
 
 EWT = Path(__file__).resolve().parents[2] / "shared" / "data" / "ewt"
 
@@ -74,7 +75,7 @@ def parse_args(argv=None):
     p.add_argument("--train-batches", type=int, default=12, help="batches drawn per task for the training ratio")
     p.add_argument("--seed", type=int, default=0, help="seed of the batch draw, the dropout and the gate samples")
     p.add_argument("--no-reference", action="store_true",
-                   help="training ratio: skip the step with the decoders' reference path (Decoder.reference)")
+                   help="training ratio: skip the step with the decoders' reference path (tasks/reference.py)")
     return p.parse_args(argv)
 
 
@@ -171,7 +172,7 @@ def decoder_table(args, device: torch.device) -> None:
           f"words={args.words} sub-words={batch['input_ids'].shape[1]}")
     print(f"{'':9} {'train ms':>12} {'decode ms':>10} {'/encoder fwd':>13} {'reference: train':>17} {'decode':>7}"
           f"   (encoder forward: {enc_ms:.1f} ms; train = decoder forward+loss+backward; reference = "
-          "Decoder.reference, the previous implementation)")
+          "tasks/reference.py, the previous implementation)")
     with torch.no_grad():
         out = encode()
     words = out.words.detach()
@@ -208,13 +209,10 @@ def decoder_table(args, device: torch.device) -> None:
 
 
 def on_reference(decoder, fn):
-    """``fn`` run with ``decoder`` on its reference path (``Decoder.reference``)."""
+    """``fn`` run with ``decoder`` on its reference path (:func:`tasks.reference.reference_path`)."""
     def run():
-        decoder.reference = True
-        try:
+        with reference_path(decoder):
             return fn()
-        finally:
-            decoder.reference = False
     return run
 
 
@@ -298,12 +296,8 @@ def training_ratio(args, device: torch.device) -> dict:
         loss.backward()
 
     def reference_step(name, examples, batch, times):
-        decoder = model.decoders[name]
-        decoder.reference = True
-        try:
+        with reference_path(model.decoders[name]):
             task_step(name, examples, batch, times)
-        finally:
-            decoder.reference = False
 
     print(f"training ratio: {what}; device={device} threads={torch.get_num_threads()}; "
           f"{args.train_batches} batches per task, best of {args.repeats}")

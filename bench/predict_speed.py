@@ -29,8 +29,9 @@ Timed, each the best of ``--repeats`` after a warm-up:
   floor with this model: exact decoding reads every score they compute (each arc, span and
   label score), so only smaller decoder layers (``task.dep.n_arc_mlp``, ``task.con.n_span_mlp``,
   ``task.srl.n_mlp``, ...), not faster decoding, go below it;
-* reference: ``predict_sentences`` again with every decoder's ``reference`` flag set (their
-  previous implementations: supar's structures as they are, every label score computed), timed
+* reference: ``predict_sentences`` again with every decoder on its reference path
+  (``tasks.reference.reference_path``: their previous implementations, supar's structures as they
+  are, every label score computed), timed
   the same way, and its predictions compared with the fast path's, layer by layer, sentence by
   sentence: the bench prints whether they are identical (``--no-reference`` skips this). Identical on
   the machine it runs on: the two paths sum some scores in another order, so their float32 scores
@@ -46,7 +47,6 @@ The last line is ``ratio predict/encoder = X.XX`` (predict time over encoder tim
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 import tempfile
 import time
@@ -57,12 +57,13 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from mtl_heads.data.batching import collate, length_batches, tokenize  # noqa: E402
-from mtl_heads.data.conll2012 import read_conll2012  # noqa: E402
-from mtl_heads.data.sentence import Sentence  # noqa: E402
-from mtl_heads.inference import Predictor  # noqa: E402
-from mtl_heads.model import decoder_mask  # noqa: E402
-from mtl_heads.precision import autocast  # noqa: E402
+from mtl_heads.data.batching import collate, length_batches, tokenize
+from mtl_heads.data.conll2012 import read_conll2012
+from mtl_heads.data.sentence import Sentence
+from mtl_heads.inference import Predictor
+from mtl_heads.model import decoder_mask
+from mtl_heads.precision import autocast
+from tasks.reference import reference_path
 
 TASKS = ["pos", "ner", "dep", "con", "srl"]
 EWT_TEST = REPO.parent / "shared" / "data" / "ewt" / "en_ewt.test.gold_conll"
@@ -205,7 +206,7 @@ def main(argv=None) -> dict:
             runs.append(predictor.predict_sentences(words, batch_size=args.batch_size))
             encoder_times.append(time_encoder(predictor, batches))
             if not args.no_reference:
-                with reference_decoders(predictor.model):
+                with reference_path(*predictor.model.decoders.values()):
                     reference_runs.append(predictor.predict_sentences(words, batch_size=args.batch_size))
         best = min((r.stats for r in runs), key=lambda s: s.seconds)
         encoder_seconds = min(encoder_times)
@@ -245,19 +246,6 @@ def main(argv=None) -> dict:
         out.update(reference_seconds=reference, identical=not differ, differ=differ)
     print(f"ratio predict/encoder = {ratio:.2f}")
     return out
-
-
-@contextlib.contextmanager
-def reference_decoders(model):
-    """Every decoder of ``model`` on its reference path (``Decoder.reference``) inside the block."""
-    decoders = list(model.decoders.values())
-    for decoder in decoders:
-        decoder.reference = True
-    try:
-        yield
-    finally:
-        for decoder in decoders:
-            decoder.reference = False
 
 
 LAYERS = ("pos", "entities", "heads", "rels", "tree", "predicates", "arguments")

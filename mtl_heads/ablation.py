@@ -47,9 +47,10 @@ from mtl_heads.data.errors import DataError
 from mtl_heads.headsets import head_name, head_names, layer_matched_sets, parse_head
 from mtl_heads.precision import autocast
 from mtl_heads.progress import progress_bar
-from mtl_heads.scoring import CLOSED_BELOW, batch_scores, eval_mode, open_heads, task_batches, task_score
+from mtl_heads.gating import KEPT_AT
+from mtl_heads.scoring import batch_scores, eval_mode, open_heads, task_batches, task_score
 
-__all__ = ["METHODS", "CLOSED_BELOW", "DONORS_ON_DEVICE", "eval_mode", "open_heads", "split_examples", "task_batches",
+__all__ = ["METHODS", "DONORS_ON_DEVICE", "eval_mode", "open_heads", "split_examples", "task_batches",
            "task_score", "batch_scores", "chosen_tasks", "TaskGroup", "task_groups", "mean_contexts", "resample_donors",
            "collect_donors", "head_grid", "kv_block", "matched_sets", "possible_sets", "one_sided_p", "drop_summary",
            "ablation_study", "run_ablation", "table_lines"]
@@ -315,7 +316,7 @@ def run_ablation(loaded_run, chosen: np.ndarray, methods: Sequence[str] = METHOD
                  source: str = "list", label: str = "", run: str | None = None, progress: bool = False,
                  log: Callable[[str], object] = logger.info, reference_max: int | None = None) -> dict:
     """The whole study on a loaded run, as the record ``ablation.json`` holds (see ``python -m
-    mtl_heads.ablate -h``).
+    mtl_heads ablate -h``).
 
     Args:
         loaded_run: a ``mtl_heads.build.LoadedRun`` (a run folder, gates as trained).
@@ -390,7 +391,7 @@ def _null_facts(chosen: np.ndarray, block: int, random_sets: int, encoder) -> di
         notes.append("the set splits KV groups: random sets are drawn head by head, not by group")
     if (closed & chosen).any():
         notes.append(f"{int((closed & chosen).sum())} ablated heads are already closed in the run (gate < "
-                     f"{CLOSED_BELOW:g}): ablating them changes little")
+                     f"{KEPT_AT:g}): ablating them changes little")
     return {"block": block, "full_layers": full, "degenerate": bool(full), "possible_sets": possible,
             "closed_heads": head_names(closed & chosen), "notes": notes}
 

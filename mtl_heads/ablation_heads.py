@@ -14,7 +14,7 @@ from mtl_heads.config import ConfigError, load_saved_config
 from mtl_heads.headsets import head_name
 from mtl_heads.runs import check_run_dir, is_pruned_dir, is_run_dir
 
-__all__ = ["HeadSource", "head_source", "stem_cells", "probe_heads", "check_run"]
+__all__ = ["HeadSource", "head_source", "stem_cell_heads", "probe_heads", "check_run"]
 
 
 @dataclass
@@ -46,18 +46,27 @@ def head_source(cfg) -> HeadSource:
     if (path / "report.json").is_file():
         return probe_heads(path, str(cfg.probe), cfg.top)
     if path.is_dir() and not (path / "stem-cells.csv").is_file():
-        raise ConfigError(f"config key 'heads': {path} holds neither stem-cells.csv (python -m mtl_heads.gates) "
-                          "nor report.json (python -m mtl_heads.probe)")
+        raise ConfigError(f"config key 'heads': {path} holds neither stem-cells.csv (python -m mtl_heads gates) "
+                          "nor report.json (python -m mtl_heads probe)")
     csv = path / "stem-cells.csv" if path.is_dir() else path
     if csv.is_file():
-        return stem_cells(csv)
+        return stem_cell_heads(csv)
     if spec.endswith(".csv") or "/" in spec:
         raise ConfigError(f"config key 'heads': {spec} does not exist")
     return HeadSource([n.strip() for n in spec.split(",") if n.strip()], "list")
 
 
-def stem_cells(csv: Path) -> HeadSource:
-    """The heads whose ``stem cell`` column is True in a gates report's stem-cells.csv."""
+def stem_cell_heads(csv: Path) -> HeadSource:
+    """The heads to ablate that a gates report marked as stem cells: the rows of its ``stem-cells.csv``
+    whose ``stem cell`` column is True (kept in every setting whose gates moved).
+
+    Not :func:`mtl_heads.reports.gates.stem_cells`, which computes that table from gate grids (one row
+    per head of the grid, stem cell or not); this reads the stem cells back from the written CSV, as
+    head names with the grid they came from.
+
+    Args:
+        csv: the stem-cells.csv file.
+    """
     import pandas as pd
 
     try:
@@ -67,7 +76,7 @@ def stem_cells(csv: Path) -> HeadSource:
     missing = [c for c in ("layer", "head", "stem cell") if c not in table.columns]
     if missing:
         raise ConfigError(f"{csv}: no column {', '.join(map(repr, missing))}; expected a gates report's stem-cells.csv "
-                          "(python -m mtl_heads.gates)")
+                          "(python -m mtl_heads gates)")
     rows = table[table["stem cell"].astype(str).str.strip().str.lower() == "true"]
     if rows.empty:
         raise ConfigError(f"{csv}: no stem cell (no row whose 'stem cell' is True): no heads to ablate")
@@ -78,7 +87,7 @@ def stem_cells(csv: Path) -> HeadSource:
 def probe_heads(folder: Path, probe: str, top: int | None) -> HeadSource:
     """The ``top`` best heads of ``probe`` in a probe report folder, by the count-weighted mean score
     over its labels in % (``mtl_heads.reports.gates.head_skill``)."""
-    from mtl_heads.reports.gates import NOT_RANKED, head_skill, skill_labels
+    from mtl_heads.reports.gates.stem import NOT_RANKED, head_skill, skill_labels
     from mtl_heads.reports.probe_report import read_report
 
     if not probe or top is None:

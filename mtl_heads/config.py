@@ -30,7 +30,7 @@ PRECISIONS = ("auto", "fp32", "bf16")  # `precision`: see mtl_heads.precision  #
 # on one machine says the same (`compare` pools runs whose configs are equal).
 EWT_FOLDERS = ("data/ewt", "../shared/data/ewt")
 PRUNE_MODES = ("none", "dynamic", "static")  # prune.mode: unpruned, gates with the model, gates on a trained run
-EWT_BUILD = "python -m mtl_heads.data.ewt out=data/ewt"  # builds data/ewt from the three public repositories
+EWT_BUILD = "python -m mtl_heads ewt out=data/ewt"  # builds data/ewt from the three public repositories
 
 
 POS = ("auto", "upos", "xpos")  # data.pos: auto = upos for conllu, xpos (PTB tags) for the other formats

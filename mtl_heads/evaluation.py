@@ -1,5 +1,5 @@
 """Scoring: a trained model on any corpus and split, or a prediction file against a gold file,
-with the metrics training reports (``python -m mtl_heads.evaluate`` is the command over it).
+with the metrics training reports (``python -m mtl_heads evaluate`` is the command over it).
 
 Files are scored as the training loop scores decoded batches: each task's ``gold(sentence)`` turns
 a sentence's layer into the structure its decoder predicts, so ``metric.update([task.gold(pred)],

@@ -18,6 +18,7 @@ from mtl_heads.data.batching import prepare_examples
 from mtl_heads.data.corpus import cut_note, load_corpus
 from mtl_heads.encoder import GatedEncoder
 from mtl_heads.files import atomic_write_text, read_json, write_json
+from mtl_heads.gating import kept_count
 from mtl_heads.model import MultiTaskModel
 from mtl_heads.parallel import check_strategy, make_parallel
 from mtl_heads.precision import uses_bf16
@@ -165,7 +166,7 @@ def gates_record(encoder: GatedEncoder) -> dict:
     values = encoder.gate_values().cpu()
     record = {"kind": type(encoder.gate).__name__ if encoder.gate is not None else "none",
               "layers": encoder.num_layers, "heads": encoder.num_heads, "values": values.tolist(),
-              "kept": int((values >= 1e-3).sum()),
+              "kept": kept_count(values),
               "gate_groups": encoder.gate_groups, "kv_heads": encoder.num_kv_heads}  # kv: one gate per KV group
     if hasattr(encoder.gate, "expected_l0"):
         record["expected_l0"] = encoder.gate.expected_l0().detach().cpu().tolist()
@@ -263,7 +264,7 @@ def finish(trainer: Trainer, tasks: dict, cfg: DictConfig, run_dir: Path, rank: 
                "test_mean": mean_score(results["test"], tasks), "history": trainer.state.history,
                "sentences": {role: {t: len(ex) for t, ex in per.items()} for role, per in trainer.examples.items()},
                "seed": cfg.seed, "experiment": cfg.experiment, "prune": prune_mode(cfg),
-               "heads_kept": int((trainer.model.encoder.gate_values() >= 1e-3).sum()),
+               "heads_kept": kept_count(trainer.model.encoder.gate_values()),
                "heads_total": trainer.model.encoder.num_layers * trainer.model.encoder.num_heads,
                "seconds": round(time.time() - started, 1)}
     if cuts:

@@ -16,6 +16,10 @@ gate per key/value group, shared by the group's ``n_rep`` query heads (query hea
 ``h // n_rep``). A learnt gate is a :class:`GroupedGate` around a ``[layers, heads // n_rep]`` gate; a
 fixed gate is expanded once. Either way the three verbs still return ``[layers, heads]`` query-head
 grids, so the encoder hook, masks, saved gate values and reports see one value per query head.
+
+The "head kept" cut-off lives here, once: a head is kept when its deterministic gate is at least
+:data:`KEPT_AT` (:func:`kept_count` counts them); so does the Hard Concrete eval gate,
+:func:`deterministic_gate`, which the gate reports use to know a run's initial gate range.
 """
 
 from __future__ import annotations
@@ -27,8 +31,41 @@ from torch import nn
 
 from mtl_heads.precision import fp32
 
-__all__ = ["HardConcreteGate", "FixedGate", "MaskedGate", "GroupedGate", "GATES", "GateMaskError", "build_gate",
-           "expand_groups"]
+__all__ = ["KEPT_AT", "kept_count", "BETA", "STRETCH", "INIT_RANGE", "INIT_MEAN", "OPEN_INIT_MEAN",
+           "deterministic_gate", "HardConcreteGate", "FixedGate", "MaskedGate", "GroupedGate", "GATES", "GateMaskError",
+           "build_gate", "expand_groups"]
+
+# A head is kept when its deterministic (eval) gate is at least KEPT_AT, pruned below it: the reference rule of
+# Voita et al. 2019 and He & Choi 2021 (docs/guides/pruning.md, "the reference rule"). Training, removal,
+# scoring, probing and every report count kept heads with this one value.
+KEPT_AT = 1e-3
+
+# Hard Concrete defaults (Louizos et al. 2018; the reference scripts): temperature, stretch interval (l, r),
+# log_alpha ~ U(INIT_MEAN - INIT_RANGE, INIT_MEAN + INIT_RANGE). OPEN_INIT_MEAN: the centre a run that does
+# not prune starts from (encoder.gate_init_mean=auto), its gates open (~0.99 in eval).
+BETA = 0.33
+STRETCH = (-0.1, 1.1)
+INIT_RANGE = 0.68
+INIT_MEAN = 0.0
+OPEN_INIT_MEAN = 3.0
+
+
+def kept_count(values) -> int:
+    """How many heads are kept: entries of ``values`` (gate values of any shape, a torch tensor or a numpy
+    array) that are at least :data:`KEPT_AT`."""
+    return int((values >= KEPT_AT).sum())
+
+
+def deterministic_gate(log_alpha, l: float = STRETCH[0], r: float = STRETCH[1]) -> torch.Tensor:  # noqa: E741
+    """The Hard Concrete eval gate, ``clamp(sigmoid(log_alpha) * (r - l) + l, 0, 1)``, same shape as ``log_alpha``.
+
+    Args:
+        log_alpha: a tensor (its dtype and gradient kept), or numbers (a float64 tensor is made).
+        l, r: the stretch interval. Default: :data:`STRETCH`, (-0.1, 1.1).
+    """
+    if not isinstance(log_alpha, torch.Tensor):
+        log_alpha = torch.as_tensor(log_alpha, dtype=torch.float64)
+    return (torch.sigmoid(log_alpha) * (r - l) + l).clamp(0.0, 1.0)
 
 
 class GateMaskError(ValueError):
@@ -47,7 +84,7 @@ class HardConcreteGate(nn.Module):
         init_mean (float): centre of that interval. Default: 0.0 (the reference scripts; eval
             gates start near 0.5). A positive centre (e.g. 3.0) starts with the heads open.
         eval_keep_expected (bool): eval rule for budget runs. Default: False (the reference rule:
-            a head is off when its deterministic gate is below 1e-3). True: keep exactly
+            a head is off when its deterministic gate is below :data:`KEPT_AT`). True: keep exactly
             ``round(sum of expected L0)`` heads, those with the largest ``log_alpha``, and set the
             others to 0 (as CoFi does, Xia et al. 2022), so that a run that meets its budget in
             expectation also meets it in the kept-head count.
@@ -65,11 +102,11 @@ class HardConcreteGate(nn.Module):
         self,
         layers: int,
         heads: int,
-        beta: float = 0.33,
-        l: float = -0.1,  # noqa: E741 - the paper's name
-        r: float = 1.1,
-        init_range: float = 0.68,
-        init_mean: float = 0.0,
+        beta: float = BETA,
+        l: float = STRETCH[0],  # noqa: E741 - the paper's name
+        r: float = STRETCH[1],
+        init_range: float = INIT_RANGE,
+        init_mean: float = INIT_MEAN,
         eval_keep_expected: bool = False,
     ):
         super().__init__()
@@ -98,7 +135,7 @@ class HardConcreteGate(nn.Module):
 
     @fp32
     def _deterministic(self) -> torch.Tensor:
-        gates = (torch.sigmoid(self.log_alpha) * (self.r - self.l) + self.l).clamp(0.0, 1.0)  # [layers, heads]
+        gates = deterministic_gate(self.log_alpha, self.l, self.r)  # [layers, heads]
         if not self.eval_keep_expected:
             return gates
         keep = int(self.expected_l0().sum().round().item())

@@ -153,7 +153,7 @@ class Predictor:
     def load(cls, path: str | Path, device: str | torch.device = "auto", tasks=None, precision: str = "auto",
              long_policy: str = "skip") -> "Predictor":
         """A predictor from a run folder (``runs/<run>``, written by ``python -m mtl_heads.train``)
-        or a pruned folder (``runs/<run>/pruned``, written by ``python -m mtl_heads.prune``).
+        or a pruned folder (``runs/<run>/pruned``, written by ``python -m mtl_heads prune``).
 
         ``tasks`` naming a task the model was not trained on is a ConfigError naming the key."""
         path = Path(path)
@@ -169,11 +169,11 @@ class Predictor:
             model = load_pruned(path, device=device, attn_implementation=attn)
             if not hasattr(model, "decoders"):
                 raise ConfigError(f"{path}: a pruned encoder without task decoders; prune a trained run "
-                                  "(`python -m mtl_heads.prune runs/<run>`) to predict with it")
+                                  "(`python -m mtl_heads prune runs/<run>`) to predict with it")
         else:
             raise ConfigError(f"{path} is neither a finished run folder (config.yaml, labels.json, model.safetensors) "
                               f"nor a pruned model folder ({heads_file}); train one with `python -m mtl_heads.train` "
-                              "or prune one with `python -m mtl_heads.prune runs/<run>`")
+                              "or prune one with `python -m mtl_heads prune runs/<run>`")
         return cls(model, tasks=tasks, device=device, precision=precision, long_policy=long_policy,
                    pos_column=_pos_column(cfg), source=path, cfg=cfg)
 
@@ -314,8 +314,8 @@ def _collector_paused():
     """Python's cyclic garbage collector paused for the block. Predicting makes tens of thousands of
     small objects that hold no cycle (trees, spans, label lists); their allocations set off
     collections that walk every object of the process, the corpus read in and earlier predictions
-    included: about 3% of the time of predicting EWT test (bench/predict_speed.py), and nothing to
-    collect. The collector runs again, as before, once the block ends."""
+    included, and find nothing to collect (their measured share of the prediction time:
+    ``docs/guides/benchmarks.md``). The collector runs again, as before, once the block ends."""
     enabled = gc.isenabled()
     gc.disable()
     try:

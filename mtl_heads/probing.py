@@ -18,6 +18,7 @@ from mtl_heads.build import load_run, pick_device
 from mtl_heads.config import ConfigError, pick
 from mtl_heads.data.corpus import ROLES, load_corpus
 from mtl_heads.encoder import EncoderNotFound, GatedEncoder
+from mtl_heads.gating import KEPT_AT, kept_count
 from mtl_heads.precision import autocast
 from mtl_heads.reports.probe_compare import compare_reports, group_reports
 from mtl_heads.reports.probe_report import read_report, safe_name, write_report
@@ -67,10 +68,10 @@ def load_model(spec: str, device: torch.device) -> tuple[GatedEncoder, object | 
         loaded = load_run(spec, device=device)
         encoder = loaded.model.encoder.eval()
         values = encoder.gate_values().cpu()
-        kept = int((values >= 1e-3).sum())
+        kept = kept_count(values)
         info = {"model_kind": "run", "model_name": Path(spec).resolve().name, "encoder": loaded.cfg.encoder.name,
                 "run_tasks": list(loaded.cfg.tasks), "gates_text": f"{type(encoder.gate).__name__ if encoder.gate is not None else 'none'}"
-                f" (eval values), kept {kept} of {values.numel()} (>= 1e-3)"}
+                f" (eval values), kept {kept} of {values.numel()} (>= {KEPT_AT:g})"}
         return encoder, loaded, info
     if Path(spec).is_dir() and (Path(spec) / "config.yaml").exists() and not (Path(spec) / "config.json").exists():
         raise ConfigError(f"config key 'model': {spec} is a run folder without a finished model "

@@ -1,7 +1,7 @@
 """Physical removal of attention heads, and saving / loading pruned models.
 
-A head whose deterministic gate value is below ``threshold`` (default 1e-3, the paper's "pruned"
-rule, ``docs/background.md`` section 1) is removed by slicing the rows of Q, K and V and the
+A head whose deterministic gate value is below ``threshold`` (default :data:`mtl_heads.gating.KEPT_AT`,
+the paper's "pruned" rule) is removed by slicing the rows of Q, K and V and the
 columns of ``W_O``. The gate value ``g`` of each kept head is folded into its ``W_O`` columns, so
 the pruned model needs no gate and computes ``Concat_i(g_i * head_i) W_O`` over the kept heads:
 in eval mode it gives the gated model's outputs. Layers may keep different numbers of heads; a
@@ -39,7 +39,8 @@ Pruned folders hold the HF ``config.json`` (original head counts), the tokenizer
 also the run's ``config.yaml`` and ``labels.json``. :func:`load_pruned` rebuilds the architecture
 from the config (no hub), slices it the same way and loads the weights strictly.
 
-The command over this module is ``python -m mtl_heads prune runs/<run> [out=FOLDER] [threshold=1e-3]``.
+The command over this module is ``python -m mtl_heads prune runs/<run> [out=FOLDER] [threshold=T]``
+(default ``KEPT_AT``).
 """
 from __future__ import annotations
 
@@ -55,14 +56,14 @@ from mtl_heads.config import ConfigError, load_saved_config
 from mtl_heads.encoder import (ADAPTERS, GATE_GROUPS, POOLING, Adapter, GatedEncoder,
                                _in_features, attention_shape, tokenizer_kwargs, word_tokenizer)
 from mtl_heads.files import atomic_write_text, load_tensors, read_json, save_tensors, write_json
+from mtl_heads.gating import KEPT_AT
 from mtl_heads.model import MultiTaskModel
 from mtl_heads.taskset import tasks_with_labels
 
 __all__ = ["PRUNABLE", "DECODERS", "LayerConfig", "PrunedEncoder", "removal_plan",
            "remove_heads", "prune_encoder", "prune_model", "count_parameters", "attention_parameters", "save_pruned",
-           "load_pruned", "compare_outputs", "THRESHOLD"]
+           "load_pruned", "compare_outputs"]
 
-THRESHOLD = 1e-3
 WEIGHTS = "pruned.safetensors"  # not model.safetensors: a pruned folder is not a run folder for load_run
 HEADS = "heads.json"
 
@@ -93,13 +94,13 @@ def _check_prunable(model_type: str) -> None:
 
 
 # ---------------------------------------------------------------------- which heads go
-def removal_plan(values: torch.Tensor, threshold: float = THRESHOLD,
+def removal_plan(values: torch.Tensor, threshold: float = KEPT_AT,
                  group_size: int = 1) -> tuple[list[list[int]], list[list[int]], torch.Tensor]:
     """What removal does with each query head, given the gates.
 
     Args:
         values: ``[layers, heads]`` deterministic gate values, one per query head.
-        threshold: a head below it counts as pruned. Default: 1e-3.
+        threshold: a head below it counts as pruned. Default: :data:`mtl_heads.gating.KEPT_AT`.
         group_size: query heads per KV head (``heads // kv_heads``; 1 without GQA). Default: 1.
 
     Returns:
@@ -429,14 +430,15 @@ def _copy_model(encoder: GatedEncoder) -> transformers.PreTrainedModel:
         encoder._hooks = encoder._register_hooks() if encoder._hooks else []
 
 
-def prune_encoder(encoder: GatedEncoder, threshold: float = THRESHOLD,
+def prune_encoder(encoder: GatedEncoder, threshold: float = KEPT_AT,
                   values: torch.Tensor | None = None) -> PrunedEncoder:
     """A pruned copy of ``encoder``: heads below ``threshold`` removed, the others' gates folded in.
 
     Args:
         encoder: the gated encoder; it is left unchanged.
         threshold: heads whose gate value is below it are removed (with GQA: whole KV groups whose
-            heads are all below it; a head below it in a kept group is zeroed). Default: 1e-3.
+            heads are all below it; a head below it in a kept group is zeroed). Default:
+            :data:`mtl_heads.gating.KEPT_AT`.
         values: ``[layers, heads]`` gate values to use instead of ``encoder.gate_values()``
             (e.g. a fixed 0/1 choice of heads). Default: the encoder's deterministic gates.
 
@@ -463,7 +465,7 @@ def prune_encoder(encoder: GatedEncoder, threshold: float = THRESHOLD,
     return pruned
 
 
-def prune_model(model: nn.Module, threshold: float = THRESHOLD, values: torch.Tensor | None = None) -> nn.Module:
+def prune_model(model: nn.Module, threshold: float = KEPT_AT, values: torch.Tensor | None = None) -> nn.Module:
     """A ``MultiTaskModel`` with the pruned encoder (:func:`prune_encoder`) and copies of the decoders."""
     encoder = prune_encoder(model.encoder, threshold, values)
     with torch.random.fork_rng(devices=[]):  # building decoders must not move the caller's random stream
@@ -543,7 +545,7 @@ def _read_heads(folder: Path) -> dict:
     heads = read_json(path)
     if heads is None:
         raise ConfigError(f"{folder} is not a pruned model folder (no {HEADS}); write one with "
-                          "`python -m mtl_heads.prune runs/<run>`")
+                          "`python -m mtl_heads prune runs/<run>`")
     for key in ("kind", "model_type", "layers", "heads", "head_dim", "kept_heads"):
         if key not in heads:
             raise ConfigError(f"{path}: missing key '{key}'")

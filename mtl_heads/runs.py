@@ -108,11 +108,11 @@ def folder_kind(path: Path) -> str | None:
 
 
 KIND_WHY = {  # why a folder of each kind is not used as a run
-    "probe report": "a probe report folder (python -m mtl_heads.probe): python -m mtl_heads.report shows it",
-    "probe comparison": "a probe comparison folder (python -m mtl_heads.probe compare=...): "
-                        "python -m mtl_heads.report shows it",
-    "run comparison": "output of python -m mtl_heads.compare, not a run",
-    "gate report": "output of python -m mtl_heads.gates, not a run",
-    "pruned model": "a pruned model (python -m mtl_heads.prune); its numbers are read with its run",
-    "head ablation": "output of python -m mtl_heads.ablate, not a run",
+    "probe report": "a probe report folder (python -m mtl_heads probe): python -m mtl_heads report shows it",
+    "probe comparison": "a probe comparison folder (python -m mtl_heads probe compare=...): "
+                        "python -m mtl_heads report shows it",
+    "run comparison": "output of python -m mtl_heads compare, not a run",
+    "gate report": "output of python -m mtl_heads gates, not a run",
+    "pruned model": "a pruned model (python -m mtl_heads prune); its numbers are read with its run",
+    "head ablation": "output of python -m mtl_heads ablate, not a run",
 }

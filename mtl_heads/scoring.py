@@ -12,11 +12,10 @@ import torch
 from torch import nn
 
 from mtl_heads.data.batching import Example, collate, length_batches
+from mtl_heads.gating import KEPT_AT
 from mtl_heads.trainer import move_to
 
-__all__ = ["CLOSED_BELOW", "eval_mode", "open_heads", "task_batches", "batch_scores", "task_score"]
-
-CLOSED_BELOW = 1e-3           # a gate below this counts as pruned (background.md, section 1)
+__all__ = ["eval_mode", "open_heads", "task_batches", "batch_scores", "task_score"]
 
 
 @contextmanager
@@ -31,8 +30,8 @@ def eval_mode(model: nn.Module) -> Iterator[None]:
 
 
 def open_heads(encoder: nn.Module) -> torch.Tensor:
-    """``[layers, heads]`` bool: heads whose deterministic gate is at least ``CLOSED_BELOW``."""
-    return encoder.gate_values() >= CLOSED_BELOW
+    """``[layers, heads]`` bool: heads whose deterministic gate is at least :data:`mtl_heads.gating.KEPT_AT`."""
+    return encoder.gate_values() >= KEPT_AT
 
 
 def task_batches(model: nn.Module, examples: list[Example], batch_size: int = 32,

@@ -1,13 +1,13 @@
 """Weights & Biases logging with one layout for every command: config, per-epoch metrics, gates.
 
-Every W&B run made by this project (``python -m mtl_heads.train``, ``python -m mtl_heads.prune``,
-``python -m mtl_heads.probe``) is started by :func:`start_run` and so has:
+Every W&B run made by this project (``python -m mtl_heads.train``, ``python -m mtl_heads prune``,
+``python -m mtl_heads probe``) is started by :func:`start_run` and so has:
 
 - name: the run (or report) folder's name unless ``wandb.name`` is set;
 - group: the experiment (config ``experiment``; without one, the setting name ``pos-ner``,
   ``dep-dynamic``), so the seeds of one setting and their pruned models and probes sit together;
 - job_type: ``train`` (plain training), ``prune`` (training with gates pruned, ``prune.mode`` static
-  or dynamic), ``probe``; the head removal of ``python -m mtl_heads.prune`` continues its training run's
+  or dynamic), ``probe``; the head removal of ``python -m mtl_heads prune`` continues its training run's
   W&B run online, and offline is a run of its own linked to it (:func:`log_head_removal`; tagged
   ``removal``, its keys under ``removal/``);
 - tags: ``wandb.tags`` plus the tasks, ``stl``/``mtl``, ``prune:<mode>``, ``encoder:<name>``, ``seed:<n>``;
@@ -37,7 +37,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from mtl_heads.config import ConfigError
-from mtl_heads.reports.gate_map import KEEP_THRESHOLD, plot_gate_map
+from mtl_heads.gating import kept_count
+from mtl_heads.reports.gate_map import plot_gate_map
 from mtl_heads.sparsity import prune_mode
 
 MODES = ("auto", "online", "offline", "disabled")
@@ -164,7 +165,8 @@ def gate_scalars(values: torch.Tensor) -> dict[str, float]:
 
 def log_gate_pictures(run, values: torch.Tensor, title: str, step: int | None = None, prefix: str = "gates") -> None:
     """Log ``<prefix>/table`` (layer, head, gate), ``<prefix>/heatmap`` (the layer x head picture of
-    :func:`mtl_heads.reports.gate_map.plot_gate_map`) and ``<prefix>/kept`` (heads with gate >= 1e-3).
+    :func:`mtl_heads.reports.gate_map.plot_gate_map`) and ``<prefix>/kept`` (heads with gate >=
+    :data:`mtl_heads.gating.KEPT_AT`).
 
     Args:
         run: a W&B run (None: nothing is logged).
@@ -181,7 +183,7 @@ def log_gate_pictures(run, values: torch.Tensor, title: str, step: int | None = 
     with tempfile.TemporaryDirectory() as tmp:
         picture = plot_gate_map(array, title, Path(tmp) / "gates.png")
         run.log({f"{prefix}/table": gate_table(values), f"{prefix}/heatmap": wandb.Image(str(picture)),
-                 f"{prefix}/kept": int((array >= KEEP_THRESHOLD).sum())}, step=step)
+                 f"{prefix}/kept": kept_count(array)}, step=step)
 
 
 class Tracker:
@@ -232,7 +234,7 @@ class Tracker:
 
 def log_head_removal(wandb_cfg, run_path: Path, run_cfg, out: Path, gates: torch.Tensor,
                      heads_per_layer: list[int], numbers: dict, options: dict) -> str | None:
-    """Log ``python -m mtl_heads.prune``; returns the W&B run id (None when disabled or when W&B fails,
+    """Log ``python -m mtl_heads prune``; returns the W&B run id (None when disabled or when W&B fails,
     which is reported on stderr: the pruned folder is written either way).
 
     Online, the training's W&B run (``run_path/wandb_id``) is continued (``resume="allow"``, W&B files

@@ -19,6 +19,7 @@ from omegaconf import OmegaConf
 from mtl_heads.config import ConfigError
 from mtl_heads.files import (RefusedFile, UnreadableFile, fsync_dir, load_state, load_tensors, load_weights, save_state,
                               save_tensors)
+from mtl_heads.gating import kept_count
 from mtl_heads.parallel import Replicated, training_bytes
 from mtl_heads.precision import autocast, uses_bf16
 from mtl_heads.progress import progress_bar, write
@@ -402,7 +403,7 @@ class Trainer:
         stats = {"train/lr": self.scheduler.get_last_lr()[0]} if self.scheduler is not None else {}
         if self.sparsity.active:
             stats["prune/expected_heads"] = self.sparsity.expected_heads()
-            stats["prune/kept_heads"] = int((self.model.encoder.gate_values() >= 1e-3).sum())
+            stats["prune/kept_heads"] = kept_count(self.model.encoder.gate_values())
             if self.sparsity.controller is not None:
                 stats["prune/lambda_1"] = self.sparsity.controller.lambda_1.item()
                 stats["prune/lambda_2"] = self.sparsity.controller.lambda_2.item()
@@ -412,7 +413,7 @@ class Trainer:
         scores = self.scores("dev")
         mean = mean_score(scores, selection_tasks(self.cfg, self.tasks))
         record = {"epoch": self.state.epoch + 1, "dev": scores, "dev_mean": mean}
-        kept = int((self.model.encoder.gate_values() >= 1e-3).sum())
+        kept = kept_count(self.model.encoder.gate_values())
         if self.sparsity.active:
             record["heads_kept"] = kept
             record["expected_heads"] = round(self.sparsity.expected_heads(), 2)
@@ -479,7 +480,7 @@ class Trainer:
 def evaluate_examples(model, tasks: dict, examples: dict, device: torch.device, precision: str = "auto",
                       batch_size: int = 64, progress: bool = False, desc: str = "") -> dict[str, dict[str, float]]:
     """Each task's metrics on its examples, the model in eval mode: training's dev/test scores and
-    ``python -m mtl_heads.evaluate`` come from here.
+    ``python -m mtl_heads evaluate`` come from here.
 
     Args:
         model: a ``MultiTaskModel`` on ``device``.

@@ -1,6 +1,6 @@
 """The probe registry: probe name -> Probe class. Adding a probe = one module + one line here.
 
-Every probe follows :class:`probes.base.Probe`; ``python -m mtl_heads.probe probes=dep,pos,...``
+Every probe follows :class:`probes.base.Probe`; ``python -m mtl_heads probe probes=dep,pos,...``
 looks them up here.
 """
 from probes.attention import DepProbe, SrlProbe
@@ -17,7 +17,7 @@ PROBES = {
     ConProbe.name: ConProbe,
     ClarkProbe.name: ClarkProbe,
     VoitaProbe.name: VoitaProbe,
-    SinkProbe.name: SinkProbe,  # added by ``mtl_heads.probe`` to every report that captures attention maps
+    SinkProbe.name: SinkProbe,  # added by ``python -m mtl_heads probe`` to every report that captures attention maps
 }
 # probes.samples.AttentionSamples ("attention-samples") is added the same way (mtl_heads.probing.ADDED) but is
 # not registered here: it keeps a few sentences' attention in a file of its own, no per-head table to rank.

@@ -11,7 +11,7 @@ own row is not a query: in a causal model it can attend only to itself (always 1
 it out in encoders too keeps the two comparable. One-token sentences have no query and are skipped.
 For an encoder this is Clark et al.'s ``to [CLS]`` (:mod:`probes.clark`) without the [CLS] row.
 
-The probe reads the attention maps the other attention probes capture: ``python -m mtl_heads.probe``
+The probe reads the attention maps the other attention probes capture: ``python -m mtl_heads probe``
 adds it to any report whose probes read attention maps (no extra encoder pass); ``probes=sink``
 alone costs one capture pass.
 """

@@ -32,13 +32,10 @@ class Decoder(nn.Module):
     ``loss(scores, targets, mask) -> scalar``, ``decode(scores, mask) -> list`` (one prediction per
     sentence, in the same form as ``Task.gold``).
 
-    ``reference``: when True, ``forward`` and ``decode`` run the decoder's previous, plainer
-    implementation (supar's modules and structures as they are, every score computed), kept to
-    check that the fast path predicts exactly the same outputs (``bench/predict_speed.py``,
-    ``tests/test_decode_speed_equivalence.py``); slower. The loss is the same either way.
+    The previous, plainer implementations of the dep, con, srl and NER-CRF decoders (supar's modules
+    and structures as they are, every score computed) live in :mod:`tasks.reference`, for the tests
+    and benches that check the fast paths against them.
     """
-
-    reference: bool = False
 
     def loss(self, scores: Any, targets: Any, mask: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -158,7 +155,7 @@ def biaffine_pairs(layer: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.
     with many outputs (a label scorer), up to rounding: ``y``'s side is multiplied by the weight
     first, so that the product with ``x`` comes out with the labels last, where supar's einsum
     produces ``[batch, n_out, seq_x, seq_y]`` (through a copy) for it to be permuted (and copied
-    again when read). About a third less time forward; the sums run in another order."""
+    again when read). Less time forward (``docs/guides/benchmarks.md``); the sums run in another order."""
     if layer.bias_x:
         x = torch.cat((x, torch.ones_like(x[..., :1])), -1)
     if layer.bias_y:

@@ -199,22 +199,26 @@ class CRFConstituencyDecoder(Decoder):
         self.span_attn = Biaffine(n_in=n_span_mlp, bias_x=True, bias_y=False)
         self.label_attn = Biaffine(n_in=n_label_mlp, n_out=len(labels), bias_x=True, bias_y=True)
 
+    @staticmethod
+    def fences(words: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """``[batch, n_words + 1, hidden]`` fencepost vectors: fencepost ``k`` is
+        ``cat(x_f[k - 1], x_b[k])`` of the halves ``x_f, x_b`` of the word vectors ``words``
+        ``[batch, n_words, hidden]``, zero past each sentence's end (``mask`` ``[batch, n_words]``)
+        and at both ends."""
+        x = words.masked_fill(~mask.unsqueeze(-1), 0)  # [batch, n, hidden]; zero past each sentence's end
+        x = nn.functional.pad(x, (0, 0, 1, 1))  # [batch, n + 2, hidden]; zero boundary vectors
+        x_f, x_b = x.chunk(2, -1)
+        return torch.cat((x_f[:, :-1], x_b[:, 1:]), -1)  # [batch, n + 1, hidden]
+
     def forward(self, words: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Span scores ``[batch, n_words + 1, n_words + 1]`` and label scores
         ``[batch, n_words + 1, n_words + 1, n_labels]`` over fencepost pairs (start, end).
 
         The four MLPs as one product (:func:`~tasks.base.mlps`), the span scores without supar's
         division by 1 (:func:`~tasks.base.biaffine`; the same values bit for bit), the label scores
-        labels last (:func:`~tasks.base.biaffine_pairs`); ``self.reference``: supar's modules."""
-        x = words.masked_fill(~mask.unsqueeze(-1), 0)  # [batch, n, hidden]; zero past each sentence's end
-        x = nn.functional.pad(x, (0, 0, 1, 1))  # [batch, n + 2, hidden]; zero boundary vectors
-        x_f, x_b = x.chunk(2, -1)
-        fences = torch.cat((x_f[:, :-1], x_b[:, 1:]), -1)  # [batch, n + 1, hidden]
-        if self.reference:
-            s_span = self.span_attn(self.span_mlp_l(fences), self.span_mlp_r(fences))  # [batch, n + 1, n + 1]
-            s_label = self.label_attn(self.label_mlp_l(fences), self.label_mlp_r(fences))  # [batch, L, n + 1, n + 1]
-            s_label = s_label.view(s_span.shape[0], len(self.labels), *s_span.shape[1:])  # Biaffine squeezes L = 1
-            return s_span, s_label.permute(0, 2, 3, 1)  # [batch, n + 1, n + 1, n_labels]
+        labels last (:func:`~tasks.base.biaffine_pairs`). Supar's modules as they are (the same scores,
+        up to rounding): :class:`tasks.reference.ReferenceCRFConstituencyDecoder`."""
+        fences = self.fences(words, mask)  # [batch, n + 1, hidden]
         span_l, span_r, label_l, label_r = mlps(fences, [self.span_mlp_l, self.span_mlp_r, self.label_mlp_l,
                                                          self.label_mlp_r])
         s_span = biaffine(self.span_attn, span_l, span_r)  # [batch, n + 1, n + 1]
@@ -247,10 +251,9 @@ class CRFConstituencyDecoder(Decoder):
 
         CKY (:func:`cky`: supar's ``ConstituencyCRF`` argmax without its autograd pass) over the
         span marginals (MBR, :func:`span_marginals`: inside-outside) or over the span scores, then
-        the best label of each chosen span only; with ``self.reference`` the previous path
-        (supar's ``marginals`` and ``argmax``, every span labelled), which gives the same trees."""
-        if self.reference:
-            return self._decode_reference(scores, mask)
+        the best label of each chosen span only. The previous path (supar's ``marginals`` and
+        ``argmax``, every span labelled), which gives the same trees, is
+        :class:`tasks.reference.ReferenceCRFConstituencyDecoder`."""
         s_span, s_label = scores
         lens = mask.sum(-1)  # [batch]
         # marginals (inside-outside) and CKY in fp32 with autocast off
@@ -266,28 +269,11 @@ class CRFConstituencyDecoder(Decoder):
         return [chart_to_tree([str(k) for k in range(chart[0][1])],  # chart[0] is the root span (0, n)
                               [(i, j, self.labels[next(best)]) for i, j in chart]) for chart in charts]
 
-    def _decode_reference(self, scores: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor) -> list[nltk.Tree]:
-        """The previous decoding: supar's ``ConstituencyCRF`` marginals and argmax (max-semiring
-        inside pass plus autograd), the best label of every span, then the chosen spans'."""
-        s_span, s_label = scores
-        lens = mask.sum(-1)  # [batch]
-        with full_precision(s_span.device):
-            s_span = s_span.detach().float()  # supar's structures take gradients internally
-            if self.mbr:
-                s_span = ConstituencyCRF(s_span, lens).marginals.detach()  # [batch, n + 1, n + 1]
-            charts = ConstituencyCRF(s_span, lens).argmax  # per sentence [[start, end], ...] in pre-order
-        best = s_label.argmax(-1).tolist()  # [batch, n + 1, n + 1]
-        trees = []
-        for chart, labels, n in zip(charts, best, lens.tolist()):
-            spans = [(i, j, self.labels[labels[i][j]]) for i, j in chart]
-            trees.append(chart_to_tree([str(k) for k in range(n)], spans))
-        return trees
-
 
 def span_marginals(crf: ConstituencyCRF) -> torch.Tensor:
     """``[batch, n + 1, n + 1]`` marginal probability of each span under supar's TreeCRF ``crf``
-    (``crf.marginals``), by the inside-outside algorithm written out, in about 40% of the time
-    of supar's (an inside pass, then autograd through it).
+    (``crf.marginals``), by the inside-outside algorithm written out, where supar runs an inside
+    pass, then autograd through it (the time of each: ``docs/guides/benchmarks.md``).
 
     The inside pass is supar's (``ConstituencyCRF.log_partition``: the same additions and
     ``logsumexp`` over split points, on a contiguous chart that supar's ``stripe`` reads in place);
@@ -295,7 +281,8 @@ def span_marginals(crf: ConstituencyCRF) -> torch.Tensor:
     posterior ``exp(left + right - inside)``, widest spans first. Autograd computes the same
     derivatives but sums them in another order: the values agree to rounding (at most 5e-7 apart
     on EWT test), and CKY over them picks the same trees there (``bench/predict_speed.py`` checks
-    every prediction against the reference path, which uses ``crf.marginals``).
+    every prediction against :class:`tasks.reference.ReferenceCRFConstituencyDecoder`, which uses
+    ``crf.marginals``).
     """
     scores, lens = crf.scores.detach(), crf.lens
     batch, seq = scores.shape[:2]

@@ -5,7 +5,6 @@ metric: UAS/LAS over non-punctuation words."""
 from __future__ import annotations
 
 import unicodedata
-import warnings
 from collections import Counter
 from typing import NamedTuple
 
@@ -13,7 +12,6 @@ import numpy as np
 import torch
 from supar.modules import MLP, Biaffine
 from supar.structs import DependencyCRF, MatrixTree
-from supar.utils.transform import CoNLL
 from torch import nn
 
 from mtl_heads.data.errors import data_error
@@ -132,12 +130,8 @@ class BiaffineParser(Decoder):
 
         The four MLPs as one product (:func:`~tasks.base.mlps`), the arc scores without supar's
         division by 1 (:func:`~tasks.base.biaffine`; the same values bit for bit), the label scores
-        labels last (:func:`~tasks.base.biaffine_pairs`); ``self.reference``: supar's modules."""
-        if self.reference:
-            s_arc = self.arc_attn(self.arc_mlp_d(words), self.arc_mlp_h(words)).float()  # [batch, seq, seq]
-            s_arc = s_arc.masked_fill(~mask.unsqueeze(1), MIN)  # padded heads impossible
-            s_rel = self.rel_attn(self.rel_mlp_d(words), self.rel_mlp_h(words)).permute(0, 2, 3, 1)  # [b, seq, seq, R]
-            return s_arc, s_rel
+        labels last (:func:`~tasks.base.biaffine_pairs`). Supar's modules as they are (the same scores,
+        up to rounding): :class:`tasks.reference.ReferenceBiaffineParser`."""
         arc_d, arc_h, rel_d, rel_h = mlps(words, [self.arc_mlp_d, self.arc_mlp_h, self.rel_mlp_d, self.rel_mlp_h])
         s_arc = biaffine(self.arc_attn, arc_d, arc_h).float()  # [batch, seq, seq]
         s_arc = s_arc.masked_fill(~mask.unsqueeze(1), MIN)  # padded heads impossible
@@ -171,10 +165,8 @@ class BiaffineParser(Decoder):
         Greedy heads where they already form a (projective, for eisner) single-root tree
         (:func:`is_tree`, one batched test), else MST (:func:`mst`: supar's Chu-Liu/Edmonds on
         NumPy arrays) or Eisner (supar's ``DependencyCRF``); labels are read at the chosen arcs
-        only. ``self.reference``: the previous path (supar's ``CoNLL.istree`` per sentence,
-        ``MatrixTree``, every arc labelled), which gives the same parses."""
-        if self.reference:
-            return self._decode_reference(scores, mask)
+        only. The previous path (supar's ``CoNLL.istree`` per sentence, ``MatrixTree``, every arc
+        labelled), which gives the same parses, is :class:`tasks.reference.ReferenceBiaffineParser`."""
         s_arc, s_rel = scores
         s_arc = s_arc.detach().float()  # [batch, seq, seq]
         lens = mask[:, 1:].sum(-1)  # [batch], words without the root
@@ -191,37 +183,6 @@ class BiaffineParser(Decoder):
         rels = rels_at(s_rel.detach(), arcs).argmax(-1)  # [batch, seq]: the best label at the chosen arc
         return [Parse(row_arcs[1:n + 1], [self.labels[r] for r in row_rels[1:n + 1]])
                 for row_arcs, row_rels, n in zip(arcs.tolist(), rels.tolist(), lens.tolist())]
-
-    def _decode_reference(self, scores, mask: torch.Tensor) -> list[Parse]:
-        """The previous decoding: supar's ``CoNLL.istree`` per sentence, then ``MatrixTree`` or
-        ``DependencyCRF`` on the others, and every arc's best label."""
-        s_arc, s_rel = scores
-        s_arc = s_arc.detach().float()  # [batch, seq, seq]
-        lens = mask[:, 1:].sum(-1)  # [batch], words without the root
-        arcs = s_arc.argmax(-1)  # [batch, seq]: each word's best head
-        # Where the greedy heads already form a (projective, for eisner) single-root tree they are
-        # the best tree; run the tree algorithm only on the other sentences (as supar does).
-        proj = self.algorithm == "eisner"
-        bad = torch.tensor([not CoNLL.istree(row[1:n + 1], proj) for row, n in zip(arcs.tolist(), lens.tolist())],
-                           dtype=torch.bool, device=arcs.device)
-        if bad.any():
-            # MST (MatrixTree: Chu-Liu/Edmonds) and Eisner (DependencyCRF: max-semiring inside pass
-            # plus autograd) in fp32 with autocast off: nothing in the tree search may drop to bf16
-            with full_precision(s_arc.device):
-                if proj:
-                    with torch.enable_grad():  # DependencyCRF's argmax differentiates the max score
-                        arcs[bad] = DependencyCRF(s_arc[bad], lens[bad]).argmax
-                else:
-                    # supar's pad indexes with a list of slices, which torch flags as deprecated; the
-                    # result is right (MST is checked against brute force in tests), so keep logs clean.
-                    with warnings.catch_warnings():
-                        warnings.filterwarnings("ignore", "Using a non-tuple sequence", UserWarning)
-                        arcs[bad] = MatrixTree(s_arc[bad], lens[bad]).argmax  # column 0 = root, unused
-        rels = s_rel.detach().argmax(-1).gather(-1, arcs.unsqueeze(-1)).squeeze(-1)  # [batch, seq]
-        out = []
-        for row_arcs, row_rels, n in zip(arcs.tolist(), rels.tolist(), lens.tolist()):
-            out.append(Parse(row_arcs[1:n + 1], [self.labels[r] for r in row_rels[1:n + 1]]))
-        return out
 
 
 def rels_at(s_rel: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:

@@ -96,11 +96,9 @@ class CRFTagger(Decoder):
     @fp32
     def decode(self, scores: torch.Tensor, mask: torch.Tensor) -> list[list[str]]:
         """The best tag sequence of each sentence: :func:`viterbi` (supar's ``LinearChainCRF``
-        argmax without its autograd pass); ``self.reference``: ``LinearChainCRF.argmax`` itself."""
-        if self.reference:
-            best = self._crf(scores.detach(), mask).argmax.tolist()  # [batch, n_words]
-        else:
-            best = viterbi(self._crf(scores.detach(), mask)).tolist()
+        argmax without its autograd pass). ``LinearChainCRF.argmax`` itself, which gives the same
+        tags: :class:`tasks.reference.ReferenceCRFTagger`."""
+        best = viterbi(self._crf(scores.detach(), mask)).tolist()  # [batch, n_words]
         lengths = mask.sum(-1).tolist()
         return [[self.labels[i] for i in row[:n]] for row, n in zip(best, lengths)]
 

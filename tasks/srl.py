@@ -227,10 +227,10 @@ class SpanSrlDecoder(Decoder):
     pruning also ``span_scores`` ``[batch, n_words, width]`` (``phi_a`` of every span). Without
     pruning ``C = n_words * width``. Role scores are built in ``loss`` / ``decode`` only for the
     gold / predicted predicates, and only for real ones (a batch pads its sentences' predicates to
-    the most any has). The word-level linear maps run as one matrix product. With
-    ``reference`` (:class:`~tasks.base.Decoder`) the forward is the previous one, which returns
-    ``pred_repr`` ``[batch, n_words, n_mlp]`` of every word instead of ``words``, and decoding reads
-    the candidates one predicate at a time; both give the same frames.
+    the most any has). The word-level linear maps run as one matrix product. The previous forward
+    (``pred_repr`` ``[batch, n_words, n_mlp]`` of every word instead of ``words``) and decoding (the
+    candidates read one predicate at a time), which give the same frames, are
+    :class:`tasks.reference.ReferenceSpanSrlDecoder`.
     """
 
     def __init__(self, hidden_size: int, labels: list[str], max_width: int = 30, n_mlp: int = 300,
@@ -264,8 +264,6 @@ class SpanSrlDecoder(Decoder):
             self.unary_width = nn.Parameter(torch.zeros(max_width))
 
     def forward(self, words: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
-        if self.reference:
-            return self._forward_reference(words, mask)
         batch, n_words = words.shape[:2]
         width = min(self.max_width, n_words)
         ends = (span_ends(n_words, width, words.device) - 1).clamp(max=n_words - 1)  # [n, w] inclusive
@@ -280,31 +278,11 @@ class SpanSrlDecoder(Decoder):
         }
         if self.span_ratio is None:                                        # every span is a candidate
             return self._every_span(scores, start, end, ends, valid)
+        # phi_a of every span: boundary biaffine [batch, n (first), n (last)] read at (i, i + w), + width
+        # bias; in fp32 with autocast off (cheap), so that the top-k choice is not made on bf16 ties
         first_repr, last_repr = unary_parts                                # [batch, n, n_unary] each
         with full_precision(words.device):
             unary = biaffine(self.unary, first_repr.float(), last_repr.float())  # [batch, n, n]
-            unary = unary.gather(2, ends.expand(batch, -1, -1)) + self.unary_width[:width]  # [batch, n, w]
-        return self._best_spans(scores, start, end, unary, valid, mask)
-
-    def _forward_reference(self, words: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The previous forward: one product per linear layer, ``pred_repr`` of every word."""
-        batch, n_words = words.shape[:2]
-        width = min(self.max_width, n_words)
-        ends = (span_ends(n_words, width, words.device) - 1).clamp(max=n_words - 1)  # [n, w] inclusive
-        start = self.span_start(words)                                     # [batch, n, d]
-        end = self.span_end(words)                                         # [batch, n, d]
-        valid = self.span_mask(mask, width)                                # [batch, n, w]
-        scores = {
-            "predicates": self.pred_score(self.pred_mlp(words)).squeeze(-1),  # [batch, n]
-            "pred_repr": self.pred_repr(words),                                # [batch, n, d]
-        }
-        if self.span_ratio is None:                                        # every span is a candidate
-            return self._every_span(scores, start, end, ends, valid)
-        # phi_a of every span: boundary biaffine [batch, n (first), n (last)] read at (i, i + w), + width
-        # bias; in fp32 with autocast off (cheap), so that the top-k choice is not made on bf16 ties
-        first_repr, last_repr = self.unary_start(words), self.unary_end(words)  # [batch, n, n_unary] each
-        with full_precision(words.device):
-            unary = self.unary(first_repr.float(), last_repr.float())      # [batch, n, n]
             unary = unary.gather(2, ends.expand(batch, -1, -1)) + self.unary_width[:width]  # [batch, n, w]
         return self._best_spans(scores, start, end, unary, valid, mask)
 
@@ -356,18 +334,7 @@ class SpanSrlDecoder(Decoder):
         candidate spans for the predicates at word indices ``predicates`` ``[batch, n_preds]``.
         ``real`` ``[batch, n_preds]``: the predicates that are not padding; only theirs are computed
         (the others' rows are 0), where a batch pads every sentence to its most predicates."""
-        spans = scores["spans"]                                            # [batch, C, d]
-        if "pred_repr" in scores:                                          # the reference forward's
-            index = predicates[..., None].expand(-1, -1, spans.shape[-1])  # [batch, P, d]
-            preds = scores["pred_repr"].gather(1, index)                   # [batch, P, d]
-            s = self.role(preds, spans).float()                            # [batch, R, P, C]
-        else:                                                              # pred_repr of the predicates only
-            words = scores["words"]
-            preds = self.pred_repr(words.gather(1, predicates[..., None].expand(-1, -1, words.shape[-1])))
-            if real is None:
-                s = biaffine(self.role, preds, spans).float()              # [batch, R, P, C]
-            else:
-                s = self._role_product(preds, spans, real)                 # [batch, R, P, C]
+        s = self._pair_scores(scores, predicates, real)                   # [batch, R, P, C]
         if s.dim() == 3:                                                   # Biaffine squeezes n_out = 1
             s = s.unsqueeze(1)
         s = s.permute(0, 2, 3, 1)                                          # [batch, P, C, R]
@@ -375,6 +342,17 @@ class SpanSrlDecoder(Decoder):
             unary = scores["span_scores"].flatten(1).gather(1, scores["span_index"]).float()  # [batch, C]
             s = s + unary[:, None, :, None]
         return torch.cat((s.new_zeros(s.shape[:-1] + (1,)), s), -1)        # [batch, P, C, 1+R]
+
+    def _pair_scores(self, scores: dict[str, torch.Tensor], predicates: torch.Tensor,
+                     real: torch.Tensor | None = None) -> torch.Tensor:
+        """``[batch, R, P, C]`` float32 role biaffine of the predicates at ``predicates`` with the
+        candidate spans (``R`` squeezed when 1; arguments as in :meth:`role_scores`): the predicate
+        representations ``pred_repr`` are made for those predicates only, from ``scores["words"]``."""
+        words, spans = scores["words"], scores["spans"]                    # [batch, n, hidden], [batch, C, d]
+        preds = self.pred_repr(words.gather(1, predicates[..., None].expand(-1, -1, words.shape[-1])))  # [b, P, d]
+        if real is None:
+            return biaffine(self.role, preds, spans).float()
+        return self._role_product(preds, spans, real)
 
     def _role_product(self, preds: torch.Tensor, spans: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
         """``[batch, R, P, C]`` float32 role biaffine of the predicates ``preds`` ``[batch, P, d]`` with
@@ -385,11 +363,13 @@ class SpanSrlDecoder(Decoder):
         - per predicate, each with its own sentence's spans gathered (a copy of ``K x C`` span
           vectors), without gradients (prediction, evaluation) and when padding would waste more
           than a fifth of the batched product: sentences with few predicates beside one with many,
-          as real text has (EWT test: SRL decoding about 20% faster);
+          as real text has;
         - over the batch, padding rows included, otherwise: in training (the gather's backward, a
-          scatter-add of the span gradients, costs more than the padding saves: ``srl`` training
-          in ``bench/decoders.py`` about 20% slower), and without candidate pruning (``span_ratio=off``:
-          ``C`` is every span and the copy costs more than the product it saves, 1.5x slower)."""
+          scatter-add of the span gradients, costs more than the padding saves), and without
+          candidate pruning (``span_ratio=off``: ``C`` is every span and the copy costs more than the
+          product it saves).
+
+        The times that chose between them: ``docs/guides/benchmarks.md``."""
         b, k = real.nonzero(as_tuple=True)                                 # [K] each: the real predicates
         x = torch.cat((preds[b, k], preds.new_ones(len(b), 1)), -1)        # [K, d + 1]
         xw_real = torch.matmul(x, self.role.weight).transpose(0, 1)        # [K, R, d + 1]
@@ -456,12 +436,11 @@ class SpanSrlDecoder(Decoder):
         prediction must be writable beside its ``V``). Returns ``[(predicate, [(start,
         end_exclusive, role), ...]), ...]`` per sentence, sorted by predicate.
 
-        The candidates of every predicate of the batch are read in one transfer; with
-        ``self.reference`` the previous path (one read per predicate), which gives the same frames."""
+        The candidates of every predicate of the batch are read in one transfer. The previous path
+        (one read per predicate), which gives the same frames, is
+        :class:`tasks.reference.ReferenceSpanSrlDecoder`."""
         scores = {k: v.detach() for k, v in scores.items()}
         is_pred = scores["predicates"].gt(0) & mask                        # [batch, n]
-        if self.reference:
-            return self._decode_reference(scores, mask, is_pred)
         n_preds = max(1, int(is_pred.sum(-1).max()))
         # [batch, P]: each sentence's predicates in word order, then padding (word 0)
         rank, order = is_pred.to(torch.int8).sort(dim=-1, descending=True, stable=True)
@@ -498,27 +477,6 @@ class SpanSrlDecoder(Decoder):
         covers = starts[:, None].le(index[..., None]) & ends[:, None].gt(index[..., None])  # [batch, P, C]
         keep = best.gt(0) & scores["span_keep"][:, None] & ~covers         # [batch, P, C]
         return best, role, starts, ends, keep
-
-    def _decode_reference(self, scores: dict[str, torch.Tensor], mask: torch.Tensor,
-                          is_pred: torch.Tensor) -> list[list[Frame]]:
-        """The previous reading of the candidates: one ``nonzero`` and four transfers per predicate."""
-        preds = [row.nonzero().flatten().tolist() for row in is_pred]
-        n_preds = max([1] + [len(p) for p in preds])
-        index = torch.zeros(len(preds), n_preds, dtype=torch.long, device=mask.device)
-        for b, p in enumerate(preds):
-            index[b, : len(p)] = torch.tensor(p, dtype=torch.long)
-        best, role, starts, ends, keep = self._candidates(scores, mask, index)
-        out = []
-        for b, words in enumerate(preds):
-            frames = []
-            for k, p in enumerate(words):
-                found = keep[b, k].nonzero().flatten()
-                candidates = [(s, i, e, self.labels[r]) for s, i, e, r in zip(
-                    best[b, k, found].tolist(), starts[b, found].tolist(), ends[b, found].tolist(),
-                    role[b, k, found].tolist())]
-                frames.append((p, greedy_arguments(candidates, self.unique_core)))
-            out.append(frames)
-        return out
 
 
 # ---------------------------------------------------------------- task

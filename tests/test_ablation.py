@@ -1,5 +1,5 @@
 """Causal head ablation: the encoder hook (zero = closed gate, mean and resample values, other heads
-untouched), layer-matched random sets, the p-value, and ``python -m mtl_heads.ablate`` end to end on
+untouched), layer-matched random sets, the p-value, and ``python -m mtl_heads ablate`` end to end on
 a tiny encoder run and a tiny GQA decoder LM run with gates per KV group."""
 from __future__ import annotations
 
@@ -458,7 +458,7 @@ def test_probes_import_the_same_helpers():
     import mtl_heads.scoring as core
     import probes.importance as importance
 
-    for name in ("task_batches", "task_score", "eval_mode", "open_heads", "CLOSED_BELOW"):
+    for name in ("task_batches", "task_score", "eval_mode", "open_heads"):
         assert getattr(importance, name) is getattr(core, name) is getattr(ablation, name)
 
 
@@ -492,7 +492,7 @@ def test_bf16_autocast(runs, tmp_path, monkeypatch):
 
 
 def test_claims_read_what_the_command_writes(runs, tmp_path, monkeypatch):
-    """Claim 6 of ``python -m mtl_heads.claims`` from a real ablation.json: the heads ablated are the DP
+    """Claim 6 of ``python -m mtl_heads claims`` from a real ablation.json: the heads ablated are the DP
     stem cells found without POS and without DEP (made-up DP runs of POS, DEP and CON keep L0H1 and L1H2
     and one head each of their own), so the ablation counts for both tasks; with one seed, its pooled p
     is the command's p, per method and task."""

@@ -362,3 +362,19 @@ def test_view_draws_arcs_in_headless_chromium(reports, tmp_path, monkeypatch):
         assert max(widths) <= 1366
     finally:
         driver.quit()
+
+
+def test_a_samples_file_that_cannot_be_read_is_noted(tmp_path):
+    """A report whose attention-samples.json is broken is left out of the view with a note naming the file."""
+    from mtl_heads.reports.attention_view import SAMPLES_FILE, attention_section, samples_problem
+
+    folder = tmp_path / "report"
+    folder.mkdir()
+    (folder / "report.json").write_text(json.dumps({"model": "m", "probes": {}}))
+    (folder / SAMPLES_FILE).write_text('{"sentences": [')
+    notes = []
+    assert attention_section([folder], notes=notes) == ""
+    assert [n.path for n in notes] == [folder.resolve() / SAMPLES_FILE] and "not valid JSON" in notes[0].why
+    assert samples_problem(folder).startswith(f"{folder / SAMPLES_FILE}:1: not valid JSON")
+    (folder / SAMPLES_FILE).write_text(json.dumps({"sentences": []}))  # nothing sampled: nothing to say
+    assert samples_problem(folder) == "" and attention_section([folder], notes=[]) == ""

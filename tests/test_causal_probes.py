@@ -1,7 +1,7 @@
 """Probes on causal (decoder-only) models: the reachable shares and the attention sink by hand on
 made-up attention, the reachable shares against brute force over every causal argmax pattern on
 small random trees, the fast probes against the reference loops on tiny decoders, and every probe
-kind through ``python -m mtl_heads.probe`` on tiny random Llama (BOS) and GPT-2 (no BOS) models."""
+kind through ``python -m mtl_heads probe`` on tiny random Llama (BOS) and GPT-2 (no BOS) models."""
 from __future__ import annotations
 
 import itertools

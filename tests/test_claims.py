@@ -338,7 +338,7 @@ def test_sp_against_dp_at_another_lambda(study_dir):
 
 
 def write_ablation(folder, run, heads, drops: dict, random: dict, label="stem cells"):
-    """An ablation.json as python -m mtl_heads.ablate writes it: drops {method: {task: drop}}, random
+    """An ablation.json as python -m mtl_heads ablate writes it: drops {method: {task: drop}}, random
     {method: {task: [drops of the random sets]}}."""
     folder.mkdir(parents=True)
     methods = {m: {t: {"metric": "accuracy", "base": 90.0, "ablated": 90.0 - d, "drop": d,

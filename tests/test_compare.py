@@ -226,7 +226,7 @@ def test_runs_in_experiment_folders_at_any_depth_and_notes_for_the_rest(tmp_path
     assert len(saved) == 4 and set(saved["tasks"]) == {"pos", "dep", "srl"}
     err = captured.err
     assert f"note: not used: {root / 'dep-dp' / 'seed3'} (unfinished run: no metrics.json yet)" in err
-    assert f"note: not used: {probe} (a probe report folder" in err and "mtl_heads.report shows it" in err
+    assert f"note: not used: {probe} (a probe report folder" in err and "python -m mtl_heads report shows it" in err
     assert f"note: not used: {root / 'empty'} (no finished run" in err
     assert f"note: not used: {tmp_path / 'nothing-*'} (the glob matches nothing)" in err
     # the last lines: one per file written, saying where

@@ -1,11 +1,12 @@
 """The fast decoders give what the previous ones gave: each rewritten structure against supar's own
-(ties included: integer scores make many), each decoder's fast path against its ``reference`` path
-(``Decoder.reference``: the previous implementation), and a five-task model on 50 EWT test sentences
+(ties included: integer scores make many), each decoder's fast path against its reference path
+(its previous implementation, :mod:`tasks.reference`), and a five-task model on 50 EWT test sentences
 predicting the same layers both ways.
 
 Where the fast path runs a product's sums in another order, float32 values are compared within the
 rounding bound of those sums (:func:`conftest.float32_sum_bound`), which holds on any CPU and BLAS,
 and float64 ones at 1e-10 (one float32 ulp where the code casts its result to float32)."""
+import contextlib
 import copy
 import random
 import warnings
@@ -21,6 +22,7 @@ from tasks.base import biaffine, biaffine_pairs, mlps
 from tasks.con import chart_to_tree, cky, span_marginals, tree_to_chart, with_leaves
 from tasks.dep import MIN, is_tree, mst
 from tasks.ner import viterbi
+from tasks.reference import REFERENCES, reference_path
 
 from conftest import assert_within, float32_sum_bound
 
@@ -174,12 +176,11 @@ def random_decoder(name, options=None, hidden=12, labels=None, seed=0):
 
 
 def both_ways(decoder, words, mask):
+    """The decoded outputs of ``decoder``'s fast path, then of its reference path."""
     out = []
-    for reference in (False, True):
-        decoder.reference = reference
-        with torch.no_grad():
+    for path in (contextlib.nullcontext(), reference_path(decoder)):
+        with path, torch.no_grad():
             out.append(decoder.decode(decoder(words, mask), mask))
-    decoder.reference = False
     return out
 
 
@@ -216,10 +217,9 @@ def test_fast_and_reference_losses_agree():
             spans[b, i, j] = True
     targets = {"spans": spans, "labels": torch.where(spans, 2, -100)}
     losses = []
-    for reference in (False, True):
-        con.reference = reference
-        losses.append(con.loss(con(sentence_words, mask), targets, mask))
-    con.reference = False
+    for path in (contextlib.nullcontext(), reference_path(con)):
+        with path:
+            losses.append(con.loss(con(sentence_words, mask), targets, mask))
     torch.testing.assert_close(losses[0], losses[1])
 
 
@@ -247,9 +247,8 @@ def test_five_tasks_on_ewt_test_slice_predict_the_same_both_ways(ewt, tiny_encod
     predictor = Predictor(model, device="cpu")
     words = [s.words for s in sentences]
     fast = predictor.predict_sentences(words, batch_size=16).sentences
-    for decoder in model.decoders.values():
-        decoder.reference = True
-    reference = predictor.predict_sentences(words, batch_size=16).sentences
+    with reference_path(*model.decoders.values()):
+        reference = predictor.predict_sentences(words, batch_size=16).sentences
     for layer in ("pos", "entities", "heads", "rels", "predicates", "arguments"):
         assert [getattr(s, layer) for s in fast] == [getattr(s, layer) for s in reference], layer
     assert [str(s.tree) for s in fast] == [str(s.tree) for s in reference]
@@ -290,3 +289,51 @@ def test_srl_role_product_gathered_or_batched_is_the_biaffine(n_roles, span_rati
                 else:  # two float32 roundings of doubles ~1e-14 apart: 1 ulp at most (relative 2**-23)
                     torch.testing.assert_close(got[b, :, k], expected[b, :, k].float(), rtol=2 ** -23, atol=1e-10)
                 assert not got[pad_b, :, pad_k].any()                            # padding rows are 0
+
+
+@pytest.mark.parametrize("span_ratio", [0.8, "off"])
+def test_fast_and_reference_srl_losses_agree(span_ratio):
+    """The SRL loss from the fast forward (predicate representations of the gold predicates only, padding
+    rows skipped) and from the reference one (every word's, padding rows computed and ignored), in
+    float64 as above."""
+    decoder = random_decoder("srl", {"span_ratio": span_ratio, "max_width": 4}).double()
+    if span_ratio != "off":
+        decoder.unary.float()  # phi_a runs in float32 whatever the decoder's type (see SpanSrlDecoder.forward)
+    words = torch.randn(2, 6, 12, generator=torch.Generator().manual_seed(1)).double()
+    mask = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])
+    roles = torch.zeros(2, 2, 6, 4, dtype=torch.long)  # [batch, predicates, start, width - 1]
+    roles[0, 0, 0, 1], roles[0, 0, 3, 2], roles[0, 1, 4, 0], roles[1, 0, 0, 0] = 1, 3, 2, -100
+    targets = {"predicates": torch.tensor([[0, 0, 1, 1, 0, 0], [0, 1, 0, 0, 0, 0]]),
+               "predicate_index": torch.tensor([[2, 3], [1, 0]]),
+               "predicate_mask": torch.tensor([[True, True], [True, False]]), "roles": roles}
+    losses = []
+    for path in (contextlib.nullcontext(), reference_path(decoder)):
+        with path:
+            losses.append(decoder.loss(decoder(words, mask), targets, mask))
+    assert losses[0] > 0
+    torch.testing.assert_close(losses[0], losses[1])
+
+
+def test_reference_path_swaps_the_decoders_for_the_block_only():
+    """Inside ``reference_path`` each decoder with a previous implementation runs it (SRL's forward gives
+    every word's ``pred_repr``), the others are left alone; afterwards, and after an error inside, every
+    decoder is its production self again, with the same weights."""
+    decoders = {name: random_decoder(name, labels=["B-ORG", "I-ORG", "O"] if name == "ner" else None)
+                for name in ("pos", "ner", "dep", "con", "srl")}
+    production = {name: type(decoder) for name, decoder in decoders.items()}
+    weights = {name: {k: v.clone() for k, v in d.state_dict().items()} for name, d in decoders.items()}
+    words, mask = torch.randn(2, 5, 12), torch.tensor([[True] * 5, [True] * 3 + [False] * 2])
+    assert set(decoders["srl"](words, mask)) >= {"words"} and "pred_repr" not in decoders["srl"](words, mask)
+    with reference_path(*decoders.values()):
+        for name, decoder in decoders.items():
+            assert type(decoder) is REFERENCES.get(production[name], production[name]), name
+        assert "pred_repr" in decoders["srl"](words, mask) and "words" not in decoders["srl"](words, mask)
+    assert {name: type(d) for name, d in decoders.items()} == production
+    assert sum(production[name] in REFERENCES for name in decoders) == 4  # all but POS (NER is a CRF here)
+    with pytest.raises(RuntimeError, match="inside"), reference_path(decoders["dep"]):
+        raise RuntimeError("inside")
+    assert type(decoders["dep"]) is production["dep"]
+    for name, decoder in decoders.items():
+        assert not hasattr(decoder, "reference"), name  # no flag left on the production classes
+        for key, value in decoder.state_dict().items():
+            assert torch.equal(value, weights[name][key]), (name, key)

@@ -2,13 +2,16 @@
 captured tensors are the real ones, words are means of their pieces."""
 
 import copy
+import re
+from pathlib import Path
 
 import pytest
 import torch
 import transformers
 from transformers import AutoConfig, AutoModel
 
-from mtl_heads.encoder import ADAPTERS, EncoderNotFound, GatedEncoder, pool_words
+from mtl_heads.architectures import ADAPTERS
+from mtl_heads.encoder import EncoderNotFound, GatedEncoder, pool_words
 from mtl_heads.gating import FixedGate, HardConcreteGate
 
 LAYERS, HEADS, HIDDEN, HEAD_DIM = 2, 4, 32, 8
@@ -332,6 +335,8 @@ def test_unknown_architecture_message():
     message = str(err.value)
     assert "'opt'" in message and "ADAPTERS['opt']" in message
     assert "attention.output.dense" in message  # the BERT entry as an example
+    named = re.search(r"in (mtl_heads/\S+\.py) with the dotted paths", message)[1]  # where to add the entry
+    assert "\nADAPTERS: dict[str, Adapter] = {" in (Path(__file__).resolve().parents[1] / named).read_text()
 
 
 def test_encoder_not_found_offline(monkeypatch):

@@ -1,4 +1,4 @@
-"""python -m mtl_heads.evaluate: a run on a corpus gives its training-time scores; files are scored
+"""python -m mtl_heads evaluate: a run on a corpus gives its training-time scores; files are scored
 like decoded batches."""
 import json
 import re

@@ -12,13 +12,14 @@ from pathlib import Path
 import pytest
 
 from mtl_heads.config import load_config
-from mtl_heads.data import ewt_build
+from mtl_heads.data import ewt_align
 from mtl_heads.data.batching import check_task_splits
 from mtl_heads.data.conll2012 import read_conll2012
 from mtl_heads.data.conllu import attach_conllu, read_conllu
 from mtl_heads.data.errors import DataError
-from mtl_heads.data.ewt_build import (MERGED, MISMATCH, NO_UD, REPOS, SPLIT, LOW_AGREEMENT, Document,
-                                      SkeletonSentence, UdSentence, align, build_corpus, ne_column, source_files)
+from mtl_heads.data.ewt_align import (LOW_AGREEMENT, MERGED, MISMATCH, NO_UD, REPOS, SPLIT, Document,
+                                      SkeletonSentence, UdSentence, align, ne_column, source_files)
+from mtl_heads.data.ewt_build import build_corpus
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "ewt-sources"
@@ -105,8 +106,8 @@ def test_counts_in_the_summary(built):
 
 def test_outputs_parse_with_the_project_readers_and_agree(built):
     summary, out = built
-    for split in ewt_build.SPLITS:
-        gold_path, conllu_path = (out / name for name in ewt_build.data_files(split))
+    for split in ewt_align.SPLITS:
+        gold_path, conllu_path = (out / name for name in ewt_align.data_files(split))
         gold = read_conll2012(gold_path, empty_ne_file_is_unannotated=True)
         ud = read_conllu(conllu_path, pos="xpos")
         assert len(gold) == len(ud) == summary.counts[split].sentences

@@ -1,10 +1,11 @@
 """Where the EWT corpus comes from: its sources (a folder, or archives downloaded from a local HTTP
-server standing in for GitHub), the pinned content digests, ``python -m mtl_heads.data.ewt`` end to
+server standing in for GitHub), the pinned content digests, ``python -m mtl_heads ewt`` end to
 end, and where ``data=ewt`` finds the corpus."""
 from __future__ import annotations
 
 import http.server
 import io
+import re
 import shutil
 import socket
 import tarfile
@@ -16,12 +17,12 @@ from omegaconf import OmegaConf
 
 from conftest import REPO
 from mtl_heads import config
+from mtl_heads.commands import ewt as ewt_command
 from mtl_heads.config import ConfigError, load_config
-from mtl_heads.data import ewt as ewt_command
 from mtl_heads.data import ewt_sources
 from mtl_heads.data.corpus import load_corpus
 from mtl_heads.data.errors import DataError, MissingDataError
-from mtl_heads.data.ewt_build import REPOS, source_files
+from mtl_heads.data.ewt_align import REPOS, source_files
 from mtl_heads.data.ewt_sources import DIGESTS, content_digest, download_sources, folder_sources
 
 FIXTURES = REPO / "tests" / "fixtures" / "ewt-sources"
@@ -287,7 +288,7 @@ def test_data_ewt_takes_the_first_folder_holding_the_corpus(tmp_path, monkeypatc
     monkeypatch.setattr(config, "EWT_FOLDERS", (str(first), str(second)))
     assert load_config(["data=ewt"]).data.path is None
     with pytest.raises(ConfigError, match=r"^config key 'data.path': no EWT corpus in .*; build it from its public "
-                                          r"sources with `python -m mtl_heads.data.ewt out=data/ewt`"):
+                                          rf"sources with `{re.escape(config.EWT_BUILD)}`"):
         load_corpus(load_config(["data=ewt"]).data)
     for folder in (second, first):
         folder.mkdir(parents=True)

@@ -13,8 +13,10 @@ import yaml
 from scipy import stats
 
 from mtl_heads.config import ConfigError
+from mtl_heads.headsets import block_permutations
 from mtl_heads.commands.gates import main
 from mtl_heads.reports import gates as gate_report
+from mtl_heads.reports.gates import pictures
 from mtl_heads.reports.gates import (correlation_matrix, grey_mean, group_settings, kept_per_layer, read_runs,
                                      rgb_overlap, write_report)
 
@@ -136,7 +138,7 @@ def runs_dir(tmp_path):
 
 def test_cli_writes_the_expected_files(runs_dir, monkeypatch, capsys):
     seen = []
-    monkeypatch.setattr(gate_report, "rgb_overlap", lambda gates: seen.append(gates) or rgb_overlap(gates))
+    monkeypatch.setattr(pictures, "rgb_overlap", lambda gates: seen.append(gates) or rgb_overlap(gates))
     assert main([str(runs_dir)]) == 0
     out = runs_dir / "gate-report"
     expected = {"gates-dep-seed1.png", "gates-dep-seed2.png", "gates-dep-seed3.png", "gates-pos+ner-seed1.png",
@@ -210,7 +212,7 @@ def test_bad_inputs_give_clear_errors(tmp_path, capsys):
 
 
 def test_python_m_mtl_heads_gates(runs_dir):
-    done = subprocess.run([sys.executable, "-m", "mtl_heads.gates", str(runs_dir / "dep-*"), f"out={runs_dir / 'o'}"],
+    done = subprocess.run([sys.executable, "-m", "mtl_heads", "gates", str(runs_dir / "dep-*"), f"out={runs_dir / 'o'}"],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "3 run(s) in 1 setting(s)" in done.stdout and (runs_dir / "o" / "overlap-dep.png").exists()
@@ -327,6 +329,22 @@ def test_gates_still_at_their_initial_values_did_not_move():
     assert not gate_report.gates_moved(np.full((6, 12), 0.998), {"tasks": ["pos"]})
 
 
+def test_the_initial_range_uses_the_gates_own_formula():
+    """initial_gate_range gives what a freshly built HardConcreteGate gives in eval at the ends of its
+    log_alpha interval (one home for the formula: mtl_heads.gating.deterministic_gate)."""
+    import torch
+
+    from mtl_heads.gating import HardConcreteGate
+
+    for cfg, mean in (({"tasks": ["pos"], "prune": {"mode": "dynamic"}}, 0.0), ({"tasks": ["pos"]}, 3.0),
+                      ({"tasks": ["pos"], "encoder": {"gate_init": 1.5, "gate_init_mean": -0.5}}, -0.5)):
+        width = (cfg.get("encoder") or {}).get("gate_init", 0.68)
+        gate = HardConcreteGate(1, 2, init_range=width, init_mean=mean).eval()
+        with torch.no_grad():
+            gate.log_alpha.copy_(torch.tensor([[mean - width, mean + width]]))
+        assert gate_report.initial_gate_range(cfg) == pytest.approx(gate.values()[0].tolist(), abs=1e-7)
+
+
 def test_cli_leaves_out_pruning_runs_whose_gates_never_left_their_start(tmp_path, capsys):
     rng = np.random.default_rng(0)
     for seed in (1, 2):
@@ -345,8 +363,8 @@ def test_a_kv_group_run_says_what_one_gate_stands_for(tmp_path):
     make_run(tmp_path / "kv", [[1, 1, 0, 0]], encoder={"gate_groups": "kv"})
     make_run(tmp_path / "heads", [[1, 1, 0, 1]])
     runs = {r.path.name: r for r in read_runs([tmp_path / "kv", tmp_path / "heads"])}
-    assert "one gate per KV group" in gate_report._groups_text(runs["kv"])
-    assert gate_report._groups_text(runs["heads"]) == ""
+    assert "one gate per KV group" in pictures._groups_text(runs["kv"])
+    assert pictures._groups_text(runs["heads"]) == ""
 
 
 # --- permutation baseline of gate overlap ------------------------------------------------------
@@ -667,7 +685,7 @@ def test_kv_group_gates_are_shuffled_as_whole_groups(tmp_path):
     """With one gate per KV group, the group's query heads always move together: the permutation
     baseline shuffles whole groups. Shuffling single heads made the null too narrow (p < 0.05 far
     more often than 5% for independent settings); by groups it is about right."""
-    order = gate_report.block_permutations(np.random.default_rng(0), 50, 12, block=4)
+    order = block_permutations(np.random.default_rng(0), 50, 12, block=4)
     assert all(sorted(row) == list(range(12)) for row in order.tolist())
     assert (order.reshape(50, 3, 4) == order.reshape(50, 3, 4)[:, :, :1] + np.arange(4)).all()  # groups kept whole
 
@@ -707,3 +725,12 @@ def test_stem_count_p_matches_the_hypergeometric_tail():
     # groups of 4 (6 groups, 2 kept each): a common count is 0, 4 or 8, and >= 4 means a shared group
     p = gate_report.stem_count_p([8, 8], 24, 4, draws=20_000, block=4)
     assert p == pytest.approx(stats.hypergeom(6, 2, 2).sf(0), abs=0.01)
+
+
+def test_the_commands_default_cut_off_is_the_kept_cut_off():
+    """configs/gates.yaml and configs/prune.yaml spell the cut-off as a number (YAML cannot import it):
+    it must stay mtl_heads.gating.KEPT_AT, the one value every count of kept heads uses."""
+    from mtl_heads.gating import KEPT_AT
+
+    for name in ("gates", "prune"):
+        assert yaml.safe_load((REPO / "configs" / f"{name}.yaml").read_text())["threshold"] == KEPT_AT, name

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from mtl_heads.gating import GATES, FixedGate, HardConcreteGate, build_gate
+from mtl_heads.gating import KEPT_AT, GATES, FixedGate, HardConcreteGate, build_gate, deterministic_gate, kept_count
 
 
 def test_hard_concrete_init_range_and_shape():
@@ -33,6 +33,25 @@ def test_eval_formula_and_penalty():
     # penalty = mean over layers of the sum over heads
     by_hand = sum(l0[i].sum() for i in range(3)) / 3
     torch.testing.assert_close(gate.penalty(), by_hand)
+
+
+def test_deterministic_gate_is_the_eval_gate():
+    """One formula: the module's eval values, and deterministic_gate on its log_alpha or on plain numbers."""
+    gate = HardConcreteGate(2, 3, l=-0.2, r=1.3).eval()
+    with torch.no_grad():
+        gate.log_alpha.copy_(torch.tensor([[-9.0, -0.4, 0.0], [0.3, 2.0, 9.0]]))
+    assert torch.equal(deterministic_gate(gate.log_alpha, -0.2, 1.3).detach(), gate.values())
+    assert deterministic_gate(gate.log_alpha, -0.2, 1.3).requires_grad  # a parameter keeps its graph
+    numbers = deterministic_gate([-9.0, 0.0, 9.0])  # default stretch (-0.1, 1.1), float64
+    assert numbers.dtype == torch.float64
+    assert numbers.tolist() == pytest.approx([0.0, 0.5, 1.0])
+
+
+def test_kept_count_counts_gates_at_the_cut_off():
+    import numpy as np
+
+    values = [[KEPT_AT, KEPT_AT / 2, 0.0], [1.0, 0.5, 0.0011]]
+    assert kept_count(torch.tensor(values, dtype=torch.float64)) == kept_count(np.array(values)) == 4
 
 
 def test_training_samples_are_fresh_and_in_range():

@@ -1,5 +1,5 @@
 """Prediction: the Predictor API, ``Task.annotate`` (the inverse of ``Task.gold``), one encoder pass
-per batch, every input and output format of ``python -m mtl_heads.predict``, too-long sentences,
+per batch, every input and output format of ``python -m mtl_heads predict``, too-long sentences,
 bad input, and a pruned folder. One tiny five-task run, trained once for the module."""
 from __future__ import annotations
 

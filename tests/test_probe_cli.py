@@ -1,4 +1,4 @@
-"""``python -m mtl_heads.probe`` end to end on the demo corpus with a tiny random encoder: the
+"""``python -m mtl_heads probe`` end to end on the demo corpus with a tiny random encoder: the
 report folder, a trained run as the model (its LoadedRun reaches probes that need it), comparisons
 and clear errors on bad input."""
 from __future__ import annotations

@@ -162,7 +162,9 @@ def flag_problem(module: str, flag: str) -> str | None:
 
 def module_problems(module: str, args: list[str]) -> list[str]:
     if module == "mtl_heads" and args and re.fullmatch(r"[a-z_]+", args[0]):  # python -m mtl_heads <command>
-        module, args = f"mtl_heads.{args[0]}", args[1:]
+        from mtl_heads.commands import COMMANDS
+
+        module, args = COMMANDS.get(args[0], (f"mtl_heads.{args[0]}",))[0], args[1:]
     if importlib.util.find_spec(module) is None:
         return [f"no module {module}"]
     if not module.startswith("mtl_heads"):
@@ -223,23 +225,23 @@ def test_doc_command_parses(where, command):
 def test_doc_commands_are_found():
     found = DOC_COMMANDS
     assert len(found) > 60
-    assert any("mtl_heads.ablate" in c for _, c in found) and any("bench/" in c for _, c in found)
+    assert any("mtl_heads ablate" in c for _, c in found) and any("bench/" in c for _, c in found)
 
 
 def test_the_checks_catch_mistakes():
     assert command_problems("python -m mtl_heads.train tasks=pos train.epoch=2")
     assert command_problems("python -m mtl_heads.train prune.budget=-1")
-    assert command_problems("python -m mtl_heads.probe model=x probes=dep nope.key=1")
-    assert command_problems("python -m mtl_heads.gates runs --no-such-flag")
+    assert command_problems("python -m mtl_heads probe model=x probes=dep nope.key=1")
+    assert command_problems("python -m mtl_heads gates runs --no-such-flag")
     assert command_problems("python -m mtl_heads.nope runs")
     assert command_problems("python -m mtl_heads nope runs") and command_problems("python -m mtl_heads prune runs/x nope=1")
-    assert not command_problems("python -m mtl_heads prune runs/x threshold=0.01")  # = python -m mtl_heads.prune
+    assert not command_problems("python -m mtl_heads prune runs/x threshold=0.01")  # = python -m mtl_heads prune
     assert command_problems("python bench/prune_speed.py --no-such-flag")
     assert command_problems("bash docs/ewt-study.sh nostage")
-    assert not command_problems("python -m mtl_heads.predict runs/x input=a.txt out=b.conllu")
-    assert not command_problems("python -m mtl_heads.evaluate runs/x data=ewt split=dev")
-    assert not command_problems("python -m mtl_heads.probe model=x 'data.demo_sizes={train: 8}'")
-    assert command_problems("python -m mtl_heads.probe model=x data.demo_sizes=8")  # a group, given a number
+    assert not command_problems("python -m mtl_heads predict runs/x input=a.txt out=b.conllu")
+    assert not command_problems("python -m mtl_heads evaluate runs/x data=ewt split=dev")
+    assert not command_problems("python -m mtl_heads probe model=x 'data.demo_sizes={train: 8}'")
+    assert command_problems("python -m mtl_heads probe model=x data.demo_sizes=8")  # a group, given a number
     assert command_problems("python docs/guides/tiny_lm.py models/x --no-such-flag")
 
 
@@ -394,9 +396,10 @@ def test_decoder_guide_runs(tmp_path, monkeypatch):
     gates, pruned, probed, ablated; the heads kept are the ones the guide says."""
     text = DECODER_GUIDE.read_text()
     commands = [line for block in code_blocks(text, "bash") for line in command_lines(block)]
-    steps = [tokens[2] if tokens[1] == "-m" else tokens[1] for tokens in map(shlex.split, commands)]
-    assert steps == ["docs/guides/tiny_lm.py", "mtl_heads.train", "mtl_heads.prune", "mtl_heads.probe",
-                     "mtl_heads.ablate"], "the guide's path: build, train, prune, probe, ablate"
+    steps = [" ".join(tokens[2:4] if tokens[2] == "mtl_heads" else tokens[2:3]) if tokens[1] == "-m" else tokens[1]
+             for tokens in map(shlex.split, commands)]
+    assert steps == ["docs/guides/tiny_lm.py", "mtl_heads.train", "mtl_heads prune", "mtl_heads probe",
+                     "mtl_heads ablate"], "the guide's path: build, train, prune, probe, ablate"
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MTL_HEADS_CACHE", str(tmp_path / "cache"))
     for command in commands:

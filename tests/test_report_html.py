@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from mtl_heads.commands.report import main
-from mtl_heads.reports.page import build_page, heat_cells, split_specs
+from mtl_heads.reports.page import build_page, heat_cells
+from mtl_heads.reports.probe_report import split_specs
 
 from test_compare import make_run
 
@@ -160,8 +161,37 @@ def test_probe_comparison_folder_is_a_section(runs_dir, probe_dir, probe_compari
     # the reports compared are gone: the comparison's own pictures instead
     shutil.rmtree(probe_dir)
     shutil.rmtree(tmp_path / "probe-report-2")
-    section = build_page([], [probe_comparison]).split('<section id="probe-comparisons">')[1]
+    notes = []
+    section = build_page([], [probe_comparison], notes=notes).split('<section id="probe-comparisons">')[1]
     assert "heatrow" not in section and section.index("<img") < section.index("<details>")
+    # and the page says so, naming the report it misses (nothing vanishes without a word)
+    missing = [n.path for n in notes]
+    assert len(missing) == 1 and missing[0].name in ("probe-report", "probe-report-2")
+    assert f"<code>{missing[0]}</code>" in section
+
+
+def test_a_part_that_cannot_be_read_is_said_where_it_would_be(runs_dir, probe_dir, probe_comparison, tmp_path,
+                                                              capsys):
+    """Nothing vanishes: a probe report whose report.json, and a comparison whose compare.json, cannot be
+    read are each a note where they would be, naming the file and why, and a line on stderr; the rest renders."""
+    broken_report = tmp_path / "probe-broken"
+    shutil.copytree(probe_dir, broken_report)
+    (broken_report / "report.json").write_text('{"model": ')
+    broken_compare = tmp_path / "compare-broken"
+    shutil.copytree(probe_comparison, broken_compare)
+    (broken_compare / "compare.json").write_text("[not json")
+    out = tmp_path / "report.html"
+    assert main([str(runs_dir), str(probe_dir), str(broken_report), str(broken_compare), f"html={out}"]) == 0
+    err = capsys.readouterr().err
+    page = out.read_text()
+    probes = page[page.index('<section id="probes">'):page.index('<section id="probe-comparisons">')]
+    comparisons = page[page.index('<section id="probe-comparisons">'):]
+    for path, section in ((broken_report / "report.json", probes), (broken_compare / "compare.json", comparisons)):
+        said = [line for line in err.splitlines() if str(path) in line]
+        assert len(said) == 1 and "line 1: not valid JSON" in said[0]
+        assert f"<code>{path}</code>: line 1: not valid JSON" in section
+    assert "L1H2 nsubj: 62.0% (n=40)" in titles(probes)  # the report that reads is shown as ever
+    assert 'id="comparison"' in page and "Not used (2)" in page
 
 
 def test_probe_section_leads_with_heatmaps(runs_dir, probe_dir):
@@ -452,7 +482,7 @@ def test_a_bad_test_name_exits_2_with_one_line(pruned_runs, probe_dir, tmp_path,
 
 
 def _gates_printed(runs, tmp_path, capsys):
-    """(the count line, {head: settings keeping it}) as ``python -m mtl_heads.gates`` prints them."""
+    """(the count line, {head: settings keeping it}) as ``python -m mtl_heads gates`` prints them."""
     from mtl_heads.commands.gates import main as gates_main
 
     assert gates_main([str(runs), f"out={tmp_path / 'gate-report'}"]) == 0

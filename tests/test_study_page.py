@@ -112,6 +112,27 @@ def test_no_study_no_lead(tmp_path):
     assert study_lead([str(tmp_path / "one")]) == ""
 
 
+def test_a_gates_json_that_cannot_be_read_is_said_not_dropped(tmp_path, capsys):
+    """Nothing vanishes: with one bad gates.json the page still renders; in the claims' place (and the
+    gate pictures') a note names the file and why, and stderr says the same."""
+    study = make_study(tmp_path / "study")
+    path = study / "pos-dp" / "seed1" / "gates.json"
+    gates = json.loads(path.read_text())
+    gates["values"][0][0] = 1.5  # a gate outside [0, 1]
+    path.write_text(json.dumps(gates))
+    out = tmp_path / "page.html"
+    assert report([str(study), f"html={out}"]) == 0
+    err = capsys.readouterr().err
+    page = out.read_text()
+    claims = page[page.index('<section id="claims"'):page.index('<section id="comparison">')]
+    assert f"<code>{path}</code>: gate values must lie in [0, 1]" in claims and 'id="claim-1"' not in claims
+    gates_section = page[page.index('<section id="gates">'):]
+    assert f"<code>{path}</code>: gate values must lie in [0, 1]" in gates_section.split("</section>")[0]
+    said = [line for line in err.splitlines() if str(path) in line]
+    assert said and all("gate values must lie in [0, 1]" in line for line in said)
+    assert 'id="runs"' in page and 'id="settings"' in page  # the rest of the page is there
+
+
 def test_a_study_page_folds_its_tables(study_dir, tmp_path, capsys):
     out = tmp_path / "page.html"
     assert report([str(study_dir), f"html={out}", "test=all"]) == 0

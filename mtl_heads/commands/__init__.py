@@ -18,5 +18,5 @@ COMMANDS = {
     "gates": ("mtl_heads.commands.gates", "gate pictures and tables (PNG, CSV) from run folders, and the stem cells"),
     "report": ("mtl_heads.commands.report", "one self-contained HTML page of runs, gates and probe reports"),
     "claims": ("mtl_heads.commands.claims", "He & Choi's claims checked on a study's runs, one line each"),
-    "ewt": ("mtl_heads.data.ewt", "build the five-layer EWT corpus that data=ewt reads"),
+    "ewt": ("mtl_heads.commands.ewt", "build the five-layer EWT corpus that data=ewt reads"),
 }

@@ -45,7 +45,7 @@ def parse_args(argv: list[str]) -> list[str]:
     bad = [a for a in argv if "=" not in a]
     if bad:
         raise ConfigError(f"argument {bad[0]!r}: expected key=value (the run folder comes first, e.g. "
-                          "python -m mtl_heads.ablate runs/<run> heads=L0H2,L1H8)")
+                          "python -m mtl_heads ablate runs/<run> heads=L0H2,L1H8)")
     return argv
 
 
@@ -134,7 +134,7 @@ def run(argv: list[str], log=print) -> dict:
     """Ablate as ``argv`` says; returns the record written to ``<out>/ablation.json``."""
     cfg = load_config(parse_args(argv), base=CONFIG_DIR / "ablate.yaml")
     if not cfg.run:
-        raise ConfigError("config key 'run': give a run folder, e.g. python -m mtl_heads.ablate runs/<run> heads=L0H2")
+        raise ConfigError("config key 'run': give a run folder, e.g. python -m mtl_heads ablate runs/<run> heads=L0H2")
     heads = head_source(cfg)
     out = out_folder(cfg)
     chosen = check_run(Path(str(cfg.run)), heads, list(cfg.tasks))

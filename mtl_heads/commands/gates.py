@@ -2,7 +2,7 @@
 gate pictures and tables (PNG, CSV) from training run folders.
 
 The command line of :mod:`mtl_heads.reports.gates` (what each picture and table shows is said
-there); also run as ``python -m mtl_heads.gates``. Written into ``out=`` (default: ``gate-report/`` in
+there); also run as ``python -m mtl_heads gates``. Written into ``out=`` (default: ``gate-report/`` in
 the runs' common parent folder, e.g. ``runs/gate-report/``). The command prints what it left out
 (``note: not used: <path> (<why>)``), the settings, the output folder, and one ``wrote <file>`` line
 per file; ``wandb.mode=offline|online`` also logs the pictures and tables to one W&B run. With two or more

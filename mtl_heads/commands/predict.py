@@ -39,7 +39,7 @@ def parse_args(argv: list[str]) -> list[str]:
                 overrides.append(f"run={item}")
                 continue
             raise ConfigError(f"argument {item!r}: expected key=value (the run folder comes first, e.g. "
-                              "python -m mtl_heads.predict runs/<run> input=in.txt out=out.conll)")
+                              "python -m mtl_heads predict runs/<run> input=in.txt out=out.conll)")
         key, value = item.split("=", 1)
         overrides.append(f"input.path={value}" if key.strip() == "input" else item)
     return overrides
@@ -52,7 +52,7 @@ def with_tasks(overrides: list[str]) -> list[str]:
         return overrides
     runs = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].strip() == "run"]
     if not runs or not runs[-1]:
-        raise ConfigError("config key 'run': give the model, e.g. python -m mtl_heads.predict runs/<run> "
+        raise ConfigError("config key 'run': give the model, e.g. python -m mtl_heads predict runs/<run> "
                           "input=in.txt out=out.conll")
     saved = Path(runs[-1]) / "config.yaml"
     if not saved.is_file():

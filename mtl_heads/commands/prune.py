@@ -1,5 +1,5 @@
-"""``python -m mtl_heads prune RUN [out=FOLDER] [threshold=1e-3]``: remove a run's pruned heads
-for real and save the smaller model (default ``<run>/pruned/``).
+"""``python -m mtl_heads prune RUN [out=FOLDER] [threshold=T]``: remove a run's pruned heads for real
+and save the smaller model (default ``<run>/pruned/``; T defaults to :data:`mtl_heads.gating.KEPT_AT`).
 
 Heads whose gate is below the threshold are sliced out of Q, K, V and ``W_O`` (the work is done by
 :mod:`mtl_heads.removal`; decoders with grouped-query attention lose whole KV groups, and a pruned

@@ -1,14 +1,14 @@
 """``python -m mtl_heads report RUNS... [PROBE FOLDERS...] html=out.html [test=A,B]``: one self-contained HTML page.
 
 The page (:mod:`mtl_heads.reports.page`) holds the comparison of the runs (as ``python -m
-mtl_heads.compare`` makes it), the score against heads kept figure, the gate pictures of the settings
-(as ``python -m mtl_heads.gates`` draws them), the heatmaps of every probe report folder given
-(``python -m mtl_heads.probe``) and of every probe comparison folder given (``python -m
-mtl_heads.probe compare=...``); nothing in it refers outside the page. ``test=A,B`` (repeatable;
+mtl_heads compare`` makes it), the score against heads kept figure, the gate pictures of the settings
+(as ``python -m mtl_heads gates`` draws them), the heatmaps of every probe report folder given
+(``python -m mtl_heads probe``) and of every probe comparison folder given (``python -m
+mtl_heads probe compare=...``); nothing in it refers outside the page. ``test=A,B`` (repeatable;
 ``all``: every pair of settings sharing a task; as ``python -m mtl_heads compare test=``) adds the
 significance between settings (Welch's t-test and an exact permutation test over seeds, per shared
 score); an unknown setting name exits 2 with one line. ``RUNS`` are what ``python -m
-mtl_heads.compare`` takes (run folders, globs, folders of runs at any depth, experiment names); a
+mtl_heads compare`` takes (run folders, globs, folders of runs at any depth, experiment names); a
 folder holding ``report.json`` is a probe report, one holding ``compare.json`` a probe comparison (also
 found below the folders given). Whatever is given and not used is printed as a note and listed on the
 page.
@@ -22,7 +22,8 @@ from omegaconf import DictConfig
 
 from mtl_heads.cli import Arguments, command, config_file
 from mtl_heads.config import ConfigError
-from mtl_heads.reports.page import split_specs, write_html
+from mtl_heads.reports.page import write_html
+from mtl_heads.reports.probe_report import split_specs
 from mtl_heads.reports.runs import Note, folder_kind
 from mtl_heads.reports.study_page import read_study_or_none, stem_cell_groups, study_lead
 
@@ -39,10 +40,10 @@ def report(cfg: DictConfig) -> None:
     notes: list[Note] = []
     run_specs, probe_dirs = split_specs(list(cfg.paths))
     study = read_study_or_none(run_specs) if run_specs else None  # read once: the lead and the heads use it
-    lead = study_lead(study) if study is not None else ""  # a study's claims and figures open the page
+    lead = study_lead(study, notes) if study is not None else ""  # a study's claims and figures open the page
     path = write_html(cfg.html, run_specs, probe_dirs, title=cfg.title, root=cfg.root, panels=cfg.panels,
                       notes=notes, tests=list(cfg.test), lead=lead,
-                      heads=stem_cell_groups(study) if lead else None)
+                      heads=stem_cell_groups(study, notes) if lead else None)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     kinds = [folder_kind(Path(p)) for p in probe_dirs]

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Callable
 
 from mtl_heads.data.errors import DataError, MissingDataError
-from mtl_heads.data.ewt_build import REPOS, source_files
+from mtl_heads.data.ewt_align import REPOS, source_files
 from mtl_heads.progress import progress_bar
 
 # Content digests of the files the build reads, per REPOS key, at the pinned commits (see above).

@@ -1,4 +1,4 @@
-"""File formats by name: the readers and writers of ``python -m mtl_heads.predict``.
+"""File formats by name: the readers and writers of ``python -m mtl_heads predict``.
 
 Two plain dicts map a format name to the function that lives beside its format in
 ``mtl_heads/data/``; adding a format is one line in each (and an extension in

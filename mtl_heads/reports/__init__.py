@@ -1,5 +1,5 @@
-"""Reports on run folders: the library behind ``python -m mtl_heads.compare``, ``python -m
-mtl_heads.report`` and ``python -m mtl_heads.gates`` (their command lines are in
+"""Reports on run folders: the library behind ``python -m mtl_heads compare``, ``python -m
+mtl_heads report`` and ``python -m mtl_heads gates`` (their command lines are in
 :mod:`mtl_heads.commands`; nothing here imports a command), and probe reports: probes compute, reports show.
 
 Imports run one way, each module using only those above it:

@@ -27,7 +27,11 @@ import html
 import json
 from pathlib import Path
 
-__all__ = ["SAMPLES_FILE", "MIN_LABEL_COUNT", "read_samples", "best_probe_heads", "attention_html", "note_text",
+from mtl_heads.reports.runs import Note
+from mtl_heads.reports.static import asset
+
+__all__ = ["SAMPLES_FILE", "MIN_LABEL_COUNT", "ATTENTION_REPORTS", "read_samples", "samples_problem",
+           "attention_section", "best_probe_heads", "attention_html", "note_text",
            "CAUSAL_TEXT"]
 
 SAMPLES_FILE = "attention-samples.json"  # probes.samples.FILE: the reports floor reads the file, not the probe
@@ -35,21 +39,46 @@ CAUSAL_TEXT = "causal: each word attends only to earlier words (and to itself)"
 COLOURS = ("#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f",
            "#bcbd22")
 NOTES_PER_HEAD = 6  # lines of "what this head is best at" in its tooltip
+CSS = asset("attention.css")  # mtl_heads/reports/static/, inlined after a newline
+JS = asset("attention.js")
+ATTENTION_REPORTS = 3  # panels side by side in the attention view: the pretrained encoder and two runs
 MIN_LABEL_COUNT = 20  # a label seen fewer times in the probed split is left out of those lines (1 of 1 is "100%")
 
 
 # ---------------------------------------------------------------------- reading
 def read_samples(folder: str | Path) -> dict | None:
     """The attention samples of a probe report folder (``attention-samples.json``), or None when it
-    has none (reports made before the file existed) or the file is not a samples file."""
-    path = Path(folder) / SAMPLES_FILE
+    has none (reports made before the file existed) or the file is not a samples file
+    (:func:`samples_problem` says why)."""
+    try:
+        return _load_samples(Path(folder) / SAMPLES_FILE)
+    except ValueError:
+        return None
+
+
+def samples_problem(folder: str | Path) -> str:
+    """Why the ``attention-samples.json`` of ``folder`` cannot be used (naming the file, and the line of
+    bad JSON); "" when it can, or when there is none (nothing to read is no problem)."""
+    try:
+        _load_samples(Path(folder) / SAMPLES_FILE)
+    except ValueError as err:
+        return str(err)
+    return ""
+
+
+def _load_samples(path: Path) -> dict | None:
+    """The samples file at ``path``; None when there is none; a ValueError naming it when it is broken."""
     if not path.is_file():
         return None
     try:
         data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    return data if isinstance(data, dict) and data.get("sentences") else None
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: cannot be read ({getattr(err, 'strerror', None) or err})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("sentences"), list):
+        raise ValueError(f"{path}: not an attention samples file (no list 'sentences')")
+    return data if data["sentences"] else None  # no sentence sampled: nothing to show, nothing wrong
 
 
 def _summaries(folder: Path) -> list[tuple[str, list[dict], str]]:
@@ -184,6 +213,60 @@ def _panel(label: str, samples: dict | None, sentences: list[tuple], keys: list[
             "unit": samples.get("weight_unit", 1000), "sentences": rows_out}
 
 
+# ---------------------------------------------------------------------- the page's section
+def attention_section(folders: list[Path], heads: dict | None = None, notes: list[Note] | None = None) -> str:
+    """The attention view (:func:`attention_html`) of the probe report ``folders`` (those given to the
+    page, and those its probe comparisons were made of) that hold attention samples: the pretrained
+    encoder's first, then the runs' (at most :data:`ATTENTION_REPORTS` panels); the ``heads`` groups
+    first (e.g. the stem cells), then the best head of each probe label. "" when no report holds samples.
+
+    Args:
+        folders: probe report folders (a folder given twice is shown once).
+        heads: head groups offered first (``{"stem cells (DP)": [(layer, head)]}``); default none: the
+            probes' best heads only.
+        notes: a report whose ``report.json`` or samples file cannot be read is left out of the view and
+            a :class:`~mtl_heads.reports.runs.Note` naming the file and why is appended here (once per
+            file). Default none: left out without a note.
+    """
+    found = []
+    for folder in dict.fromkeys(Path(f).resolve() for f in folders):
+        try:
+            if _load_samples(folder / SAMPLES_FILE) is None:
+                continue
+        except ValueError as err:
+            _note(notes, folder / SAMPLES_FILE, str(err))
+            continue
+        try:
+            meta = json.loads((folder / "report.json").read_text())
+        except json.JSONDecodeError as err:
+            _note(notes, folder / "report.json", f"{folder / 'report.json'}:{err.lineno}: not valid JSON ({err.msg})")
+            continue
+        except OSError as err:
+            _note(notes, folder / "report.json", f"{folder / 'report.json'}: cannot be read ({err.strerror or err})")
+            continue
+        run = meta.get("model_kind") == "run"
+        model = Path(str(meta.get("model", folder.name)))
+        label = f"fine-tuned {model.parent.name}/{model.name}" if run else f"pretrained {meta.get('model_name', model.name)}"
+        found.append((run, label, folder))
+    found.sort(key=lambda x: x[0])  # the pretrained encoder first (stable: the given order after)
+    reports = [(label, folder) for _, label, folder in found[:ATTENTION_REPORTS]]
+    if not reports:
+        return ""
+    groups = {**(heads or {}), **best_probe_heads(reports)}
+    return attention_html(reports, groups)
+
+
+def _note(notes: list[Note] | None, path: Path, message: str) -> None:
+    """A Note that ``path`` cannot be read (``message`` says why) and its report is left out of the view."""
+    if notes is None:
+        return
+    reason = message.removeprefix(f"{path}:").strip()  # the path is the note's; <path>:<line>: says a line
+    note = Note(path, f"cannot be read: {'line ' if reason[:1].isdigit() else ''}{reason}; its report is left out "
+                      "of the attention view")
+    if not any(n.path == note.path and n.why == note.why for n in notes):
+        notes.append(note)
+
+
 # ---------------------------------------------------------------------- the fragment
 def attention_html(reports: list[tuple[str, Path]], heads: dict[str, list[tuple[int, int]]] | None = None,
                    max_heads: int = 24, min_count: int = MIN_LABEL_COUNT) -> str:
@@ -229,14 +312,14 @@ def attention_html(reports: list[tuple[str, Path]], heads: dict[str, list[tuple[
     causal = any(p["causal"] for p in data["panels"])
     payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
     return "".join([
-        '<section id="attention"><h2>Attention</h2>', f"<style>{CSS}</style>",
+        '<section id="attention"><h2>Attention</h2>', f"<style>\n{CSS}</style>",
         f'<p class="att-intro">{html.escape(intro)}</p>',
         f'<p class="att-causal">{html.escape(CAUSAL_TEXT)}.</p>' if causal else "",
         '<div class="att-controls">', _grid_html(layers, n_heads, data), '<div class="att-side">',
         _sentence_picker(sentences), _groups_html(data["groups"]),
         '<p class="att-info" id="att-head-info"></p></div></div>',
         '<div class="att-panels">', *(_panel_html(i, p) for i, p in enumerate(data["panels"])), "</div>",
-        f'<script type="application/json" id="att-data">{payload}</script>', f"<script>{JS}</script>",
+        f'<script type="application/json" id="att-data">{payload}</script>', f"<script>\n{JS}</script>",
         "</section>"])
 
 
@@ -298,120 +381,3 @@ def _panel_html(index: int, panel: dict) -> str:
     return (f'<div class="att-panel" id="att-panel-{index}" data-report="{html.escape(panel["label"])}">'
             f'<div class="att-label">{html.escape(panel["label"])}</div>{note}'
             '<div class="att-msg"></div><div class="att-svg"></div></div>')
-
-
-CSS = """
-#attention{max-width:100%;overflow-wrap:anywhere}
-#attention .att-intro,#attention .att-causal{font-size:12px;color:#555;max-width:60em}
-#attention .att-causal{color:#7a4b00}
-#attention .att-controls{display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start}
-#attention .att-side{flex:1 1 300px;min-width:0;max-width:640px}
-#attention table.att-grid{border-collapse:collapse}
-#attention table.att-grid th{font-size:9px;font-weight:normal;color:#777;padding:0 2px}
-#attention table.att-grid td{width:var(--cell);height:var(--cell);padding:0;border:1px solid #fff}
-#attention td.att-off{background:#eee}
-#attention button.att-head{display:block;width:100%;height:100%;min-width:0;padding:0;margin:0;cursor:pointer;
- background:#9ecae1;border:2px solid var(--group);box-sizing:border-box}
-#attention button.att-head.att-sel{background:#08519c;outline:2px solid #000}
-#attention .att-pick select{max-width:100%;font-size:12px}
-#attention .att-pick{font-size:12px;display:block;margin-bottom:6px}
-#attention .att-group{font-size:12px;margin:3px 0}
-#attention .att-swatch{display:inline-block;width:10px;height:10px;border:2px solid var(--group);margin-right:4px}
-#attention button.att-chip{font-size:11px;padding:0 3px;margin:1px;cursor:pointer;background:#f3f3f3;border:1px solid #ccc}
-#attention button.att-chip.att-sel{background:#08519c;color:#fff}
-#attention .att-info{font-size:12px;font-family:monospace;white-space:pre-line;min-height:14px}
-#attention .att-panels{display:flex;flex-wrap:wrap;gap:12px;margin-top:8px}
-#attention .att-panel{border:1px solid #e4e4e4;padding:6px;width:430px;max-width:100%;box-sizing:border-box}
-#attention .att-label{font-size:13px;font-weight:600}
-#attention .att-flag,#attention .att-msg{font-size:11px;color:#7a4b00}
-#attention svg{display:block;max-width:100%;height:auto}
-#attention svg text{font-size:12px;font-family:system-ui,sans-serif;cursor:default}
-#attention svg text.att-special{fill:#888;font-style:italic}
-#attention svg path{fill:none}
-#attention svg.att-focus path{stroke-opacity:.06}
-#attention svg.att-focus path.att-on{stroke-opacity:1}
-"""
-
-JS = r"""
-(function () {
-  var root = document.getElementById("attention");
-  var data = JSON.parse(document.getElementById("att-data").textContent);
-  var state = {sentence: 0, head: data.heads[0]};
-  var W = 430, ROW = 18, TOP = 20, XL = 150, XR = 280, MAX = 20;
-  function esc(s) {
-    return String(s).replace(/[&<>"]/g, function (c) { return {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}[c]; });
-  }
-  function cut(s) { s = String(s); return s.length > MAX ? s.slice(0, MAX - 1) + "\u2026" : s; }
-  function name(key) { var p = key.split("."); return "L" + p[0] + "H" + p[1]; }
-  function noteText(x) {  // as note_text in Python
-    return x.report + ": " + x.probe + " " + x.label + " " + x.score + (x.n == null ? "" : " (n=" + x.n + ")");
-  }
-  function draw(box, msg, panel) {
-    var s = panel.sentences[state.sentence];
-    box.innerHTML = "";
-    if (!s) { msg.textContent = "this report did not sample this sentence"; return; }
-    var rows = s.rows[state.head];
-    if (!rows) { msg.textContent = name(state.head) + ": not in this report's model"; return; }
-    var n = s.tokens.length, height = TOP + 8 + n * ROW, arcs = [], count = 0;
-    var words = ['<text class="att-special" x="' + XL + '" y="12" text-anchor="end">attends from</text>',
-                 '<text class="att-special" x="' + XR + '" y="12">to</text>'];
-    function y(i) { return TOP + i * ROW + ROW / 2; }
-    function special(i) { return i < s.first_word || i >= s.first_word + s.words; }
-    for (var q = 0; q < rows.length; q++) {
-      for (var j = 0; j + 1 < rows[q].length; j += 2) {
-        var t = rows[q][j], w = rows[q][j + 1] / panel.unit, mid = (XL + XR) / 2 + 3;
-        arcs.push('<path data-from="' + q + '" data-to="' + t + '" data-weight="' + w + '" d="M' + (XL + 6) + " " + y(q)
-          + " C" + mid + " " + y(q) + " " + mid + " " + y(t) + " " + (XR - 6) + " " + y(t) + '" stroke="'
-          + (special(t) ? "#999" : "#1f6fb4") + '" stroke-width="' + (0.5 + 4 * w).toFixed(2) + '" stroke-opacity="'
-          + (0.15 + 0.85 * w).toFixed(2) + '"><title>' + esc(s.tokens[q]) + " \u2192 " + esc(s.tokens[t]) + ": "
-          + w.toFixed(3) + "</title></path>");
-        count++;
-      }
-    }
-    for (var i = 0; i < n; i++) {
-      var cls = special(i) ? ' class="att-special"' : "";
-      words.push('<text' + cls + ' data-q="' + i + '" x="' + XL + '" y="' + (y(i) + 4) + '" text-anchor="end">'
-        + esc(cut(s.tokens[i])) + "<title>" + esc(s.tokens[i]) + "</title></text>");
-      words.push('<text' + cls + ' x="' + XR + '" y="' + (y(i) + 4) + '">' + esc(cut(s.tokens[i])) + "</text>");
-    }
-    msg.textContent = count ? "" : "no weight of this head reaches the threshold";
-    box.innerHTML = '<svg class="att-arcs" width="' + W + '" height="' + height + '" viewBox="0 0 ' + W + " " + height
-      + '" role="img" aria-label="' + esc(panel.label + ", " + name(state.head)) + '">' + arcs.join("") + words.join("")
-      + "</svg>";
-    var svg = box.firstChild;
-    svg.querySelectorAll("text[data-q]").forEach(function (text) {
-      text.addEventListener("mouseenter", function () {
-        svg.classList.add("att-focus");
-        svg.querySelectorAll('path[data-from="' + text.getAttribute("data-q") + '"]').forEach(function (p) {
-          p.classList.add("att-on");
-        });
-      });
-      text.addEventListener("mouseleave", function () {
-        svg.classList.remove("att-focus");
-        svg.querySelectorAll("path.att-on").forEach(function (p) { p.classList.remove("att-on"); });
-      });
-    });
-  }
-  function render() {
-    root.querySelectorAll("[data-head]").forEach(function (b) {
-      b.classList.toggle("att-sel", b.getAttribute("data-head") === state.head);
-    });
-    var groups = data.groups.filter(function (g) { return g.heads.indexOf(state.head) >= 0; })
-      .map(function (g) { return g.name; });
-    document.getElementById("att-head-info").textContent = name(state.head) + (groups.length ? ": " + groups.join(", ") : "")
-      + (data.notes[state.head] && data.notes[state.head].length
-         ? "\n" + data.notes[state.head].map(noteText).join("\n") : "");
-    data.panels.forEach(function (panel, i) {
-      var el = document.getElementById("att-panel-" + i);
-      draw(el.querySelector(".att-svg"), el.querySelector(".att-msg"), panel);
-    });
-  }
-  root.querySelectorAll("button[data-head]").forEach(function (b) {
-    b.addEventListener("click", function () { state.head = b.getAttribute("data-head"); render(); });
-  });
-  document.getElementById("att-sentence").addEventListener("change", function (e) {
-    state.sentence = +e.target.value; render();
-  });
-  render();
-})();
-"""

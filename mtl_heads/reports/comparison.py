@@ -1,4 +1,4 @@
-"""Comparison of runs: one table of many runs, seeds pooled (the library of ``python -m mtl_heads.compare``).
+"""Comparison of runs: one table of many runs, seeds pooled (the library of ``python -m mtl_heads compare``).
 
 Runs (found by :func:`mtl_heads.reports.runs.find_runs`) whose configs are identical apart from
 :data:`~mtl_heads.reports.runs.IGNORED_KEYS` (seed, folders, W&B, resume, progress bars) form one *setting*; their seeds are
@@ -11,7 +11,7 @@ pooled. The table has one row per setting:
 - ``n``: the number of runs (seeds); per task ``dev <task> <metric>`` and ``test <task> <metric>``
   (the task's main metric: pos accuracy, ner f1, dep las, con f1, srl f1); ``dev score`` and
   ``test score`` (the run's mean over its tasks); ``heads kept`` and ``seconds`` (training time);
-  ``pruned heads`` and ``pruned params`` when a run has a ``pruned/`` folder (``python -m mtl_heads.prune``);
+  ``pruned heads`` and ``pruned params`` when a run has a ``pruned/`` folder (``python -m mtl_heads prune``);
 - each number as mean and sample standard deviation (ddof 1; blank with one seed);
 - then the config keys (dotted, e.g. ``train.lr_encoder``) whose values differ between settings; the
   terminal and ``compare.md`` show them as a legend under the table (:func:`config_legend`: per setting
@@ -45,7 +45,10 @@ import pandas as pd
 from mtl_heads.config import ConfigError
 from mtl_heads.files import UnreadableFile, read_json
 from mtl_heads.reports.curves import curve_points, learning_curves, main_metric, plot_learning_curves
-from mtl_heads.reports.gates import KEEP_THRESHOLD, STILL_TEXT, read_run, write_correlation
+from mtl_heads.gating import KEPT_AT
+from mtl_heads.reports.gates.pictures import write_correlation
+from mtl_heads.reports.gates.read import read_run
+from mtl_heads.reports.gates.stats import STILL_TEXT
 from mtl_heads.reports.plots import new_figure, wrap_label
 from mtl_heads.reports.runs import (RUNS, Note, find_runs, flatten_config, is_null, name_settings,
                                     read_yaml, setting_config, value_text, varying_keys)
@@ -76,7 +79,7 @@ def _encoder_params(weights: Path) -> int:
 
 
 def _pruned_info(run: Path) -> dict:
-    """``pruned heads`` and ``pruned params`` of ``run/pruned`` (written by ``python -m mtl_heads.prune``)."""
+    """``pruned heads`` and ``pruned params`` of ``run/pruned`` (written by ``python -m mtl_heads prune``)."""
     heads = read_json(run / "pruned" / "heads.json")
     if not heads:
         return {}
@@ -92,7 +95,7 @@ def _heads(metrics: dict, gates: dict | None) -> tuple[float, float]:
     kept, total = metrics.get("heads_kept"), metrics.get("heads_total")
     if gates and kept is None:
         values = np.asarray(gates.get("values", []), dtype=float)
-        kept = gates.get("kept", int((values >= KEEP_THRESHOLD).sum()) if values.size else None)
+        kept = gates.get("kept", int((values >= KEPT_AT).sum()) if values.size else None)
         total = total or (values.size or None)
     return (float(kept) if kept is not None else math.nan, float(total) if total is not None else math.nan)
 

@@ -1,5 +1,6 @@
 """One run's gate map, the picture training logs to W&B each epoch and the gate report draws per
-run: what both share (the keep threshold, heads kept per layer, the layer x head axes), below both."""
+run: what both share (heads kept per layer, the layer x head axes), below both. The kept cut-off itself is
+:data:`mtl_heads.gating.KEPT_AT`."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,22 +8,21 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from mtl_heads.gating import KEPT_AT
 from mtl_heads.reports.plots import chars_in, lines_height, new_figure, wrap_label
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["KEEP_THRESHOLD", "kept_per_layer", "grid_axes", "save_figure", "plot_gate_map"]
-
-KEEP_THRESHOLD = 1e-3  # a head is pruned when its evaluation gate is below this (background, section 1)
+__all__ = ["kept_per_layer", "grid_axes", "save_figure", "plot_gate_map"]
 
 
-def kept_per_layer(gates: np.ndarray | list[np.ndarray], threshold: float = KEEP_THRESHOLD) -> np.ndarray:
+def kept_per_layer(gates: np.ndarray | list[np.ndarray], threshold: float = KEPT_AT) -> np.ndarray:
     """Heads kept per layer: ``[layers]`` for one run ``[layers, heads]``, ``[runs, layers]`` for a list.
 
     Args:
         gates: gate values; a head is kept when its gate is >= ``threshold``.
-        threshold: default ``KEEP_THRESHOLD`` (1e-3).
+        threshold: default :data:`mtl_heads.gating.KEPT_AT`.
     """
     return (np.asarray(gates, dtype=float) >= threshold).sum(-1)
 
@@ -39,7 +39,7 @@ def save_figure(fig: Figure, path: Path) -> Path:
     return path
 
 
-def plot_gate_map(values: np.ndarray, title: str, path: Path, threshold: float = KEEP_THRESHOLD) -> Path:
+def plot_gate_map(values: np.ndarray, title: str, path: Path, threshold: float = KEPT_AT) -> Path:
     """Layer x head heatmap of one run's gates (black = open), pruned heads marked x, kept count in the title."""
     layers, heads = values.shape
     kept = kept_per_layer(values, threshold)  # [layers]

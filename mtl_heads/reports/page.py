@@ -1,4 +1,4 @@
-"""The self-contained HTML page of ``python -m mtl_heads.report`` (:func:`build_page`, :func:`write_html`).
+"""The self-contained HTML page of ``python -m mtl_heads report`` (:func:`build_page`, :func:`write_html`).
 
 The page holds, with nothing to fetch (inline CSS and JavaScript, pictures as base64 ``data:`` URIs):
 
@@ -13,23 +13,25 @@ The page holds, with nothing to fetch (inline CSS and JavaScript, pictures as ba
   correlation between the settings whose gates moved and its permutation baseline, R/G/B overlaps of
   three seeds, heads kept per layer, each run's gate map) and, when gates moved, the stem cells (heads
   kept in every setting, against chance; how many settings keep each head as a hover heatmap), the
-  lines ``python -m mtl_heads.gates`` prints, from the same functions;
-- for every probe report folder given (``python -m mtl_heads.probe``, see ``mtl_heads/reports/probe_report.py``): each
+  lines ``python -m mtl_heads gates`` prints, from the same functions;
+- for every probe report folder given (``python -m mtl_heads probe``, see ``mtl_heads/reports/probe_report.py``): each
   probe's layer x head heatmaps drawn as HTML tables whose cells show their value on hover (best
   head outlined), its best head per label folded below;
-- for every probe comparison folder given (``python -m mtl_heads.probe compare=...``,
+- for every probe comparison folder given (``python -m mtl_heads probe compare=...``,
   ``mtl_heads/reports/probe_compare.py``): its side-by-side heatmaps, the per-label table folded below.
 
 Every table sorts when a header is clicked (numerically when the column holds numbers; again to
 reverse). Run specs are what :func:`mtl_heads.reports.runs.find_runs` takes (run folders, globs,
 folders of runs at any depth, experiment names); a folder holding ``report.json`` is a probe report,
 one holding ``compare.json`` a probe comparison (also found below the folders given,
-:func:`split_specs`). Whatever is given and not used is listed on the page.
+:func:`mtl_heads.reports.probe_report.split_specs`). Whatever is given and not used is listed on the
+page. A part that cannot be read (a probe report's ``report.json``, a comparison's ``compare.json``,
+a gates.json) is a note where it would be, naming the file and why (:func:`unreadable`), and is listed
+too; the rest of the page is shown.
 """
 from __future__ import annotations
 
 import base64
-import glob
 import html
 import io
 import json
@@ -42,137 +44,30 @@ import numpy as np
 import pandas as pd
 
 from mtl_heads.config import ConfigError
-from mtl_heads.reports.attention_view import attention_html, best_probe_heads, read_samples
+from mtl_heads.gating import KEPT_AT
+from mtl_heads.reports.attention_view import attention_section
 from mtl_heads.reports.comparison import (Comparison, add_significance, compare_runs, config_legend, legend_title,
                                           number_columns, numbers_shown, plot_dev_curves, plot_score_vs_heads,
                                           runs_shown)
-from mtl_heads.reports.gates import (DIAGONAL_TEXT, KEEP_THRESHOLD, PERMUTATION_TEXT, group_settings, moved_flags,
+from mtl_heads.reports.gates import (DIAGONAL_TEXT, PERMUTATION_TEXT, group_settings, moved_flags,
                                      read_run, stem_cell_lines, stem_settings, still_settings, write_report)
-from mtl_heads.reports.probe_report import heatmap_grid, read_report
-from mtl_heads.reports.runs import MAX_DEPTH, RUNS, SKIP_DIRS, Note, folder_kind
+from mtl_heads.reports.probe_compare import (best_head_cells, compared_folders, compared_reports, group_indices,
+                                             model_name, pooled_cells, read_comparison)
+from mtl_heads.reports.probe_report import PROBE_KINDS, heatmap_grid, probe_families, read_report, summary_cells
+from mtl_heads.reports.runs import RUNS, Note, folder_kind
 from mtl_heads.reports.significance import TESTS_TEXT, format_significance
+from mtl_heads.reports.static import asset
 
 __all__ = ["data_uri", "html_table", "heatmap_spec", "heat_cells", "heatmap_html", "significance_section", "gate_pictures", "stem_cells_html",
-           "probe_section", "probe_comparison_section", "split_specs", "build_page", "write_html"]
-
-PROBE_KINDS = ("probe report", "probe comparison")
+           "probe_section", "probe_comparison_section", "build_page", "write_html", "unreadable",
+           "error_path"]
 
 PANELS = 8  # labels per probe family shown as heatmaps (the most frequent)
 
-CSS = """
-body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:20px 24px;color:#222;max-width:1600px}
-h1{font-size:22px;margin-bottom:4px} h2{font-size:18px;border-bottom:1px solid #ccc;padding-bottom:3px;margin-top:28px}
-h3{font-size:15px;margin:18px 0 6px} h4{font-size:13px;margin:14px 0 4px} .meta{color:#666;font-size:13px}
-nav a{margin-right:14px;font-size:13px}
-.tablebox{max-width:100%;overflow-x:auto}
-table.sortable{border-collapse:collapse;font-size:12px;margin:6px 0 12px}
-table.sortable th,table.sortable td{border:1px solid #ddd;padding:3px 6px;text-align:right;vertical-align:top}
-table.sortable td{white-space:nowrap}
-table.sortable th{background:#f3f3f3;cursor:pointer;user-select:none;white-space:normal;max-width:7.5em;
-  font-weight:600;vertical-align:bottom}
-table.sortable td:first-child,table.sortable th:first-child{text-align:left;max-width:none}
-table.sortable th:hover{background:#e4e9f2}
-table.sortable th[aria-sort=ascending]::after{content:" \\25B2";font-size:9px}
-table.sortable th[aria-sort=descending]::after{content:" \\25BC";font-size:9px}
-table.sortable tbody tr:nth-child(even){background:#fafafa}
-table.sortable th.text{text-align:left;max-width:none}
-table.sortable td.text{white-space:normal;text-align:left;overflow-wrap:anywhere;max-width:60em}
-table.sortable td[title]{text-decoration:underline dotted #aaa}
-.sd{display:block;font-size:10px;color:#777}
-ol.claims{padding-left:22px;font-size:14px} ol.claims li{margin:6px 0}
-.verdict{font-weight:600;padding:1px 6px;border-radius:3px;cursor:help;white-space:nowrap}
-.verdict.yes{background:#d8f0d8;color:#14561c} .verdict.partly{background:#fbeccb;color:#7a4d00}
-.verdict.no{background:#f6d5d5;color:#8a1c1c} .verdict.none{background:#e8e8e8;color:#555}
-.verdict.inconclusive{background:#e3e6f3;color:#333a66}
-.gallery{display:flex;flex-wrap:wrap;gap:14px;align-items:flex-start}
-figure{margin:0;border:1px solid #e4e4e4;padding:6px;background:#fff;max-width:100%;box-sizing:border-box}
-figure img{display:block;max-width:100%;height:auto}
-figcaption{font-size:12px;color:#555;margin-top:4px;max-width:52em}
-.heatmaps{display:flex;flex-wrap:wrap;gap:12px}
-.heatrow{display:flex;flex-wrap:wrap;gap:4px;padding:3px;background:#f6f6f6;max-width:100%}
-.heat{border:1px solid #e4e4e4;padding:5px} .heat .name{font-size:12px;font-weight:600}
-table.heatmap{border-collapse:collapse;margin-top:3px}
-table.heatmap td{width:14px;height:14px;padding:0;border:1px solid #fff}
-table.heatmap td:hover{outline:2px solid #d00}
-table.heatmap td.best,table.heatmap td.marked{border:2px solid #e00}
-table.heatmap th{font-size:9px;font-weight:normal;color:#777;padding:0 2px}
-.readout{font-size:11px;color:#333;min-height:14px;font-family:monospace}
-.note{font-size:12px;color:#777}
-.notes{font-size:12px;background:#fff8e1;border:1px solid #f0d98c;padding:6px 10px}
-.notes li{margin:2px 0} .notes code{overflow-wrap:anywhere}
-details{font-size:12px;margin:6px 0} summary{cursor:pointer;color:#335}
-"""
-
-JS = """
-function drawHeatmap(t) {  /* the cells of a heatmap from its data-heat (page.py heatmap_spec, heat_cells) */
-  var s = JSON.parse(t.getAttribute("data-heat")), L = s.shape[0], H = s.shape[1], span = (s.hi - s.lo) || 1;
-  var html = "<tr><th></th>";
-  for (var h = 0; h < H; h++) html += "<th>" + h + "</th>";
-  html += "</tr>";
-  for (var l = 0; l < L; l++) {
-    html += "<tr><th>" + l + "</th>";
-    for (h = 0; h < H; h++) {
-      var i = l * H + h, v = s.v[i], at = "L" + l + "H" + h + " " + s.name, title, style, cls = "";
-      if (v === null) { title = at + ": no value"; style = "#eee"; }
-      else {
-        title = at + ": " + v.toFixed(s.digits) + (s.unit === "%" ? "%" : "");
-        if (s.n && s.n[i] !== null) title += " (n=" + s.n[i] + ")";
-        var f = Math.min(Math.max((v - s.lo) / span, 0), 1);
-        style = VIRIDIS[Math.round(f * (VIRIDIS.length - 1))];
-        if (s.mark.indexOf(i) >= 0) cls = s.kind;
-      }
-      html += "<td" + (cls ? ' class="' + cls + '"' : "") + ' style="background:' + style + '" title="'
-        + title.replace(/&/g, "&amp;").replace(/"/g, "&quot;").replace(/</g, "&lt;") + '"'
-        + (v === null ? "" : ' data-value="' + v + '"') + "></td>";
-    }
-    html += "</tr>";
-  }
-  t.innerHTML = html;
-}
-document.querySelectorAll("table.heatmap[data-heat]").forEach(drawHeatmap);
-document.querySelectorAll("input.filter").forEach(function (box) {  /* rows holding every word typed */
-  var table = document.getElementById(box.getAttribute("data-table"));
-  box.addEventListener("input", function () {
-    var words = box.value.toLowerCase().split(/\\s+/).filter(Boolean);
-    Array.prototype.forEach.call(table.tBodies[0].rows, function (r) {
-      var text = r.textContent.toLowerCase();
-      r.hidden = !words.every(function (w) { return text.indexOf(w) >= 0; });
-    });
-  });
-});
-function cellValue(row, col) {
-  var cell = row.cells[col];
-  if (!cell) return "";
-  return cell.hasAttribute("data-value") ? cell.getAttribute("data-value") : cell.textContent.trim();
-}
-function sortBy(th) {
-  var table = th.closest("table"), body = table.tBodies[0];
-  var col = Array.prototype.indexOf.call(th.parentNode.children, th);
-  var rows = Array.prototype.slice.call(body.rows);
-  var up = th.getAttribute("aria-sort") !== "ascending";
-  var numeric = rows.every(function (r) { var v = cellValue(r, col); return v === "" || isFinite(Number(v)); });
-  rows.sort(function (a, b) {
-    var x = cellValue(a, col), y = cellValue(b, col);
-    if (x === "" || y === "") return (x === "") - (y === "");  /* blanks last either way */
-    var d = numeric ? Number(x) - Number(y) : x.localeCompare(y, undefined, {numeric: true});
-    return up ? d : -d;
-  });
-  th.parentNode.querySelectorAll("th").forEach(function (h) { h.removeAttribute("aria-sort"); });
-  th.setAttribute("aria-sort", up ? "ascending" : "descending");
-  rows.forEach(function (r) { body.appendChild(r); });
-}
-document.querySelectorAll("table.sortable thead th").forEach(function (th) {
-  th.title = "click to sort";
-  th.addEventListener("click", function () { sortBy(th); });
-});
-document.querySelectorAll("table.heatmap").forEach(function (t) {
-  var out = t.parentNode.querySelector(".readout");
-  t.addEventListener("mouseover", function (e) {
-    var cell = e.target.closest("td[title]");
-    if (cell && out) out.textContent = cell.title;
-  });
-});
-"""
+# the style sheet and the script of every page (mtl_heads/reports/static/page.css, page.js; heatmaps,
+# sortable tables, filter boxes), each inlined after a newline
+CSS = asset("page.css")
+JS = asset("page.js")
 
 
 # --- building blocks ---------------------------------------------------------------------------
@@ -371,6 +266,32 @@ def _notes_html(notes: list[Note]) -> str:
             f"below a folder named, and left out of this page<ul>{items}</ul></div>")
 
 
+def unreadable(notes: list[Note] | None, path: Path, message: str, left_out: str) -> str:
+    """A part of the page that cannot be read: its :class:`Note` appended to ``notes`` (the page's list of
+    what is not used, and the command's stderr; once per path and reason; ``notes`` None: none) and the
+    visible note that stands where the part would be, naming the file and why.
+
+    Args:
+        path: the file that cannot be read (e.g. a probe report's ``report.json``).
+        message: why, as the error says it (a leading ``<path>:`` is not repeated).
+        left_out: what the page does without it (``the claims are left out``).
+    """
+    reason = message.removeprefix(f"{path}:").strip()
+    reason = f"line {reason}" if reason[:1].isdigit() else reason  # <path>:<line>: ...
+    note = Note(Path(path), f"cannot be read: {reason}; {left_out}")
+    if notes is not None and not any(n.path == note.path and n.why == note.why for n in notes):
+        notes.append(note)
+    return (f'<div class="notes unreadable"><b>Cannot be read</b>: <code>{_e(path)}</code>: {_e(reason)}; '
+            f"{_e(left_out)}.</div>")
+
+
+def error_path(message: str, fallback: Path) -> Path:
+    """The file an error message starts with (``<path>:<line>: ...``, as this project's errors name
+    their file), or ``fallback`` when it names no file that exists."""
+    head = Path(message.split(":", 1)[0])
+    return head if message[:1] not in ("", " ") and head.exists() else Path(fallback)
+
+
 # --- sections ----------------------------------------------------------------------------------
 def comparison_section(comparison: Comparison, folder: Path, folded: bool = False) -> str:
     """The settings table (short names; the differing config keys on hover and in a legend table),
@@ -466,12 +387,14 @@ def significance_section(table: pd.DataFrame, folded: bool = False) -> str:
     return head + body + "</section>"
 
 
-def gate_pictures(runs: pd.DataFrame | list[Path], folder: Path) -> str:
+def gate_pictures(runs: pd.DataFrame | list[Path], folder: Path, notes: list[Note] | None = None) -> str:
     """The gate pictures of :func:`mtl_heads.reports.gates.write_report` for the runs that have gates,
     grouped into the settings of the comparison table (``runs``: its run table; a plain list of run
     folders is grouped by :func:`mtl_heads.reports.gates.group_settings`), and, when some setting's
     gates moved, its stem cells (:func:`stem_cells_html`). ``folder``: where the pictures are drawn
-    before they are inlined (a temporary folder)."""
+    before they are inlined (a temporary folder). When the gates cannot be drawn (a broken gates.json,
+    runs of two encoders) the section says why, and so does a :class:`Note` appended to ``notes``
+    (default none: the section's note only)."""
     table = runs if isinstance(runs, pd.DataFrame) else pd.DataFrame({"run": [str(p) for p in runs]})
     settings = list(table["setting"]) if "setting" in table else [None] * len(table)
     with_gates = [(s, Path(r)) for s, r in zip(settings, table["run"]) if (Path(r) / "gates.json").is_file()]
@@ -487,7 +410,12 @@ def gate_pictures(runs: pd.DataFrame | list[Path], folder: Path) -> str:
                 groups.setdefault(s, []).append(run)
             groups = {s: sorted(g, key=lambda r: (r.seed is None, r.seed or 0)) for s, g in groups.items()}
         paths = write_report([r for _, r in read], folder / "gates", groups=groups)
-    except ConfigError as err:  # e.g. runs of two encoders: no common grid
+    except ConfigError as err:  # a broken gates.json; runs of two encoders: no common grid
+        path = error_path(str(err), with_gates[0][1])
+        if path.is_file():
+            return head + unreadable(notes, path, str(err), "no gate pictures") + "</section>"
+        if notes is not None:
+            notes.append(Note(path, f"no gate pictures: {err}"))
         return head + f'<p class="note">no gate pictures: {_e(err)}</p></section>'
     if groups is None:
         groups = group_settings([r for _, r in read])
@@ -497,7 +425,7 @@ def gate_pictures(runs: pd.DataFrame | list[Path], folder: Path) -> str:
     moving = [s for s in groups if s not in still]
     n_runs = sum(len(g) for g in groups.values())
     parts = [head, f'<p class="meta">{n_runs} runs with gates in {len(groups)} settings (those of the table). '
-                   f"A head is kept when its gate is at least {KEEP_THRESHOLD:g}. Black = gate open (kept), "
+                   f"A head is kept when its gate is at least {KEPT_AT:g}. Black = gate open (kept), "
                    "white = closed.</p>"]
     if len(with_gates) < len(table):
         parts.append(f'<p class="note">{len(table) - len(with_gates)} run(s) of the table have no gates.json '
@@ -520,19 +448,19 @@ def gate_pictures(runs: pd.DataFrame | list[Path], folder: Path) -> str:
     parts.append('<div class="gallery">' + "".join(figures) + "</div>")
     if "correlation_permutation_csv" in paths:
         parts.append(_permutation_html(pd.read_csv(paths["correlation_permutation_csv"])))
-    if moving:  # the CSV that python -m mtl_heads.gates reads back for its printed lines
+    if moving:  # the CSV that python -m mtl_heads gates reads back for its printed lines
         parts.append(stem_cells_html(pd.read_csv(paths["stem_cells_csv"]), still))
     rows = []  # each run's gate map as a heatmap (values, not pictures: 69 maps of a study cost 40 KB)
     for setting, group in groups.items():
         maps = [heatmap_html(run.values, f"{setting}: seed {run.seed}" if run.seed is not None else str(setting),
-                             unit="gate", scale=(0.0, 1.0), digits=3, outline=run.values >= KEEP_THRESHOLD)
+                             unit="gate", scale=(0.0, 1.0), digits=3, outline=run.values >= KEPT_AT)
                 for run in group]
         rows.append(f'<div class="heatrow">{"".join(maps)}</div>')
     charts = [_figure(paths[f"kept/{s}"], f"heads kept per layer: {s}") for s in still if f"kept/{s}" in paths]
     parts.append(f"<details><summary>gate map of each run ({n_runs}), one row per setting"
                  f"{' and kept-per-layer charts of the settings whose gates never moved' if still else ''}</summary>"
                  f'<p class="meta">Gate value per head, layer (rows) x head (columns); red border = kept (gate at '
-                 f'least {KEEP_THRESHOLD:g}); hover a cell for its value.</p>'
+                 f'least {KEPT_AT:g}); hover a cell for its value.</p>'
                  f'<div class="heatmaps">{"".join(rows)}</div><div class="gallery">{"".join(charts)}</div></details>')
     parts.append("</section>")
     return "\n".join(parts)
@@ -540,7 +468,7 @@ def gate_pictures(runs: pd.DataFrame | list[Path], folder: Path) -> str:
 
 def stem_cells_html(table: pd.DataFrame, left_out: list[str] | tuple = ()) -> str:
     """The stem cells (heads kept in every setting whose gates moved, He & Choi 2021): the lines
-    ``python -m mtl_heads.gates`` prints (:func:`mtl_heads.reports.gates.stem_cell_lines`: the rule,
+    ``python -m mtl_heads gates`` prints (:func:`mtl_heads.reports.gates.stem_cell_lines`: the rule,
     the settings taking part, ``k of N heads kept in every setting (chance x ...): L0H0, ...``, the
     heads kept in every run), then its grid of how many settings keep each head as a hover heatmap,
     the stem cells outlined. Without stem cells a sentence says so before the count line.
@@ -550,7 +478,7 @@ def stem_cells_html(table: pd.DataFrame, left_out: list[str] | tuple = ()) -> st
         left_out: settings whose gates never moved (named in the settings line). Default: none.
     """
     names = stem_settings(table)
-    lines = stem_cell_lines(table, left_out, KEEP_THRESHOLD, grid=False)  # the grid is drawn below
+    lines = stem_cell_lines(table, left_out, KEPT_AT, grid=False)  # the grid is drawn below
     head = '<h3 id="stem-cells">Stem cells</h3>'
     if not names:  # no setting's gates moved: the lines say so
         return head + "".join(f'<p class="note">{_e(line.strip())}</p>' for line in lines[1:])
@@ -589,31 +517,6 @@ def _permutation_html(table: pd.DataFrame) -> str:
             f"{1 / (shuffles + 1):.2g}.</p>" + html_table(shown, values, "gate-permutation"))
 
 
-def _families(report, name: str, summary: pd.DataFrame) -> dict:
-    """``{family: {"labels": [...], "unit": ...}}`` of one probe (from report.json; else its labels by count)."""
-    families = report.meta.get("families", {}).get(name)
-    if families:
-        return families
-    labels = summary.sort_values("count", ascending=False)["label"].astype(str).tolist() if "count" in summary else []
-    return {"labels": {"labels": labels, "unit": "%"}}
-
-
-def _summary_text(summary: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(cell texts, numbers) of a probe's best-head-per-label table, columns as in report.md."""
-    shown = summary.copy()
-    if {"layer", "head"} <= set(shown.columns):  # label, count, best head, score, ...
-        shown["best head"] = [f"L{int(l)}H{int(h)}" for l, h in zip(shown["layer"], shown["head"])]
-        first = [c for c in ("label", "count", "best head", "score") if c in shown]
-        shown = shown[first + [c for c in shown.columns if c not in first + ["layer", "head"]]]
-    numbers = shown.select_dtypes("number")
-    text = shown.astype(object).where(shown.notna(), "")
-    for column in numbers.columns:
-        integers = pd.api.types.is_integer_dtype(shown[column])
-        text[column] = ["" if not _is_number(v) else str(int(v)) if integers else
-                        f"{v:.1f}" if abs(v) >= 1 else f"{v:.3g}" for v in shown[column]]
-    return text, numbers
-
-
 def probe_section(report, index: int, panels: int = PANELS) -> str:
     """One probe report folder: per probe, the layer x head heatmaps of its most frequent labels
     (hover for values, best head outlined), then its best head per label (sortable) folded below."""
@@ -639,7 +542,7 @@ def probe_section(report, index: int, panels: int = PANELS) -> str:
             parts.append('<p class="note">no units in this split</p>')
             continue
         if table is not None and layers and heads:
-            for family, spec in _families(report, name, summary).items():
+            for family, spec in probe_families(report, name, summary).items():
                 labels = [str(x) for x in spec.get("labels", [])][:panels]
                 maps = []
                 for label in labels:
@@ -652,43 +555,10 @@ def probe_section(report, index: int, panels: int = PANELS) -> str:
                                  f"the {len(maps)} most frequent labels, layer (rows) x head (columns); hover a cell "
                                  "for its value, red border = best head</p>"
                                  f"<div class=\"heatmaps\">{''.join(maps)}</div>")
-        text, numbers = _summary_text(summary)
+        text, numbers = summary_cells(summary)
         parts.append(f"<details><summary>{_e(name)}: best head per label ({len(text)} labels)</summary>"
                      f"{html_table(text, numbers, f'probe-{index}-{name}')}</details>")
     return "\n".join(parts)
-
-
-def compared_folders(folder: Path, meta: dict) -> list[Path | None]:
-    """The probe report folders a comparison was made of (``compare.json`` lists them as given then:
-    looked up as given, beside the comparison and one folder up); None for one not found any more."""
-    found = []
-    for given in meta.get("reports", []):
-        given = Path(str(given))
-        candidates = [given, folder / given.name, folder.parent / given.name, folder.parent.parent / given]
-        found.append(next((c for c in candidates if (c / "report.json").is_file()), None))
-    return found
-
-
-def _compared_reports(folder: Path, meta: dict) -> list | None:
-    """The probe reports a comparison was made of, read back; None when one of them is not found any more."""
-
-    reports = []
-    for found in compared_folders(folder, meta):
-        if found is None:
-            return None
-        try:
-            reports.append(read_report(found))
-        except (OSError, ValueError):
-            return None
-    return reports or None
-
-
-def _model_name(report, fallback: str) -> str:
-    """``<experiment>/<seed folder>`` for a trained run (``pos/seed1``), else the comparison's name."""
-    if report.meta.get("model_kind") == "run":
-        model = Path(str(report.meta.get("model", "")))
-        return f"{model.parent.name}/{model.name}" if model.parent.name else model.name
-    return fallback
 
 
 def _side_by_side_heatmaps(reports: list, names: list[str], probe: str, panels: int,
@@ -728,18 +598,24 @@ def _side_by_side_heatmaps(reports: list, names: list[str], probe: str, panels: 
     return "".join(parts)
 
 
-def probe_comparison_section(folder: Path, index: int, panels: int = PANELS) -> str:
+def probe_comparison_section(folder: Path, index: int, panels: int = PANELS, notes: list[Note] | None = None) -> str:
     """One probe comparison folder (``mtl_heads/reports/probe_compare.py``): the models compared, per probe the
     heatmaps of its most frequent labels side by side (HTML, from the probe reports compared; the
     comparison's own pictures when those reports are gone), then the per-label table (best score
-    and head of each model, deltas against the first) folded below."""
+    and head of each model, deltas against the first) folded below.
+
+    A part that cannot be read (``compare.json``, a probe report compared, a ``compare-<probe>.csv``) is
+    a visible note where it would be, naming the file and why, and a :class:`Note` appended to ``notes``
+    (default none: the page's note only); the rest is shown."""
+    folder = Path(folder)
     try:
-        meta = json.loads((folder / "compare.json").read_text())
-    except (OSError, ValueError) as err:
-        raise ConfigError(f"{folder / 'compare.json'}: not a readable probe comparison ({err})") from None
+        meta = read_comparison(folder)
+    except ConfigError as err:
+        return (f'<h3 id="probe-compare-{index}">{_e(folder.name)}</h3>'
+                + unreadable(notes, folder / "compare.json", str(err), "this probe comparison is left out"))
     names = [str(n) for n in meta.get("names", [])]
-    reports = _compared_reports(folder, meta)
-    shown = [_model_name(r, n) for r, n in zip(reports, names)] if reports else names
+    reports, problem = compared_reports(folder, meta)
+    shown = [model_name(r, n) for r, n in zip(reports, names)] if reports else names
     groups = meta.get("groups") or []  # seeds of a setting pooled (compare_pool=seeds): the table's columns
     if groups:
         title = " vs ".join(str(g.get("name")) for g in groups)
@@ -750,7 +626,9 @@ def probe_comparison_section(folder: Path, index: int, panels: int = PANELS) -> 
         title = " vs ".join(shown)
         deltas = f"Deltas are each model's best-head score minus that of {_e(names[0] if names else 'the first')}."
     parts = [f'<h3 id="probe-compare-{index}">{_e(title or folder.name)}</h3>',
-             f'<p class="meta">{_e(folder)}; probe comparison (python -m mtl_heads.probe compare=...). {deltas}</p>']
+             f'<p class="meta">{_e(folder)}; probe comparison (python -m mtl_heads probe compare=...). {deltas}</p>']
+    if problem:
+        parts.append(unreadable(notes, *problem, "the heatmaps below are the comparison's own pictures"))
     models = meta.get("models", [])
     if models:
         frame = pd.DataFrame([{"name": n, "model": m.get("model"), "kind": m.get("model_kind"), "split": m.get("split"),
@@ -760,7 +638,7 @@ def probe_comparison_section(folder: Path, index: int, panels: int = PANELS) -> 
         parts.append(f"<h4>{_e(probe)}</h4>")
         heatmaps = ""
         if reports and all(probe in r.tables for r in reports):
-            heatmaps = _side_by_side_heatmaps(reports, shown, probe, max(1, panels // 2), _groups(meta))
+            heatmaps = _side_by_side_heatmaps(reports, shown, probe, max(1, panels // 2), group_indices(meta))
         if heatmaps:
             parts.append(heatmaps)
         else:
@@ -769,161 +647,36 @@ def probe_comparison_section(folder: Path, index: int, panels: int = PANELS) -> 
                 _figure(p, f"{probe} / {p.stem.removeprefix(f'compare-{probe}-')}: one row per label, one column per "
                            "model, one colour scale per row; red box = best head") for p in images) + "</div>")
         csv = folder / f"compare-{probe}.csv"
-        if csv.is_file() and groups:
+        if not csv.is_file():
+            continue
+        try:
             table = pd.read_csv(csv, keep_default_na=False, na_values=[""], dtype={"label": str})
-            text, numbers = _pooled_table(table, [str(g.get("name")) for g in groups])
-            parts.append(f"<details><summary>{_e(probe)}: best head per label, side by side ({len(table)} labels)"
-                         f"</summary>{html_table(text, numbers, f'probe-compare-{index}-{probe}')}</details>")
-        elif csv.is_file():
-            table = pd.read_csv(csv, keep_default_na=False, na_values=[""], dtype={"label": str})
-            numbers = table.select_dtypes("number")
-            text = table.astype(object).where(table.notna(), "")
-            for column in numbers.columns:
-                integers = pd.api.types.is_integer_dtype(table[column])
-                text[column] = ["" if not _is_number(v) else str(int(v)) if integers else
-                                f"{v:.1f}" if abs(v) >= 1 or v == 0 else f"{v:.3g}" for v in table[column]]
-            parts.append(f"<details><summary>{_e(probe)}: best head per label, side by side ({len(table)} labels)"
-                         f"</summary>{html_table(text, numbers, f'probe-compare-{index}-{probe}')}</details>")
+            text, numbers = pooled_cells(table, [str(g.get("name")) for g in groups]) if groups else \
+                best_head_cells(table)
+        except (OSError, ValueError, KeyError) as err:
+            parts.append(unreadable(notes, csv, f"{csv}: {err}", f"the {probe} table is left out"))
+            continue
+        parts.append(f"<details><summary>{_e(probe)}: best head per label, side by side ({len(table)} labels)"
+                     f"</summary>{html_table(text, numbers, f'probe-compare-{index}-{probe}')}</details>")
     return "\n".join(parts)
 
 
-def _groups(meta: dict) -> list[tuple[str, list[int]]] | None:
-    """``[(group name, indices into meta["reports"])]`` of a pooled comparison; None when not pooled."""
-    if not meta.get("groups"):
-        return None
-    index = {str(r): i for i, r in enumerate(meta.get("reports", []))}
-    groups = [(str(g.get("name")), [index[str(r)] for r in g.get("reports", []) if str(r) in index])
-              for g in meta["groups"]]
-    return groups if all(members for _, members in groups) else None
-
-
-def _pooled_table(table: pd.DataFrame, groups: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(cell texts, numbers) of a pooled comparison's per-label table (``compare-<probe>.csv``): one
-    column per group whose cell stacks its mean, ``± std (n)``, its best head and, after the first
-    group, the difference of means against it with its p; so that 7 groups fit a laptop's width."""
-    def number(value, digits: str = ".1f") -> str:
-        return "" if not _is_number(value) else format(value, digits)
-
-    text = pd.DataFrame({"label": table["label"].astype(str)})
-    numbers = pd.DataFrame(index=table.index)
-    if "count" in table:
-        text["count"] = [number(v, ".0f") for v in table["count"]]
-        numbers["count"] = table["count"]
-    for i, group in enumerate(groups):
-        cells = []
-        for _, row in table.iterrows():
-            mean = row.get(f"mean:{group}")
-            lines = [f"± {number(row.get(f'std:{group}'))} (n={number(row.get(f'n:{group}'), '.0f')})"
-                     if _is_number(row.get(f"std:{group}")) else f"(n={number(row.get(f'n:{group}'), '.0f')})",
-                     str(row.get(f"head:{group}", "") or "")]
-            if i and _is_number(row.get(f"delta:{group}")):
-                p = row.get(f"p:{group}")
-                lines.append(f"Δ {row[f'delta:{group}']:+.1f}" + (f", p {p:.2g}" if _is_number(p) else ""))
-            cells.append(number(mean) + "\n" + "\n".join(line for line in lines if line))
-        text[group] = cells
-        numbers[group] = table.get(f"mean:{group}")
-    return text, numbers
-
-
 # --- the page ----------------------------------------------------------------------------------
-def _probe_folders(folder: Path, depth: int = MAX_DEPTH) -> list[Path]:
-    """Probe report and probe comparison folders below ``folder`` (not inside runs, nor inside a
-    comparison: the reports it probed on the fly belong to it)."""
+def _report_folders(probe_dirs: list[Path]) -> list[Path]:
+    """The probe report folders given and, in place of each probe comparison given, those it was made
+    of and still finds, in the order given; a comparison whose compare.json cannot be read adds none
+    (its section says why)."""
     found = []
-    try:
-        children = sorted(c for c in folder.iterdir() if c.is_dir())
-    except OSError:
-        return found
-    for child in children:
-        if child.name.startswith(".") or child.name in SKIP_DIRS or (child / "config.yaml").is_file():
-            continue
-        if folder_kind(child) in PROBE_KINDS:
-            found.append(child)
-        elif depth > 1:
-            found += _probe_folders(child, depth - 1)
-    return found
-
-
-def _has_runs(folder: Path, depth: int = MAX_DEPTH) -> bool:
-    try:
-        children = [c for c in folder.iterdir() if c.is_dir()]
-    except OSError:
-        return False
-    for child in children:
-        if child.name.startswith(".") or child.name in SKIP_DIRS or folder_kind(child) in PROBE_KINDS:
-            continue
-        if (child / "config.yaml").is_file() or (depth > 1 and _has_runs(child, depth - 1)):
-            return True
-    return False
-
-
-ATTENTION_REPORTS = 3  # panels side by side in the attention view: the pretrained encoder and two runs
-
-
-def attention_section(probe_dirs: list[Path], heads: dict | None = None) -> str:
-    """The attention view (:func:`mtl_heads.reports.attention_view.attention_html`) of the probe reports
-    given or compared that hold attention samples: the pretrained encoder's first, then the runs' (at
-    most :data:`ATTENTION_REPORTS` panels); the ``heads`` groups first (e.g. the stem cells), then the
-    best head of each probe label. "" when no report holds samples."""
-    folders = []
     for path in map(Path, probe_dirs):
-        if folder_kind(path) == "probe comparison":
-            try:
-                meta = json.loads((path / "compare.json").read_text())
-            except (OSError, ValueError):
-                continue
-            folders += [f for f in compared_folders(path, meta) if f is not None]
-        else:
-            folders.append(path)
-    found = []
-    for folder in dict.fromkeys(f.resolve() for f in folders):
-        if read_samples(folder) is None:
+        if folder_kind(path) != "probe comparison":
+            found.append(path)
             continue
         try:
-            meta = json.loads((folder / "report.json").read_text())
-        except (OSError, ValueError):
+            meta = read_comparison(path)
+        except ConfigError:
             continue
-        run = meta.get("model_kind") == "run"
-        model = Path(str(meta.get("model", folder.name)))
-        label = f"fine-tuned {model.parent.name}/{model.name}" if run else f"pretrained {meta.get('model_name', model.name)}"
-        found.append((run, label, folder))
-    found.sort(key=lambda x: x[0])  # the pretrained encoder first (stable: the given order after)
-    reports = [(label, folder) for _, label, folder in found[:ATTENTION_REPORTS]]
-    if not reports:
-        return ""
-    groups = {**(heads or {}), **best_probe_heads(reports)}
-    return attention_html(reports, groups)
-
-
-def _covered(comparisons: list[Path]) -> set[Path]:
-    """The resolved folders of the probe reports that the comparisons (folders) were made of and still find."""
-    covered = set()
-    for folder in comparisons:
-        try:
-            meta = json.loads((folder / "compare.json").read_text())
-        except (OSError, ValueError):
-            continue
-        covered |= {f.resolve() for f in compared_folders(folder, meta) if f is not None}
-    return covered
-
-
-def split_specs(specs: list[str]) -> tuple[list[str], list[Path]]:
-    """(run specs, probe folders): a folder with ``report.json`` is a probe report, one with
-    ``compare.json`` a probe comparison; those below a folder given are taken too (at any depth up
-    to ``MAX_DEPTH``), and the folder stays a run spec when runs lie below it (or when it holds no
-    probe folder, so that a spec naming nothing is reported as such)."""
-    runs, probes = [], []
-    for spec in map(str, specs):
-        matches = [Path(m) for m in sorted(glob.glob(spec))] if glob.has_magic(spec) else [Path(spec)]
-        if matches and all(folder_kind(m) in PROBE_KINDS for m in matches):
-            probes += matches
-            continue
-        folder = Path(spec)
-        found = _probe_folders(folder) if folder.is_dir() else []
-        probes += found
-        if not found or _has_runs(folder) or glob.has_magic(spec):
-            runs.append(spec)
-    return runs, list(dict.fromkeys(probes))
+        found += [f for f in compared_folders(path, meta) if f is not None]
+    return found
 
 
 def build_page(run_specs: list[str], probe_dirs: list[Path], title: str = "mtl-heads report",
@@ -935,11 +688,12 @@ def build_page(run_specs: list[str], probe_dirs: list[Path], title: str = "mtl-h
     Args:
         run_specs: what :func:`mtl_heads.reports.runs.find_runs` takes (run folders, globs, folders
             of runs, experiment names); none: no comparison or gate sections.
-        probe_dirs: probe report and probe comparison folders (:func:`split_specs`).
+        probe_dirs: probe report and probe comparison folders (:func:`mtl_heads.reports.probe_report.split_specs`).
         title: the page's title (default ``mtl-heads report``).
         root: where experiment names are looked up (default ``runs/``).
         panels: heatmaps per probe family (default 8).
-        notes: what is given and not used is appended to it (and listed on the page). Default: a new list.
+        notes: what is given and not used, and the parts that cannot be read, are appended to it (and
+            listed on the page). Default: a new list.
         tests: ``A,B`` texts or ``all`` of ``test=`` (:func:`mtl_heads.reports.significance.resolve_pairs`):
             adds the section of :func:`significance_section`. Default none: no such section.
         lead: an HTML section put first (the claims and figures of a study,
@@ -949,7 +703,8 @@ def build_page(run_specs: list[str], probe_dirs: list[Path], title: str = "mtl-h
             default none: the best heads only.
 
     Raises ``ConfigError`` for nothing to report, ``tests`` without runs, a bad ``--test`` name (the
-    message starts ``test=``), or broken run / probe files.
+    message starts ``test=``), or broken run files that the comparison needs (config.yaml, metrics.json);
+    a probe file or gates.json that cannot be read is a note on the page instead (:func:`unreadable`).
     """
 
     if not run_specs and not probe_dirs:
@@ -963,7 +718,9 @@ def build_page(run_specs: list[str], probe_dirs: list[Path], title: str = "mtl-h
         if lead:
             sections.append(lead)  # the answer first: the claims and figures (mtl_heads.reports.study_page)
             nav.append(("claims", "Claims"))
-        attention = attention_section(probe_dirs, heads)
+        comparisons = [Path(p) for p in probe_dirs if folder_kind(Path(p)) == "probe comparison"]
+        covered = {f.resolve() for f in _report_folders(comparisons)}  # reports a comparison shows are not repeated
+        attention = attention_section(_report_folders(probe_dirs), heads, notes)
         if attention:
             sections.append(attention)
             nav.append(("attention", "Attention"))
@@ -976,29 +733,27 @@ def build_page(run_specs: list[str], probe_dirs: list[Path], title: str = "mtl-h
                 sections.append(significance_section(add_significance(comparison, tests).significance,
                                                      folded=bool(lead)))
                 nav.append(("significance", "Significance"))
-            sections.append(gate_pictures(comparison.runs, folder))
+            sections.append(gate_pictures(comparison.runs, folder, notes))
             nav.append(("gates", "Gates"))
-        reports, comparisons = [], []
-        for path in probe_dirs:
-            if folder_kind(Path(path)) == "probe comparison":
-                comparisons.append(Path(path))
-                continue
+        reports = []  # a report read back, or the note standing where it would be
+        for path in (Path(p) for p in probe_dirs if folder_kind(Path(p)) != "probe comparison"):
             try:
                 reports.append(read_report(path))
             except (OSError, ValueError) as err:
-                raise ConfigError(str(err)) from None
-        covered = _covered(comparisons)  # reports a comparison shows are not repeated
-        alone = [r for r in reports if Path(r.folder).resolve() not in covered]
+                reports.append(unreadable(notes, path / "report.json", str(err), "this probe report is left out"))
+        read = [r for r in reports if not isinstance(r, str)]
+        alone = [r for r in reports if isinstance(r, str) or Path(r.folder).resolve() not in covered]
         if reports:
-            again = [r.folder for r in reports if Path(r.folder).resolve() in covered]
+            again = [r.folder for r in read if Path(r.folder).resolve() in covered]
             said = (f'<p class="meta">{len(again)} probe report(s) are shown in the probe comparison below, not '
                     f"repeated here: {_e(', '.join(Path(f).name for f in again))}.</p>") if again else ""
-            sections.append('<section id="probes"><h2>Probes</h2>' + said
-                            + "\n".join(probe_section(r, i, panels) for i, r in enumerate(alone)) + "</section>")
+            number = iter(range(len(alone)))  # the sections' ids count the reports read
+            shown = [r if isinstance(r, str) else probe_section(r, next(number), panels) for r in alone]
+            sections.append('<section id="probes"><h2>Probes</h2>' + said + "\n".join(shown) + "</section>")
             nav.append(("probes", "Probes"))
         if comparisons:
             sections.append('<section id="probe-comparisons"><h2>Probe comparisons</h2>'
-                            + "\n".join(probe_comparison_section(c, i, panels) for i, c in enumerate(comparisons))
+                            + "\n".join(probe_comparison_section(c, i, panels, notes) for i, c in enumerate(comparisons))
                             + "</section>")
             nav.append(("probe-comparisons", "Probe comparisons"))
     if notes:
@@ -1006,10 +761,10 @@ def build_page(run_specs: list[str], probe_dirs: list[Path], title: str = "mtl-h
     links = "".join(f'<a href="#{a}">{_e(t)}</a>' for a, t in nav)
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{_e(title)}</title>'
-            f"<style>{CSS}</style></head><body><h1>{_e(title)}</h1>"
-            f'<p class="meta">written {datetime.now():%Y-%m-%d %H:%M} by python -m mtl_heads.report</p>'
+            f"<style>\n{CSS}</style></head><body><h1>{_e(title)}</h1>"
+            f'<p class="meta">written {datetime.now():%Y-%m-%d %H:%M} by python -m mtl_heads report</p>'
             f"<nav>{links}</nav>\n{_notes_html(notes)}\n" + "\n".join(sections)
-            + f"\n<script>var VIRIDIS = {json.dumps(VIRIDIS)};\n{JS}</script></body></html>\n")
+            + f"\n<script>var VIRIDIS = {json.dumps(VIRIDIS)};\n\n{JS}</script></body></html>\n")
 
 
 def write_html(path: str | Path, run_specs: list[str], probe_dirs: list[Path], **kwargs) -> Path:

@@ -43,12 +43,13 @@ import pandas as pd
 
 from mtl_heads.config import ConfigError
 from mtl_heads.reports.probe_report import (Report, choice_conflicts, choices_text, draw_heatmaps, head_name,
-                                             heatmap_grid, markdown_table, report_choices, safe_name)
+                                             heatmap_grid, markdown_table, read_report, report_choices, safe_name)
 from mtl_heads.reports.runs import flatten_config, read_yaml, setting_config
 from mtl_heads.reports.significance import welch
 
 __all__ = ["compare_reports", "side_by_side", "display_names", "POOLS", "Group", "run_setting", "group_reports",
-           "pooled_summary", "pooled_side_by_side", "WELCH_TEXT"]
+           "pooled_summary", "pooled_side_by_side", "WELCH_TEXT", "read_comparison", "compared_folders",
+           "compared_reports", "group_indices", "model_name", "pooled_cells", "best_head_cells"]
 
 POOLS = ("seeds", "none")
 """Values of ``compare_pool``: ``seeds`` (runs of one setting form one group) | ``none`` (a column per report)."""
@@ -95,7 +96,7 @@ def run_setting(meta: dict) -> tuple[str, str, str] | None:
 
     The run folder is ``meta["model"]`` (as given when probing, so relative to the working folder).
     With its ``config.yaml`` readable and holding ``experiment``: that name, the setting key is the
-    config apart from seed, folders and W&B (as ``python -m mtl_heads.compare`` groups runs), the seed
+    config apart from seed, folders and W&B (as ``python -m mtl_heads compare`` groups runs), the seed
     its ``seed``. Otherwise, when the run folder is named ``seed<N>``: its parent folder's name, no
     setting key and ``N``.
     """
@@ -390,3 +391,113 @@ def _markdown(reports: list[Report], names: list[str], tables: dict, images: dic
             if key.startswith(f"{probe}/"):
                 lines += [f"![{key}]({path.name})", ""]
     return "\n".join(lines)
+
+
+# --- a comparison folder read back (the HTML page, mtl_heads/reports/page.py) ----------------------
+def read_comparison(folder: Path) -> dict:
+    """The ``compare.json`` of a comparison folder; a ConfigError naming the file (and line) and why
+    when it cannot be read or holds no JSON object."""
+    path = Path(folder) / "compare.json"
+    try:
+        meta = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{path}: cannot be read ({getattr(err, 'strerror', None) or err})") from None
+    if not isinstance(meta, dict):
+        raise ConfigError(f"{path}: expected a JSON object (the models, probes and groups compared)")
+    return meta
+
+
+def compared_folders(folder: Path, meta: dict) -> list[Path | None]:
+    """The probe report folders a comparison was made of (``compare.json`` lists them as given then:
+    looked up as given, beside the comparison and one folder up); None for one not found any more."""
+    found = []
+    for given in meta.get("reports", []):
+        given = Path(str(given))
+        candidates = [given, folder / given.name, folder.parent / given.name, folder.parent.parent / given]
+        found.append(next((c for c in candidates if (c / "report.json").is_file()), None))
+    return found
+
+
+def compared_reports(folder: Path, meta: dict) -> tuple[list[Report] | None, tuple[Path, str] | None]:
+    """``(reports, None)``: the probe reports a comparison was made of, read back; ``(None, (path, why))``
+    when one of them is not found any more or cannot be read (the first such), ``(None, None)`` when
+    ``compare.json`` lists none."""
+    reports = []
+    for given, found in zip(meta.get("reports", []), compared_folders(folder, meta)):
+        if found is None:
+            why = "not found any more (looked up as given, beside the comparison and one folder up)"
+            return None, (Path(str(given)), why)
+        try:
+            reports.append(read_report(found))
+        except (OSError, ValueError) as err:
+            return None, (found / "report.json", str(err))
+    return (reports or None), None
+
+
+def group_indices(meta: dict) -> list[tuple[str, list[int]]] | None:
+    """``[(group name, indices into meta["reports"])]`` of a pooled comparison; None when not pooled."""
+    if not meta.get("groups"):
+        return None
+    index = {str(r): i for i, r in enumerate(meta.get("reports", []))}
+    groups = [(str(g.get("name")), [index[str(r)] for r in g.get("reports", []) if str(r) in index])
+              for g in meta["groups"]]
+    return groups if all(members for _, members in groups) else None
+
+
+def model_name(report: Report, fallback: str) -> str:
+    """``<experiment>/<seed folder>`` for a trained run (``pos/seed1``), else ``fallback`` (the comparison's name)."""
+    if report.meta.get("model_kind") == "run":
+        model = Path(str(report.meta.get("model", "")))
+        return f"{model.parent.name}/{model.name}" if model.parent.name else model.name
+    return fallback
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool) \
+        and math.isfinite(float(value))
+
+
+def pooled_cells(table: pd.DataFrame, groups: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(cell texts, numbers) of a pooled comparison's per-label table (``compare-<probe>.csv``) for the
+    HTML page: one column per group whose cell stacks its mean, ``± std (n)``, its best head and, after
+    the first group, the difference of means against it with its p; so that 7 groups fit a laptop's width.
+
+    Args:
+        table: the ``compare-<probe>.csv`` of a pooled comparison (``mean:<g>``, ``std:<g>``, ...).
+        groups: the group names, in the order of ``compare.json``'s ``groups``."""
+    def number(value, digits: str = ".1f") -> str:
+        return "" if not _finite(value) else format(value, digits)
+
+    text = pd.DataFrame({"label": table["label"].astype(str)})
+    numbers = pd.DataFrame(index=table.index)
+    if "count" in table:
+        text["count"] = [number(v, ".0f") for v in table["count"]]
+        numbers["count"] = table["count"]
+    for i, group in enumerate(groups):
+        cells = []
+        for _, row in table.iterrows():
+            mean = row.get(f"mean:{group}")
+            lines = [f"± {number(row.get(f'std:{group}'))} (n={number(row.get(f'n:{group}'), '.0f')})"
+                     if _finite(row.get(f"std:{group}")) else f"(n={number(row.get(f'n:{group}'), '.0f')})",
+                     str(row.get(f"head:{group}", "") or "")]
+            if i and _finite(row.get(f"delta:{group}")):
+                p = row.get(f"p:{group}")
+                lines.append(f"Δ {row[f'delta:{group}']:+.1f}" + (f", p {p:.2g}" if _finite(p) else ""))
+            cells.append(number(mean) + "\n" + "\n".join(line for line in lines if line))
+        text[group] = cells
+        numbers[group] = table.get(f"mean:{group}")
+    return text, numbers
+
+
+def best_head_cells(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(cell texts, numbers) of a comparison's per-label table that is not pooled, for the HTML page:
+    integers as such, other numbers with one decimal from 1 up (and 0), three significant digits below."""
+    numbers = table.select_dtypes("number")
+    text = table.astype(object).where(table.notna(), "")
+    for column in numbers.columns:
+        integers = pd.api.types.is_integer_dtype(table[column])
+        text[column] = ["" if not _finite(v) else str(int(v)) if integers else
+                        f"{v:.1f}" if abs(v) >= 1 or v == 0 else f"{v:.3g}" for v in table[column]]
+    return text, numbers

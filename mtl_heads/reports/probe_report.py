@@ -15,6 +15,7 @@ Layout (``<folder>/``):
 """
 from __future__ import annotations
 
+import glob
 import json
 import math
 import re
@@ -26,11 +27,13 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from mtl_heads.config import ConfigError, pos_column
+from mtl_heads.reports.runs import MAX_DEPTH, SKIP_DIRS, folder_kind
 from probes.texts import CAUSAL_NOTE, NO_START_TOKEN, RELATION_TEXT, ROOT_TEXT
 
 __all__ = ["write_report", "read_report", "Report", "heatmap_grid", "draw_heatmaps", "markdown_table",
            "head_name", "safe_name", "report_choices", "pos_tagset", "relation_labels", "choices_text", "choice_conflicts",
-           "CHOICE_PROBES", "causal_caveats"]
+           "CHOICE_PROBES", "causal_caveats", "probe_families", "summary_cells",
+           "PROBE_KINDS", "split_specs"]
 
 # ---------------------------------------------------------------------- comparability choices
 CHOICE_PROBES = {"dep.root": ("dep",), "dep.relations": ("dep", "clark"), "data.pos": ("pos",)}
@@ -392,3 +395,91 @@ def read_report(folder) -> Report:
             except pd.errors.EmptyDataError:
                 store[name] = pd.DataFrame(columns=["layer", "head", "label", "score", "count"])
     return Report(folder, meta, tables, summaries)
+
+
+# ---------------------------------------------------------------------- the HTML page's cells
+def probe_families(report: Report, name: str, summary: pd.DataFrame) -> dict:
+    """``{family: {"labels": [...], "unit": ...}}`` of the probe ``name`` of ``report`` (from report.json's
+    ``families``; else one family ``labels`` of its labels, most frequent first in ``summary``)."""
+    families = report.meta.get("families", {}).get(name)
+    if families:
+        return families
+    labels = summary.sort_values("count", ascending=False)["label"].astype(str).tolist() if "count" in summary else []
+    return {"labels": {"labels": labels, "unit": "%"}}
+
+
+def summary_cells(summary: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(cell texts, numbers) of a probe's best-head-per-label table (``<probe>_summary.csv``) for the
+    HTML page, columns as in report.md (label, count, best head ``L<l>H<h>``, score, the rest); integers
+    as such, other numbers with one decimal from 1 up, three significant digits below."""
+    shown = summary.copy()
+    if {"layer", "head"} <= set(shown.columns):  # label, count, best head, score, ...
+        shown["best head"] = [f"L{int(l)}H{int(h)}" for l, h in zip(shown["layer"], shown["head"])]
+        first = [c for c in ("label", "count", "best head", "score") if c in shown]
+        shown = shown[first + [c for c in shown.columns if c not in first + ["layer", "head"]]]
+    numbers = shown.select_dtypes("number")
+    text = shown.astype(object).where(shown.notna(), "")
+
+    def finite(value) -> bool:
+        return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool) \
+            and math.isfinite(float(value))
+
+    for column in numbers.columns:
+        integers = pd.api.types.is_integer_dtype(shown[column])
+        text[column] = ["" if not finite(v) else str(int(v)) if integers else
+                        f"{v:.1f}" if abs(v) >= 1 else f"{v:.3g}" for v in shown[column]]
+    return text, numbers
+
+
+# ---------------------------------------------------------------------- probe folders among a command's paths
+PROBE_KINDS = ("probe report", "probe comparison")  # what mtl_heads.runs.folder_kind calls the folders of probes
+
+
+def _probe_folders(folder: Path, depth: int = MAX_DEPTH) -> list[Path]:
+    """Probe report and probe comparison folders below ``folder`` (not inside runs, nor inside a
+    comparison: the reports it probed on the fly belong to it)."""
+    found = []
+    try:
+        children = sorted(c for c in folder.iterdir() if c.is_dir())
+    except OSError:
+        return found
+    for child in children:
+        if child.name.startswith(".") or child.name in SKIP_DIRS or (child / "config.yaml").is_file():
+            continue
+        if folder_kind(child) in PROBE_KINDS:
+            found.append(child)
+        elif depth > 1:
+            found += _probe_folders(child, depth - 1)
+    return found
+
+
+def _has_runs(folder: Path, depth: int = MAX_DEPTH) -> bool:
+    try:
+        children = [c for c in folder.iterdir() if c.is_dir()]
+    except OSError:
+        return False
+    for child in children:
+        if child.name.startswith(".") or child.name in SKIP_DIRS or folder_kind(child) in PROBE_KINDS:
+            continue
+        if (child / "config.yaml").is_file() or (depth > 1 and _has_runs(child, depth - 1)):
+            return True
+    return False
+
+
+def split_specs(specs: list[str]) -> tuple[list[str], list[Path]]:
+    """(run specs, probe folders): a folder with ``report.json`` is a probe report, one with
+    ``compare.json`` a probe comparison; those below a folder given are taken too (at any depth up
+    to ``MAX_DEPTH``), and the folder stays a run spec when runs lie below it (or when it holds no
+    probe folder, so that a spec naming nothing is reported as such)."""
+    runs, probes = [], []
+    for spec in map(str, specs):
+        matches = [Path(m) for m in sorted(glob.glob(spec))] if glob.has_magic(spec) else [Path(spec)]
+        if matches and all(folder_kind(m) in PROBE_KINDS for m in matches):
+            probes += matches
+            continue
+        folder = Path(spec)
+        found = _probe_folders(folder) if folder.is_dir() else []
+        probes += found
+        if not found or _has_runs(folder) or glob.has_magic(spec):
+            runs.append(spec)
+    return runs, list(dict.fromkeys(probes))

@@ -1,5 +1,5 @@
 """Run folders: finding them, reading their config, and grouping them into *settings*, as
-``python -m mtl_heads.compare``, ``python -m mtl_heads.report`` and ``python -m mtl_heads.gates`` do.
+``python -m mtl_heads compare``, ``python -m mtl_heads report`` and ``python -m mtl_heads gates`` do.
 
 A run is a folder holding ``config.yaml`` and ``metrics.json``; :func:`find_runs` takes run folders,
 globs, folders of runs (searched at any depth up to ``MAX_DEPTH``) and experiment names, and says in a

@@ -26,6 +26,7 @@ import html
 import io
 import math
 import re
+from pathlib import Path
 
 import matplotlib
 import numpy as np
@@ -36,8 +37,10 @@ from mtl_heads.config import ConfigError
 from mtl_heads.reports.claims import (MIN_SEEDS, REGIME_NAMES, REGIMES, Claim, Study, gate_baseline,
                                       regime_gates, stem_table, check_claims, read_study, stem_heads)
 from mtl_heads.reports.gates import run_consistency
-from mtl_heads.reports.page import heatmap_html, viridis_colour
+from mtl_heads.reports.page import error_path, heatmap_html, unreadable, viridis_colour
+from mtl_heads.reports.runs import Note
 from mtl_heads.reports.plots import new_figure
+from mtl_heads.reports.static import asset
 
 __all__ = ["SHORT", "STABILITY", "study_lead", "stem_cell_groups", "read_study_or_none", "claims_list", "claims_legend",
            "score_figure", "stem_map", "correlation_map"]
@@ -50,47 +53,8 @@ REGIME_COLOURS = {"none": "#7f7f7f", "dp": "#1f77b4", "budget": "#2ca02c", "sp":
 STABILITY = {"fragile": "a verdict that leaving one seed out flips",
              "stable": "no seed left out changes it",
              "too few seeds": f"a seed left out changes it only by leaving a t-test under {MIN_SEEDS} seeds a group"}
-CSS = """
-.lead ol.claims{list-style:none;padding:0;margin:6px 0 10px;font-size:13px}
-.lead ol.claims li{margin:2px 0}
-.lead ol.claims summary{white-space:nowrap;overflow:hidden;text-overflow:ellipsis;color:#222;list-style:none}
-.lead ol.claims summary::-webkit-details-marker{display:none}
-.lead ol.claims summary::before{content:"\\25B8 ";color:#88a} .lead ol.claims details[open] summary::before{content:"\\25BE "}
-.lead ol.claims .short{font-weight:600;display:inline-block;min-width:11.5em}
-.lead .fragile{font-size:11px;color:#8a5a00;border:1px solid #e8c77a;border-radius:3px;padding:0 4px;cursor:help}
-.lead .stable{font-size:11px;color:#2a6a2a;border:1px solid #9c9;border-radius:3px;padding:0 4px;cursor:help}
-.lead .too-few-seeds{font-size:11px;color:#555;border:1px solid #bbb;border-radius:3px;padding:0 4px;cursor:help}
-.lead h2 .legend{font-size:11px;font-weight:normal;color:#555;margin-left:1.5em} .lead .legend span{cursor:default}
-.lead .evidence{font-size:12px;margin:4px 0 10px 18px;max-width:1250px}
-.lead .evidence li{margin:2px 0;overflow-wrap:anywhere}
-.figures{display:flex;flex-wrap:wrap;gap:12px;align-items:flex-start}
-.figures figure{padding:6px 8px;flex:none}
-.figures figcaption{max-width:30em}
-#figure-stem,#figure-correlation{width:370px}
-#figure-stem .note,#figure-correlation .note{white-space:normal}
-.big .heat{display:inline-block}
-.figures figure svg{display:block;max-width:100%;height:auto}
-.tabs button{font-size:11px;margin:0 3px 3px 0;padding:1px 6px;border:1px solid #bbb;background:#f4f4f4;cursor:pointer}
-.tabs button.on{background:#335;color:#fff;border-color:#335}
-.big table.heatmap td{width:22px;height:22px}
-table.corr{border-collapse:collapse;font-size:11px}
-table.corr td,table.corr th{width:44px;height:30px;text-align:center;border:1px solid #fff;padding:0}
-table.corr th{font-weight:600;color:#444;background:none}
-table.corr td.beats{outline:2px solid #d00;outline-offset:-3px;font-weight:700}
-table.corr td.diag{font-style:italic}
-table.corr th.still{color:#999;font-style:italic;cursor:help}
-"""
-JS = """
-document.querySelectorAll(".tabs").forEach(function (tabs) {
-  var panes = tabs.parentNode.querySelectorAll(":scope > .pane");
-  tabs.querySelectorAll("button").forEach(function (b, i) {
-    b.addEventListener("click", function () {
-      tabs.querySelectorAll("button").forEach(function (x) { x.classList.toggle("on", x === b); });
-      panes.forEach(function (p, j) { p.hidden = j !== i; });
-    });
-  });
-});
-"""
+CSS = asset("study.css")  # the claims list and the figures (mtl_heads/reports/static/), inlined after a newline
+JS = asset("study.js")  # the figures' tabs
 
 
 def _e(value) -> str:
@@ -311,20 +275,26 @@ def _as_study(specs: list[str] | Study) -> Study | None:
     return specs if isinstance(specs, Study) else read_study_or_none(specs)
 
 
-def study_lead(specs: list[str] | Study) -> str:
+def study_lead(specs: list[str] | Study, notes: list[Note] | None = None) -> str:
     """The lead section of a study's page (claims and figures; module docstring), or "" when the runs
-    hold no study: no claim can be answered (a few runs of one setting).
+    hold no study: no claim can be answered (a few runs of one setting). When the claims cannot be
+    checked because a file cannot be read (a broken gates.json), the section is a note naming the file
+    and why, in the claims' place (:func:`mtl_heads.reports.page.unreadable`).
 
     Args:
         specs: run folders, globs or experiment names (as ``python -m mtl_heads claims`` takes), or
-            the :class:`~mtl_heads.reports.claims.Study` already read from them."""
+            the :class:`~mtl_heads.reports.claims.Study` already read from them.
+        notes: a file that cannot be read is appended to it as a :class:`~mtl_heads.reports.runs.Note`
+            (for the page's list and the command's stderr). Default none: the section's note only."""
     study = _as_study(specs)
     if study is None:
         return ""
     try:
         claims = check_claims(study)
-    except ConfigError:
-        return ""
+    except ConfigError as err:
+        note = unreadable(notes, error_path(str(err), Path(str(study.runs["run"].iloc[0]))), str(err),
+                          "the claims and their figures are left out")
+        return f'<section id="claims" class="lead"><h2>Claims</h2>{note}</section>'
     if not any(c.verdict for c in claims):
         return ""
     overlap = next((c for c in claims if c.key == "overlap"), None)
@@ -340,23 +310,29 @@ def study_lead(specs: list[str] | Study) -> str:
         corr = _tabbed([(REGIME_NAMES[k], correlation_map(study, k, g, overlap)) for k, g in regimes])
         figures.append(_figure(corr, "Do tasks keep the same heads? Gate correlation, task by task.",
                                "figure-correlation"))
-    return (f'<section id="claims" class="lead"><style>{CSS}</style><h2>Claims{claims_legend(claims)}</h2>'
+    return (f'<section id="claims" class="lead"><style>\n{CSS}</style><h2>Claims{claims_legend(claims)}</h2>'
             '<p class="meta">He &amp; Choi 2021 checked on these runs: click a claim for its question, rule and '
             "tests; hover a verdict for its rule. The same numbers: <code>python -m mtl_heads claims</code> on the "
             f"same folders.</p>{claims_list(claims)}"
-            f'<div class="figures">{"".join(figures)}</div><script>{JS}</script></section>')
+            f'<div class="figures">{"".join(figures)}</div><script>\n{JS}</script></section>')
 
 
-def stem_cell_groups(specs: list[str] | Study) -> dict[str, list[tuple[int, int]]]:
+def stem_cell_groups(specs: list[str] | Study, notes: list[Note] | None = None) -> dict[str, list[tuple[int, int]]]:
     """``{"stem cells (DP)": [(layer, head), ...], ...}``: the stem cells of each regime of the study in
     ``specs`` (as for :func:`study_lead`) that has some (for the attention view); empty when the runs
-    hold none."""
+    hold none, or when a gates.json cannot be read (then a :class:`~mtl_heads.reports.runs.Note` naming
+    it and why is appended to ``notes``; default none: no note)."""
     study = _as_study(specs)
     if study is None:
         return {}
     groups = {}
     for kind in REGIMES:
-        names = stem_heads(study, kind)
+        try:
+            names = stem_heads(study, kind)
+        except ConfigError as err:
+            unreadable(notes, error_path(str(err), Path(str(study.runs["run"].iloc[0]))), str(err),
+                       "the attention view offers no stem cells")
+            return {}
         if names:
             short = {"dp": "DP", "budget": "DP at equal sparsity", "sp": "SP"}[kind]
             groups[f"stem cells ({short})"] = [tuple(int(x) for x in re.fullmatch(r"L(\d+)H(\d+)", n).groups())

@@ -2,7 +2,7 @@
 of ``python -m mtl_heads claims``, whose command line is :mod:`mtl_heads.commands.claims`).
 
 A *study* is a set of finished run folders, probe report folders and head ablation results
-(``docs/ewt-study.sh`` writes one). Each run's *setting* is what ``python -m mtl_heads.compare`` calls
+(``docs/ewt-study.sh`` writes one). Each run's *setting* is what ``python -m mtl_heads compare`` calls
 one (configs equal apart from seed and folders); each setting is placed in a cell by its task list
 (one task: single-task, STL; the setting with the most tasks: MTL) and its pruning regime
 (:func:`regime`): ``none`` (unpruned), ``dp`` (``prune=dynamic`` with the L0 lambdas), ``budget``
@@ -26,7 +26,7 @@ The claims (:func:`check_claims`), each a :class:`Claim` with its question, He &
 5. (:mod:`.sp_dp`) does DP keep fewer heads than SP at an equal or better test score (and do they agree on which); with DP
    runs trained as SP was (its encoder rate, or its epochs in all), those matched comparisons decide;
 6. (:mod:`.needed`) are the stem cells *needed*: the score each task loses when they are ablated
-   (``python -m mtl_heads.ablate``) against layer-matched random head sets of the same size.
+   (``python -m mtl_heads ablate``) against layer-matched random head sets of the same size.
 
 Statistics shared by every claim (:data:`TESTS`): a setting that keeps at least :data:`NEAR_ALL` of
 its heads *did not prune* and is left out of overlaps and intersections (named where it is); where a

@@ -30,7 +30,7 @@ REGIMES = ("dp", "budget", "sp")  # the paper's regime (DP) first: gate verdicts
 REGIME_NAMES = {"none": "unpruned", "dp": "dynamic pruning (DP)", "budget": "DP at equal sparsity",
                 "sp": "static pruning (SP)"}
 RETRAINED = re.compile(r"(^|/)\.seed\d+\.retrained/?$")  # docs/ewt-study.sh's retrain stage: a run trained again
-ABLATION_FILE = "ablation.json"  # what python -m mtl_heads.ablate writes
+ABLATION_FILE = "ablation.json"  # what python -m mtl_heads ablate writes
 SLOT = re.compile(r"\{([^{}]+)\}")  # a test's place in a line: its key in braces
 
 
@@ -313,7 +313,7 @@ def _cell_preference(runs: pd.DataFrame, kind: str) -> tuple:
 
 
 def read_ablations(specs: list[str]) -> tuple[list[tuple[Path, dict]], list[str]]:
-    """``([(path, record)], notes)``: the ``ablation.json`` files of ``python -m mtl_heads.ablate`` in
+    """``([(path, record)], notes)``: the ``ablation.json`` files of ``python -m mtl_heads ablate`` in
     ``specs`` (files, or folders searched at any depth); one that cannot be read is a note naming it."""
     found, notes = [], []
     for spec in map(Path, specs):
@@ -326,7 +326,7 @@ def read_ablations(specs: list[str]) -> tuple[list[tuple[Path, dict]], list[str]
                 notes.append(f"{path}: not used ({err})")
                 continue
             if not isinstance(record, dict) or not isinstance(record.get("methods"), dict) or "run" not in record:
-                notes.append(f"{path}: not used (no 'run' and 'methods': not written by python -m mtl_heads.ablate)")
+                notes.append(f"{path}: not used (no 'run' and 'methods': not written by python -m mtl_heads ablate)")
                 continue
             found.append((path, record))
     return found, notes

@@ -11,7 +11,9 @@ import pandas as pd
 
 from mtl_heads.reports.claims.core import Claim, Study, run_folders, runs_of, task_name
 from mtl_heads.reports.claims.rules import FLOOR, NEAR_ALL, SHUFFLES
-from mtl_heads.reports.gates import kept_heads, moved_flags, permutation_baseline, read_run, stem_cells
+from mtl_heads.reports.gates.read import moved_flags, read_run
+from mtl_heads.reports.gates.stats import kept_heads, permutation_baseline
+from mtl_heads.reports.gates.stem import stem_cells
 from mtl_heads.reports.significance import format_p
 
 __all__ = ["Gates", "setting_gates", "regime_gates", "gate_baseline", "stricter", "not_pruned", "pair_text",

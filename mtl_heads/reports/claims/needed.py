@@ -1,5 +1,5 @@
 """Claim 6, which He & Choi do not test: are the stem cells *needed*? For each task T, the stem cells
-found without T ablated in T's unpruned runs (``python -m mtl_heads.ablate``) against layer-matched
+found without T ablated in T's unpruned runs (``python -m mtl_heads ablate``) against layer-matched
 random head sets of the same size, seeds pooled (:data:`RULES` ``needed``)."""
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def needed(study: Study) -> Claim:
                   "asks whether the tasks need them, with each task's own pruning left out of choosing them",
                   RULES["needed"], words=SUPPORT)
     if not study.ablations:
-        claim.answer = "cannot be tested: no head ablation results in the study (python -m mtl_heads.ablate)"
+        claim.answer = "cannot be tested: no head ablation results in the study (python -m mtl_heads ablate)"
         return claim
     held, wheres, others = _ablation_groups(study)
     for label, heads, seen in others:

@@ -8,7 +8,7 @@ import numpy as np
 from mtl_heads.reports.claims.core import REGIME_NAMES, REGIMES, Claim, Study, share, unreachable
 from mtl_heads.reports.claims.heads import gate_baseline, gate_runs, not_pruned, pair_text, regime_gates
 from mtl_heads.reports.claims.rules import REPLICATION, RULES
-from mtl_heads.reports.gates import run_consistency
+from mtl_heads.reports.gates.stats import run_consistency
 
 __all__ = ["overlap"]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from mtl_heads.reports.claims.core import REGIME_NAMES, REGIMES, Claim, Study, heads_text, majority, unreachable
 from mtl_heads.reports.claims.heads import gate_runs, not_pruned, regime_gates, stem_table, stricter
 from mtl_heads.reports.claims.rules import FLOOR, RULES, SHUFFLES
-from mtl_heads.reports.gates import (chance_stem_cells, chance_stem_cells_by_layer, kept_by_layer, stem_cells_vs_probes,
-                                     stem_count_layer_p, stem_count_p, stem_settings)
+from mtl_heads.reports.gates.stem import (chance_stem_cells, chance_stem_cells_by_layer, kept_by_layer,
+                                          stem_cells_vs_probes, stem_count_layer_p, stem_count_p, stem_settings)
 from mtl_heads.reports.significance import format_p
 
 __all__ = ["stem"]

@@ -1,4 +1,4 @@
-"""``python -m mtl_heads.data.ewt [out=data/ewt] [sources=<folder>] [key=value ...]``: build the
+"""``python -m mtl_heads ewt [out=data/ewt] [sources=<folder>] [key=value ...]``: build the
 five-layer EWT corpus that ``data=ewt`` reads.
 
 The corpus (CoNLL-2012 files with POS, trees, SRL and named entities, and aligned CoNLL-U files
@@ -6,9 +6,9 @@ with UD trees) is built from three public CC BY-SA 4.0 repositories at pinned co
 propbank/propbank-release, UniversalDependencies/UD_English-EWT and UniversalNER/UNER_English-EWT
 (``mtl_heads.data.ewt_build``). Examples::
 
-    python -m mtl_heads.data.ewt                                          # download, build data/ewt
-    python -m mtl_heads.data.ewt sources=../shared/data/ewt-sources       # offline, from local files
-    python -m mtl_heads.data.ewt out=/data/ewt sources=~/clones check=false force=true
+    python -m mtl_heads ewt                                               # download, build data/ewt
+    python -m mtl_heads ewt sources=../shared/data/ewt-sources            # offline, from local files
+    python -m mtl_heads ewt out=/data/ewt sources=~/clones check=false force=true
 
 Without ``sources=``, the repositories' archives are downloaded from GitHub over HTTPS into
 ``$MTL_HEADS_CACHE/ewt-sources`` (default ``~/.cache/mtl_heads``) and reused from there. Every
@@ -39,12 +39,12 @@ from mtl_heads.data.ewt_build import build_corpus
 from mtl_heads.data.ewt_sources import download_sources, folder_sources
 
 KEYS = {  # key: (default, what it means): the command's whole configuration, and its -h text
-    "out": ("data/ewt", "the corpus folder written (its parent folders are created); where data=ewt looks "
-                        "first"),
-    "sources": ("", "a folder holding propbank-release/, UD_English-EWT/ and UNER_English-EWT/: "
-                    "../shared/data/ewt-sources or git clones; empty: download the pinned commits' archives"),
-    "check": (True, "a sources folder whose files differ from the pinned commits' is an error; false: "
-                    "a warning, and the build goes on (a newer clone, on purpose)"),
+    "out": ("data/ewt", ("the corpus folder written (its parent folders are created); where data=ewt looks "
+                         "first")),
+    "sources": ("", ("a folder holding propbank-release/, UD_English-EWT/ and UNER_English-EWT/: "
+                     "../shared/data/ewt-sources or git clones; empty: download the pinned commits' archives")),
+    "check": (True, ("a sources folder whose files differ from the pinned commits' is an error; false: "
+                     "a warning, and the build goes on (a newer clone, on purpose)")),
     "force": (False, "replace a non-empty out (only once the new corpus is built)"),
     "progress": (True, "a progress bar per download (on a terminal; a few plain lines in a log)"),
 }
