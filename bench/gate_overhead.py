@@ -18,8 +18,8 @@ import time
 
 import torch
 
-from mtl_heads.encoder import GatedEncoder
-from mtl_heads.gating import HardConcreteGate
+from mtl_heads.model.encoder import GatedEncoder
+from mtl_heads.model.gating import HardConcreteGate
 
 
 def parse_args(argv=None):

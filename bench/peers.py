@@ -66,9 +66,9 @@ import numpy as np
 import torch
 from scipy import stats
 
+from mtl_heads.analysis.evaluation import score_sentences
 from mtl_heads.data.corpus import load_corpus
 from mtl_heads.data.sentence import Sentence
-from mtl_heads.evaluation import score_sentences
 from tasks import TASKS
 from tasks.con import DUMMY_POS
 from tasks.dep import Parse
@@ -405,9 +405,9 @@ def encoder_module(model: torch.nn.Module) -> torch.nn.Module:
 # ----------------------------------------------------------------------------- our side
 def run_ours(task: str, args, seed: int, work: Path, gold_test: list[Sentence], log) -> Side:
     """Train ``tasks=<task>`` with the library to convergence, then predict the test sentences with ``Predictor``."""
-    from mtl_heads.experiment import run
-    from mtl_heads.inference import Predictor
-    from mtl_heads.trainer import Trainer
+    from mtl_heads.analysis.inference import Predictor
+    from mtl_heads.training.experiment import run
+    from mtl_heads.training.trainer import Trainer
 
     side = Side(task, "ours", seed, "mtl-heads", settings={
         "sentences a step": STEP_SENTENCES, "lr encoder": LR_ENCODER, "lr task layers": LR_HEADS, "warmup": WARMUP,

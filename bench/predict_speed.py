@@ -60,9 +60,9 @@ sys.path.insert(0, str(REPO))
 from mtl_heads.data.batching import collate, length_batches, tokenize
 from mtl_heads.data.conll2012 import read_conll2012
 from mtl_heads.data.sentence import Sentence
-from mtl_heads.inference import Predictor
-from mtl_heads.model import decoder_mask
-from mtl_heads.precision import autocast
+from mtl_heads.analysis.inference import Predictor
+from mtl_heads.model.model import decoder_mask
+from mtl_heads.model.precision import autocast
 from tasks.reference import reference_path
 
 TASKS = ["pos", "ner", "dep", "con", "srl"]
@@ -94,13 +94,13 @@ def parse_args(argv=None):
 
 def train_tiny_run(args, folder: Path) -> Path:
     """A five-task run trained ``--epochs`` epochs on ``--corpus`` (reused when ``folder`` holds one)."""
-    from mtl_heads.runs import is_run_dir
+    from mtl_heads.folders import is_run_dir
 
     run_dir = folder / ("run" if args.corpus == "demo" else f"run-{args.corpus}")
     if is_run_dir(run_dir):
         print(f"reusing the run in {run_dir}")
         return run_dir
-    from mtl_heads.experiment import run
+    from mtl_heads.training.experiment import run
 
     started = time.perf_counter()
     if args.corpus == "demo":

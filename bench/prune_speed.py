@@ -38,8 +38,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from mtl_heads.encoder import GatedEncoder
-from mtl_heads.removal import attention_parameters, count_parameters, prune_encoder
+from mtl_heads.model.encoder import GatedEncoder
+from mtl_heads.model.removal import attention_parameters, count_parameters, prune_encoder
 
 GOAL = 0.15  # attention latency ratio within 15% of the FLOP ratio
 # --decoder: a Llama-style shape of realistic width (TinyLlama-1.1B's widths, 8 of its 22 layers). The

@@ -22,7 +22,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 PRESET_GROUPS = ("data", "encoder", "prune")
-PRECISIONS = ("auto", "fp32", "bf16")  # `precision`: see mtl_heads.precision  # `data=ewt` loads configs/data/ewt.yaml into `data`
+PRECISIONS = ("auto", "fp32", "bf16")  # `precision`: see mtl_heads.model.precision  # `data=ewt` loads configs/data/ewt.yaml into `data`
 # Where `data.format=ewt` finds its corpus when `data.path` is not given (configs/data/ewt.yaml leaves
 # it null): the first of these folders holding en_ewt.*.gold_conll, each relative to the working
 # folder, else to the project folder (as every data path): the builder's default output, then the copy
@@ -428,7 +428,7 @@ RULES: dict[str, Rule] = {
     "train.select": choice("auto", "best", "last"),
     "train.patience": count(optional=True),
     "train.checkpoint_every": count(0),
-    "train.strategy": choice("ddp", "fsdp"),  # mtl_heads.parallel.STRATEGIES
+    "train.strategy": choice("ddp", "fsdp"),  # mtl_heads.training.parallel.STRATEGIES
     "wandb.mode": choice("auto", "online", "offline", "disabled"),
     # probe.yaml, evaluate.yaml, predict.yaml
     "split": choice("train", "dev", "test"),
@@ -457,7 +457,7 @@ RULES: dict[str, Rule] = {
     "panels": count(),
     "shuffles": count(),
     # ablate.yaml
-    "methods": subset("zero", "mean", "resample"),  # mtl_heads.ablation.METHODS
+    "methods": subset("zero", "mean", "resample"),  # mtl_heads.analysis.ablation.METHODS
     "random_sets": count(),
     "reference": choice("train", "dev", "test"),
     "max_sentences": count(optional=True),

@@ -28,7 +28,7 @@ __all__ = ["UnreadableFile", "RefusedFile", "STATE_GLOBALS", "atomic_write_text"
 
 STATE_GLOBALS: tuple = ()
 """Classes the resumable state may name besides tensors and plain Python values. Empty: the numpy
-RNG state is stored as plain integers (see ``mtl_heads.trainer.rng_state``), so no class at all
+RNG state is stored as plain integers (see ``mtl_heads.training.trainer.rng_state``), so no class at all
 needs to be trusted."""
 
 

@@ -19,7 +19,7 @@ PROBES = {
     VoitaProbe.name: VoitaProbe,
     SinkProbe.name: SinkProbe,  # added by ``python -m mtl_heads probe`` to every report that captures attention maps
 }
-# probes.samples.AttentionSamples ("attention-samples") is added the same way (mtl_heads.probing.ADDED) but is
+# probes.samples.AttentionSamples ("attention-samples") is added the same way (mtl_heads.analysis.probing.ADDED) but is
 # not registered here: it keeps a few sentences' attention in a file of its own, no per-head table to rank.
 
 # Probes that need a trained run (gradients and ablations through its decoders).

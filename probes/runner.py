@@ -15,7 +15,7 @@ import torch
 
 from mtl_heads.config import ConfigError
 from mtl_heads.data.batching import Example, collate, length_batches, tokenize
-from mtl_heads.precision import full_precision
+from mtl_heads.model.precision import full_precision
 from mtl_heads.progress import progress_bar
 from probes.base import Probe, ProbeBatch, ProbeContext, capture_head_contexts
 

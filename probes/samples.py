@@ -14,7 +14,7 @@ head that parks its attention on [CLS] or [SEP] shows it.
 It writes ``attention-samples.json`` (:data:`FILE`) into the report folder and has no table: it is
 not in ``probes.PROBES`` and not in ``report.json``'s ``probes`` (every reader of per-head tables
 skips it); ``python -m mtl_heads probe`` adds it to every report that captures attention maps
-(:func:`mtl_heads.probing.with_sink`) and records ``attention_samples`` (file, sentences, bytes)
+(:func:`mtl_heads.analysis.probing.with_sink`) and records ``attention_samples`` (file, sentences, bytes)
 in ``report.json``. Size: 114 KB for MiniLM (6 x 12 heads) on the first four EWT test sentences of
 5 to 25 words (72 tokens, about 3.3 targets kept per row); it grows with layers x heads x tokens (a
 decoder of 32 layers x 32 heads: about 1.6 MB).

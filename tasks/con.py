@@ -26,7 +26,7 @@ from torch import nn
 
 from mtl_heads.data.errors import data_error
 from mtl_heads.data.sentence import Sentence
-from mtl_heads.precision import full_precision
+from mtl_heads.model.precision import full_precision
 from tasks.base import Decoder, Metric, Task, biaffine, biaffine_pairs, mlps
 
 Span = tuple[int, int, str]  # (start, end_exclusive, label)

@@ -17,7 +17,7 @@ from torch import nn
 from mtl_heads.data.errors import data_error
 from mtl_heads.data.headrules import PUNCT_TAGS, check_tree
 from mtl_heads.data.sentence import Sentence
-from mtl_heads.precision import fp32, full_precision
+from mtl_heads.model.precision import fp32, full_precision
 from tasks.base import Decoder, Metric, Task, biaffine, biaffine_pairs, mlps, pad_ids
 
 MIN = -1e32  # score of impossible arcs (supar's convention; finite, so no inf - inf = nan)

@@ -19,7 +19,7 @@ from torch import nn
 from mtl_heads.config import ConfigError
 from mtl_heads.data.sentence import Sentence
 from mtl_heads.data.trees import bio_to_spans
-from mtl_heads.precision import fp32, full_precision
+from mtl_heads.model.precision import fp32, full_precision
 from tasks.base import Decoder, Metric, Task, pad_ids
 
 Span = tuple[int, int, str]  # (start, end_exclusive, label)

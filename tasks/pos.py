@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from mtl_heads.data.sentence import Sentence
-from mtl_heads.precision import fp32
+from mtl_heads.model.precision import fp32
 from tasks.base import Decoder, Metric, Task, pad_ids
 
 

@@ -25,7 +25,7 @@ from supar.structs import ConstituencyCRF, DependencyCRF, MatrixTree
 from supar.utils.transform import CoNLL
 from torch import nn
 
-from mtl_heads.precision import fp32, full_precision
+from mtl_heads.model.precision import fp32, full_precision
 from tasks.con import CRFConstituencyDecoder, chart_to_tree
 from tasks.dep import MIN, BiaffineParser, Parse
 from tasks.ner import CRFTagger

@@ -11,12 +11,12 @@ import pytest
 import torch
 import yaml
 
-from mtl_heads.ablation import (METHODS, drop_summary, head_grid, kv_block, matched_sets, mean_contexts,
+from mtl_heads.analysis.ablation import (METHODS, drop_summary, head_grid, kv_block, matched_sets, mean_contexts,
                                 one_sided_p, possible_sets, resample_donors, table_lines, task_batches, task_score)
 from mtl_heads.commands.ablate import judge, sets_needed
-from mtl_heads.encoder import GatedEncoder
-from mtl_heads.gating import FixedGate
-from mtl_heads.headsets import head_name, parse_head
+from mtl_heads.model.encoder import GatedEncoder
+from mtl_heads.model.gating import FixedGate
+from mtl_heads.model.headsets import head_name, parse_head
 from test_decoder_lms import _batch, folders  # noqa: F401,F811 - a fixture, redefined as arguments
 from test_encoder import HEADS, LAYERS, padded_batch, tiny_model
 
@@ -289,7 +289,7 @@ TRAIN = ["data.demo_sizes={train: 16, dev: 8, test: 8}", "train.epochs=1", "trai
 def runs(tiny_encoder_dir, folders, tmp_path_factory):  # noqa: F811
     """``{"bert": a POS + DEP run of the tiny BERT, "llama": a POS + DEP run of a Llama with 2 KV heads
     and gates per KV group}``."""
-    from mtl_heads.experiment import run
+    from mtl_heads.training.experiment import run
 
     folder = tmp_path_factory.mktemp("ablation-runs")
     with pytest.MonkeyPatch.context() as mp:
@@ -315,8 +315,8 @@ RESULT_KEYS = ["metric", "base", "ablated", "drop", "random_drops", "null_mean",
 
 def closed_scores(run_dir, heads: list[tuple[int, int]]) -> dict[str, float]:
     """Each task's test score with ``heads`` closed through mask_heads, as the command batches them."""
-    from mtl_heads.ablation import eval_mode, split_examples
-    from mtl_heads.build import load_run
+    from mtl_heads.analysis.ablation import eval_mode, split_examples
+    from mtl_heads.model.build import load_run
 
     loaded = load_run(run_dir)
     mask = torch.ones(LAYERS, HEADS)
@@ -398,7 +398,7 @@ def test_stem_cells_and_default_folder(runs, tmp_path, monkeypatch):
 def test_top_heads_of_a_probe_report(tmp_path):
     from omegaconf import OmegaConf
 
-    from mtl_heads.ablation_heads import head_source
+    from mtl_heads.analysis.ablation_heads import head_source
 
     folder = tmp_path / "report"
     folder.mkdir()
@@ -454,8 +454,8 @@ def test_help_lists_every_key(capsys):
 
 
 def test_probes_import_the_same_helpers():
-    import mtl_heads.ablation as ablation
-    import mtl_heads.scoring as core
+    import mtl_heads.analysis.ablation as ablation
+    import mtl_heads.analysis.scoring as core
     import probes.importance as importance
 
     for name in ("task_batches", "task_score", "eval_mode", "open_heads"):
@@ -474,8 +474,8 @@ def test_mean_contexts_average_real_tokens():
 
 
 def test_tasks_on_the_same_sentences_share_passes(runs, monkeypatch):
-    from mtl_heads.ablation import split_examples, task_groups
-    from mtl_heads.build import load_run
+    from mtl_heads.analysis.ablation import split_examples, task_groups
+    from mtl_heads.model.build import load_run
 
     monkeypatch.setenv("MTL_HEADS_CACHE", str(runs["bert"].parent / "cache"))
     loaded = load_run(runs["bert"])

@@ -16,8 +16,8 @@ import transformers
 
 from mtl_heads.commands.probe import run
 from mtl_heads.data.sentence import Sentence
-from mtl_heads.encoder import GatedEncoder
-from mtl_heads.probing import with_sink
+from mtl_heads.model.encoder import GatedEncoder
+from mtl_heads.analysis.probing import with_sink
 from mtl_heads.reports.attention_view import (CAUSAL_TEXT, MIN_LABEL_COUNT, attention_html, best_probe_heads,
                                               note_text, read_samples)
 from mtl_heads.reports.probe_report import read_report

@@ -1,6 +1,6 @@
 """bf16 autocast on CPU: the CUDA code path (``precision=bf16``), proven as far as a CPU can.
 
-- ``mtl_heads.precision``: which runs autocast, and ``full_precision`` / ``fp32`` really give fp32
+- ``mtl_heads.model.precision``: which runs autocast, and ``full_precision`` / ``fp32`` really give fp32
   inside an autocast region (``x.float()`` alone does not, for matmul-like ops);
 - every task (NER with both decoders, DEP with both tree algorithms): the loss under CPU bf16
   autocast agrees with the fp32 loss on the same batch and weights, the structured computations
@@ -33,11 +33,11 @@ from torch import nn
 from mtl_heads.config import ConfigError, load_config
 from mtl_heads.data.batching import collate, tokenize
 from mtl_heads.data.corpus import load_corpus
-from mtl_heads.gating import HardConcreteGate
-from mtl_heads.model import MultiTaskModel
-from mtl_heads.precision import autocast, fp32, full_precision, to_fp32, uses_bf16
-from mtl_heads.sparsity import Sparsity
-from mtl_heads.build import build_encoder, build_tasks
+from mtl_heads.model.gating import HardConcreteGate
+from mtl_heads.model.model import MultiTaskModel
+from mtl_heads.model.precision import autocast, fp32, full_precision, to_fp32, uses_bf16
+from mtl_heads.model.sparsity import Sparsity
+from mtl_heads.model.build import build_encoder, build_tasks
 from mtl_heads.data.batching import prepare_examples
 
 RTOL = 1e-2
@@ -270,7 +270,7 @@ def test_l0_penalty_is_fp32_under_autocast():
 def test_gate_multiply_keeps_the_context_dtype(tiny_encoder_dir):
     """Under autocast the o_proj input stays bf16 (the gate is cast to it, not the context to
     fp32), and the gates' gradient reaches log_alpha in fp32."""
-    from mtl_heads.encoder import GatedEncoder
+    from mtl_heads.model.encoder import GatedEncoder
 
     encoder = GatedEncoder.from_pretrained(str(tiny_encoder_dir), gate="hard_concrete").train()
     ids = torch.tensor([[101, 2023, 2003, 102]])
@@ -288,8 +288,8 @@ def test_mtl5_dynamic_pruning_bf16_train_probe_prune_decode(tiny_encoder_dir, tm
     under bf16."""
     from mtl_heads.commands.probe import run as probe
     from mtl_heads.commands.prune import main as prune_main
-    from mtl_heads.removal import load_pruned
-    from mtl_heads.experiment import run as train
+    from mtl_heads.model.removal import load_pruned
+    from mtl_heads.training.experiment import run as train
 
     started = time.perf_counter()
     monkeypatch.setenv("MTL_HEADS_CACHE", str(tmp_path / "cache"))
@@ -317,7 +317,7 @@ def test_mtl5_dynamic_pruning_bf16_train_probe_prune_decode(tiny_encoder_dir, tm
     monkeypatch.setattr(MultiTaskModel, "forward", forward)
 
     # probes of the trained run, with the probe command's own precision=bf16
-    from mtl_heads.encoder import GatedEncoder
+    from mtl_heads.model.encoder import GatedEncoder
 
     encode, passes = GatedEncoder.forward, []
 
@@ -343,7 +343,7 @@ def test_mtl5_dynamic_pruning_bf16_train_probe_prune_decode(tiny_encoder_dir, tm
     kept = int(printed.split("heads kept: ")[1].split("/")[0])
     pruned = load_pruned(run_dir / "pruned")
     assert sum(pruned.encoder.heads_per_layer) == kept < 8
-    from mtl_heads.build import load_run
+    from mtl_heads.model.build import load_run
 
     loaded = load_run(run_dir)
     sentences = load_corpus(load_config([sizes]).data)["dev"]

@@ -18,7 +18,7 @@ import torch
 from mtl_heads.data.conll2012 import read_conll2012
 from mtl_heads.data.conllu import attach_conllu, read_conllu
 from mtl_heads.data.sentence import Sentence
-from mtl_heads.encoder import GatedEncoder
+from mtl_heads.model.encoder import GatedEncoder
 from mtl_heads.commands.probe import main, run
 from probes import PROBES
 from probes import reference as ref
@@ -397,7 +397,7 @@ def test_encoder_report_has_the_cls_sink_and_no_caveat(tiny_encoder_dir, base, t
 
 
 def test_importance_and_ablation_on_a_trained_decoder_run(decoders, base, tmp_path, monkeypatch, capsys):
-    from mtl_heads.experiment import run as train
+    from mtl_heads.training.experiment import run as train
 
     monkeypatch.setenv("MTL_HEADS_CACHE", str(tmp_path / "cache"))
     folder = tmp_path / "runs" / "llama-pos"

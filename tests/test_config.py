@@ -74,7 +74,7 @@ def test_runs_saved_before_a_key_existed_rebuild_what_they_trained(tmp_path):
     from omegaconf import OmegaConf
 
     from mtl_heads.config import load_config, load_saved_config, to_yaml
-    from mtl_heads.experiment import apply_init
+    from mtl_heads.training.experiment import apply_init
 
     cfg = load_config(["tasks=srl,pos"])
     assert cfg.task.srl.span_ratio == 0.8
@@ -103,7 +103,7 @@ def test_init_inherits_what_the_weights_were_trained_with(tmp_path):
     """init=<run>: the run's word pooling and gate grouping come with its weights (its decoders were
     trained on those vectors); a key given on the command line still wins."""
     from mtl_heads.config import load_config, to_yaml
-    from mtl_heads.experiment import apply_init
+    from mtl_heads.training.experiment import apply_init
 
     run = tmp_path / "run"
     run.mkdir()

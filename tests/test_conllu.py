@@ -318,7 +318,7 @@ def test_multilingual_words_reach_the_tokenizer(tiny_encoder_dir):
 
 
 def test_train_on_a_conllu_treebank(tiny_encoder_dir, tmp_path):
-    from mtl_heads.experiment import run
+    from mtl_heads.training.experiment import run
 
     out = tmp_path / "run"
     metrics = run([f"encoder.name={tiny_encoder_dir}", "data=conllu", f"data.train={TRAIN}", f"data.dev={DEV}",

@@ -227,9 +227,9 @@ def test_five_tasks_on_ewt_test_slice_predict_the_same_both_ways(ewt, tiny_encod
     """50 EWT test sentences through a five-task model (a small random encoder, random decoders):
     every layer the Predictor writes is the same with the fast decoders and the reference ones."""
     from mtl_heads.data.conll2012 import read_conll2012
-    from mtl_heads.encoder import GatedEncoder
-    from mtl_heads.inference import Predictor
-    from mtl_heads.model import MultiTaskModel
+    from mtl_heads.model.encoder import GatedEncoder
+    from mtl_heads.analysis.inference import Predictor
+    from mtl_heads.model.model import MultiTaskModel
 
     sentences = read_conll2012(ewt / "en_ewt.test.gold_conll")[:50]
     tasks = {name: TASKS[name]() for name in ("pos", "ner", "dep", "con", "srl")}

@@ -11,7 +11,7 @@ import torch
 import transformers
 
 from conftest import REPO
-from mtl_heads.encoder import GatedEncoder, attention_shape, pool_words
+from mtl_heads.model.encoder import GatedEncoder, attention_shape, pool_words
 
 SENTENCES = [
     "The dog saw a cat in the park .",
@@ -188,7 +188,7 @@ def test_gated_training_run(folders, family, kv_heads, tasks, groups, tmp_path):
     tasks together on a BOS model and on one without BOS."""
     import json
 
-    from mtl_heads.experiment import run
+    from mtl_heads.training.experiment import run
 
     metrics = run([f"encoder.name={folders(family, kv_heads)}", f"tasks={tasks}", "prune=dynamic",
                    f"encoder.gate_groups={groups}", "data.demo_sizes={train: 16, dev: 8, test: 8}",
@@ -246,7 +246,7 @@ def test_pre_split_words_are_encoded_as_in_running_text(tmp_path, tokenizer_clas
     assert sorted(set(w for w in word_ids if w is not None)) == list(range(len(words)))
     # words the regex cuts into several pieces (digits, dots, hyphens, clitics) get ONE space, before
     # the word, as in running text; and loading the edited tokenizer again (a pruned folder) adds none
-    from mtl_heads.encoder import word_tokenizer
+    from mtl_heads.model.encoder import word_tokenizer
 
     cut = "In 2024 the U.S. e-mail said 3.5 percent , n't".split()
     again = word_tokenizer(tokenizer, "again")

@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from mtl_heads.config import ConfigError, load_config
-from mtl_heads.encoder import ADAPTERS, GatedEncoder
-from mtl_heads.gating import GroupedGate, HardConcreteGate
-from mtl_heads.removal import (DECODERS, LayerConfig, PrunedEncoder, load_pruned, prune_encoder, removal_plan,
+from mtl_heads.model.encoder import ADAPTERS, GatedEncoder
+from mtl_heads.model.gating import GroupedGate, HardConcreteGate
+from mtl_heads.model.removal import (DECODERS, LayerConfig, PrunedEncoder, load_pruned, prune_encoder, removal_plan,
                                save_pruned)
-from mtl_heads.sparsity import resolve_budget, sparsity_from_config
+from mtl_heads.model.sparsity import resolve_budget, sparsity_from_config
 from test_decoder_lms import CASES, HEADS, _batch, folders  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny matrices: see conftest.one_thread
@@ -217,7 +217,7 @@ def test_budget_eval_rule_keeps_whole_groups():
 def test_static_pruning_with_kv_gates_and_removal(folders, tmp_path, monkeypatch, capsys):
     """A run with fixed per-head gates on a GQA model, pruned by the command (a zeroed head), then
     static pruning from it with KV gates and a budget, pruned again (no zeroed head)."""
-    from mtl_heads.experiment import run
+    from mtl_heads.training.experiment import run
     from mtl_heads.commands.prune import main
 
     monkeypatch.setenv("MTL_HEADS_CACHE", str(tmp_path / "cache"))
@@ -247,7 +247,7 @@ def test_static_pruning_with_kv_gates_and_removal(folders, tmp_path, monkeypatch
 
 
 def test_kv_gate_mask_per_group_or_per_head(folders, tmp_path):
-    from mtl_heads.build import build_encoder
+    from mtl_heads.model.build import build_encoder
 
     cfg = load_config([f"encoder.name={folders('mistral', 2)}", "encoder.gate=fixed", "encoder.gate_groups=kv",
                        "encoder.gate_mask=[[1,0],[0.5,1]]"])

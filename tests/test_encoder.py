@@ -10,9 +10,9 @@ import torch
 import transformers
 from transformers import AutoConfig, AutoModel
 
-from mtl_heads.architectures import ADAPTERS
-from mtl_heads.encoder import EncoderNotFound, GatedEncoder, pool_words
-from mtl_heads.gating import FixedGate, HardConcreteGate
+from mtl_heads.model.architectures import ADAPTERS
+from mtl_heads.model.encoder import EncoderNotFound, GatedEncoder, pool_words
+from mtl_heads.model.gating import FixedGate, HardConcreteGate
 
 LAYERS, HEADS, HIDDEN, HEAD_DIM = 2, 4, 32, 8
 ALL_TYPES = ["bert", "roberta", "xlm-roberta", "electra", "deberta-v2", "mpnet", "distilbert"]

@@ -7,8 +7,8 @@ import pytest
 
 from mtl_heads.data.conll2012 import read_conll2012, write_conll2012
 from mtl_heads.commands.evaluate import main
-from mtl_heads.evaluation import score_sentences
-from mtl_heads.experiment import run
+from mtl_heads.analysis.evaluation import score_sentences
+from mtl_heads.training.experiment import run
 from tasks import TASKS
 
 FIVE = ["pos", "ner", "dep", "con", "srl"]
@@ -93,7 +93,7 @@ def test_round_trip_predict_write_read_score_equals_the_run_metrics(trained, tmp
     """Predicting the test split, writing it, reading it back and scoring it against gold gives
     exactly the test scores training wrote to metrics.json, for all five tasks."""
     from mtl_heads.data.formats import write
-    from mtl_heads.inference import Predictor
+    from mtl_heads.analysis.inference import Predictor
 
     saved = json.loads((trained / "metrics.json").read_text())["test"]
     gold = gold_sentences(trained.parent / "cache")
@@ -113,7 +113,7 @@ def test_round_trip_predict_write_read_score_equals_the_run_metrics(trained, tmp
 
 
 def test_counts_print_as_integers_and_rates_with_two_decimals(trained, capsys):
-    from mtl_heads.evaluation import format_metric, format_metrics
+    from mtl_heads.analysis.evaluation import format_metric, format_metrics
 
     assert format_metrics({"accuracy": 93.6512, "tokens": 19083.0}) == "accuracy 93.65  tokens 19083"
     assert format_metric("words", 120.0) == "120" and format_metric("sentences", 7) == "7"

@@ -20,7 +20,7 @@ import torch.distributed as dist
 from safetensors.torch import load_file
 
 from mtl_heads.config import ConfigError
-from mtl_heads.experiment import run
+from mtl_heads.training.experiment import run
 
 
 def _fsdp_available() -> bool:
@@ -131,7 +131,7 @@ def trained(base, tmp_path):
 
 
 def test_fsdp_trains_like_ddp_resumes_exactly_and_saves_plain_files(trained):
-    from mtl_heads.evaluation import evaluate_trained
+    from mtl_heads.analysis.evaluation import evaluate_trained
 
     folder, records, other = trained
     fsdp, ddp = records["fsdp"]["metrics"], records["ddp"]["metrics"]

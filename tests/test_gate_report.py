@@ -13,7 +13,7 @@ import yaml
 from scipy import stats
 
 from mtl_heads.config import ConfigError
-from mtl_heads.headsets import block_permutations
+from mtl_heads.model.headsets import block_permutations
 from mtl_heads.commands.gates import main
 from mtl_heads.reports import gates as gate_report
 from mtl_heads.reports.gates import pictures
@@ -297,10 +297,10 @@ def test_no_collapsed_axes_with_long_setting_names(tmp_path):
 
 
 def test_an_offline_wandb_run_says_where_it_went(tmp_path, monkeypatch, capsys):
-    """The one place (mtl_heads.tracking.start_run) that makes train, prune and probe print where an
+    """The one place (mtl_heads.training.tracking.start_run) that makes train, prune and probe print where an
     offline W&B run was written and how to upload it, once, when it finishes."""
     pytest.importorskip("wandb")
-    from mtl_heads.tracking import start_run, wandb_section
+    from mtl_heads.training.tracking import start_run, wandb_section
 
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.chdir(tmp_path)
@@ -331,10 +331,10 @@ def test_gates_still_at_their_initial_values_did_not_move():
 
 def test_the_initial_range_uses_the_gates_own_formula():
     """initial_gate_range gives what a freshly built HardConcreteGate gives in eval at the ends of its
-    log_alpha interval (one home for the formula: mtl_heads.gating.deterministic_gate)."""
+    log_alpha interval (one home for the formula: mtl_heads.model.gating.deterministic_gate)."""
     import torch
 
-    from mtl_heads.gating import HardConcreteGate
+    from mtl_heads.model.gating import HardConcreteGate
 
     for cfg, mean in (({"tasks": ["pos"], "prune": {"mode": "dynamic"}}, 0.0), ({"tasks": ["pos"]}, 3.0),
                       ({"tasks": ["pos"], "encoder": {"gate_init": 1.5, "gate_init_mean": -0.5}}, -0.5)):
@@ -729,8 +729,8 @@ def test_stem_count_p_matches_the_hypergeometric_tail():
 
 def test_the_commands_default_cut_off_is_the_kept_cut_off():
     """configs/gates.yaml and configs/prune.yaml spell the cut-off as a number (YAML cannot import it):
-    it must stay mtl_heads.gating.KEPT_AT, the one value every count of kept heads uses."""
-    from mtl_heads.gating import KEPT_AT
+    it must stay mtl_heads.model.gating.KEPT_AT, the one value every count of kept heads uses."""
+    from mtl_heads.model.gating import KEPT_AT
 
     for name in ("gates", "prune"):
         assert yaml.safe_load((REPO / "configs" / f"{name}.yaml").read_text())["threshold"] == KEPT_AT, name

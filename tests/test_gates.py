@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from mtl_heads.gating import KEPT_AT, GATES, FixedGate, HardConcreteGate, build_gate, deterministic_gate, kept_count
+from mtl_heads.model.gating import KEPT_AT, GATES, FixedGate, HardConcreteGate, build_gate, deterministic_gate, kept_count
 
 
 def test_hard_concrete_init_range_and_shape():
@@ -137,7 +137,7 @@ def test_build_gate_registry():
 
 
 def test_grouped_gates_one_value_per_kv_group():
-    from mtl_heads.gating import GateMaskError, GroupedGate
+    from mtl_heads.model.gating import GateMaskError, GroupedGate
 
     torch.manual_seed(0)
     grouped = build_gate("hard_concrete", 2, 6, group_size=3, init_range=0.5)

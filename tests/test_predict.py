@@ -18,7 +18,7 @@ from mtl_heads.data.formats import format_by_name, input_format, output_format
 from mtl_heads.data.sentence import Sentence
 from mtl_heads.data.text import read_conllu_words, read_jsonl, read_text, tokenize_text
 from mtl_heads.data.trees import bio_to_spans
-from mtl_heads.inference import Predictor
+from mtl_heads.analysis.inference import Predictor
 from mtl_heads.commands.predict import main
 from tasks.con import BracketF1
 from tasks.ner import spans_to_bio
@@ -38,7 +38,7 @@ LONG = ["word"] * 200  # over the tiny encoder's limit of 128 sub-words
 @pytest.fixture(scope="module")
 def run_dir(tiny_encoder_dir, tmp_path_factory):
     """A 1-epoch five-task run on the tiny random encoder (2 layers x 4 heads, 128 sub-words)."""
-    from mtl_heads.experiment import run
+    from mtl_heads.training.experiment import run
 
     folder = tmp_path_factory.mktemp("predict")
     with pytest.MonkeyPatch.context() as mp:

@@ -168,7 +168,7 @@ class External:
 
 @pytest.fixture
 def trained_run(tiny_encoder_dir, tmp_path, monkeypatch):
-    from mtl_heads.experiment import run as train
+    from mtl_heads.training.experiment import run as train
 
     monkeypatch.setenv("MTL_HEADS_CACHE", str(tmp_path / "cache"))
     folder = tmp_path / "runs" / "pos"

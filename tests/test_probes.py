@@ -17,7 +17,7 @@ from mtl_heads.data.conll2012 import read_conll2012
 from mtl_heads.data.conllu import attach_conllu, read_conllu
 from mtl_heads.data.corpus import convert_trees
 from mtl_heads.data.sentence import Sentence
-from mtl_heads.encoder import GatedEncoder
+from mtl_heads.model.encoder import GatedEncoder
 from probes import PROBES
 
 PARAMETER_FREE = [n for n, cls in PROBES.items() if not getattr(cls, "needs_run", False)]

@@ -10,10 +10,10 @@ from torch.nn import functional as F
 from mtl_heads.config import ConfigError
 from mtl_heads.data.batching import collate, tokenize
 from mtl_heads.data.sentence import Sentence
-from mtl_heads.encoder import GatedEncoder
-from mtl_heads.gating import FixedGate
+from mtl_heads.model.encoder import GatedEncoder
+from mtl_heads.model.gating import FixedGate
 from mtl_heads.commands.prune import main
-from mtl_heads.removal import PrunedEncoder, count_parameters, load_pruned, prune_encoder, save_pruned
+from mtl_heads.model.removal import PrunedEncoder, count_parameters, load_pruned, prune_encoder, save_pruned
 
 HIDDEN, HEADS, HEAD_DIM = 32, 4, 8
 # uneven head counts, soft values, and a layer (1) that loses every head
@@ -192,8 +192,8 @@ def test_unsupported_model_types_say_so(model_type):
 
 
 def test_cli_prunes_a_run_and_the_folder_loads_back(tiny_encoder_dir, tmp_path, monkeypatch, capsys):
-    from mtl_heads.build import load_run
-    from mtl_heads.experiment import run
+    from mtl_heads.model.build import load_run
+    from mtl_heads.training.experiment import run
 
     monkeypatch.setenv("MTL_HEADS_CACHE", str(tmp_path / "cache"))
     run_dir = tmp_path / "run"

@@ -6,9 +6,9 @@ import torch
 from safetensors.torch import load_file
 
 from mtl_heads.config import ConfigError, load_config
-from mtl_heads.gating import HardConcreteGate
-from mtl_heads.sparsity import LagrangianBudget, Sparsity, resolve_budget, resolve_lambda, sparsity_from_config
-from mtl_heads.experiment import run, run_seeds
+from mtl_heads.model.gating import HardConcreteGate
+from mtl_heads.model.sparsity import LagrangianBudget, Sparsity, resolve_budget, resolve_lambda, sparsity_from_config
+from mtl_heads.training.experiment import run, run_seeds
 
 
 @pytest.fixture

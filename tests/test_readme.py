@@ -372,7 +372,7 @@ def test_readme_tour_runs(tmp_path, monkeypatch):
 def test_task_example_trains(tiny_encoder_dir, tmp_path, monkeypatch):
     """The "Adding a task" guide's example is real: one module, one registry line, it trains."""
     import tasks
-    from mtl_heads.experiment import run
+    from mtl_heads.training.experiment import run
 
     guide = (REPO / "docs" / "guides" / "adding-a-task.md").read_text()
     code = re.search(r"```python\n(# tasks/chunk.py\n.*?)```", guide, re.S).group(1)

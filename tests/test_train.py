@@ -11,9 +11,9 @@ from safetensors.torch import load_file
 
 from mtl_heads.config import ConfigError
 
-from mtl_heads.experiment import run
+from mtl_heads.training.experiment import run
 from mtl_heads.commands.train import main
-from mtl_heads.trainer import TrainingError
+from mtl_heads.training.trainer import TrainingError
 
 from conftest import REPO
 
@@ -76,7 +76,7 @@ def test_killed_run_resumes_to_the_same_result(base, tmp_path):
 def test_patience_stops_when_dev_stops_improving(base, tmp_path, monkeypatch, capsys):
     """train.patience=2 with dev scores 50, 60, 55, 58, 40, ...: the best is epoch 2, and after epochs 3
     and 4 bring nothing better the run stops (epochs=8 is the cap), keeping epoch 2's weights."""
-    from mtl_heads.trainer import Trainer
+    from mtl_heads.training.trainer import Trainer
 
     dev = iter([50.0, 60.0, 55.0, 58.0, 40.0, 70.0, 80.0, 90.0])
     real = Trainer.scores
@@ -219,7 +219,7 @@ def test_a_budget_run_says_how_far_it_ended_from_the_budget(base, tmp_path, caps
 def test_the_budget_line_names_the_keys_that_close_the_gap():
     from omegaconf import OmegaConf
 
-    from mtl_heads.sparsity import budget_gap, budget_line
+    from mtl_heads.model.sparsity import budget_gap, budget_line
 
     cfg = OmegaConf.create({"train": {"epochs": 3, "lr_gate": 0.05}, "prune": {"lr_lagrangian": 0.01}})
     assert budget_gap(36, 42) == {"target": 36, "kept": 42, "gap": 6}

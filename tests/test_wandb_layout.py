@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from mtl_heads.tracking import resolve_mode
-from mtl_heads.experiment import run
+from mtl_heads.training.experiment import run
+from mtl_heads.training.tracking import resolve_mode
 
 wandb = pytest.importorskip("wandb")
 
@@ -168,8 +168,8 @@ def test_head_removal_online_continues_the_training_run(trained, monkeypatch):
     step after the training's last (W&B itself is replaced here: no network in tests)."""
     from omegaconf import OmegaConf
 
-    from mtl_heads import tracking
     from mtl_heads.config import load_saved_config
+    from mtl_heads.training import tracking
 
     assert tracking.attaches("online", "abc") and not tracking.attaches("offline", "abc")
     assert not tracking.attaches("online", "") and not tracking.attaches("disabled", "abc")

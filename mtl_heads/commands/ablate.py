@@ -24,15 +24,15 @@ to vary there: the output says so ("degenerate": true, the layers in "full_layer
 is 1 when no layer varies). The cost is one pass over the split per method and head set,
 methods x (1 + random_sets) in all. Bad input (an unknown head
 name, an empty set, a missing run or file) is one ``error:`` line naming the key or file, exit 2.
-Defaults are in ``configs/ablate.yaml``; the Python API is ``mtl_heads.ablation`` (the study) and
-``mtl_heads.ablation_heads`` (reading ``heads=``).
+Defaults are in ``configs/ablate.yaml``; the Python API is ``mtl_heads.analysis.ablation`` (the study) and
+``mtl_heads.analysis.ablation_heads`` (reading ``heads=``).
 """
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from mtl_heads.ablation_heads import check_run, head_source
+from mtl_heads.analysis.ablation_heads import check_run, head_source
 from mtl_heads.cli import command
 from mtl_heads.config import CONFIG_DIR, ConfigError, load_config
 from mtl_heads.files import write_json
@@ -81,7 +81,7 @@ def judge(record: dict) -> dict:
     (:func:`sets_needed`; these two None when nothing can be tested) and ``notes`` (:func:`verdict_notes`).
 
     Args:
-        record: what :func:`mtl_heads.ablation.run_ablation` returns (or an ``ablation.json`` read back).
+        record: what :func:`mtl_heads.analysis.ablation.run_ablation` returns (or an ``ablation.json`` read back).
     """
     from mtl_heads.reports.claims import holm
     from mtl_heads.reports.significance import ALPHA
@@ -139,8 +139,11 @@ def run(argv: list[str], log=print) -> dict:
     out = out_folder(cfg)
     chosen = check_run(Path(str(cfg.run)), heads, list(cfg.tasks))
 
-    from mtl_heads.ablation import run_ablation, table_lines  # torch from here on
-    from mtl_heads.build import load_run, pick_device
+    from mtl_heads.analysis.ablation import (  # torch from here on
+        run_ablation,
+        table_lines,
+    )
+    from mtl_heads.model.build import load_run, pick_device
 
     loaded = load_run(str(cfg.run), device=pick_device(cfg.device))
     record = run_ablation(loaded, chosen, list(cfg.methods), cfg.random_sets, cfg.seed, cfg.split, cfg.reference,

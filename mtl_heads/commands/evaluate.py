@@ -38,12 +38,12 @@ def run(argv: list[str], log=print) -> dict:
             raise ConfigError("config keys 'pred' and 'gold': give both files (and no model), or a model without them")
         if data_overrides:
             raise ConfigError("config key 'data': not used when scoring files (pred= and gold=); drop it")
-        from mtl_heads.evaluation import score_files
+        from mtl_heads.analysis.evaluation import score_files
 
         result = score_files(cfg.pred, cfg.gold, list(cfg.tasks), cfg.pred_format, cfg.gold_format, cfg.conllu_pos)
         what = f"{cfg.pred} against {cfg.gold}"
     elif cfg.model:
-        from mtl_heads.evaluation import evaluate_trained
+        from mtl_heads.analysis.evaluation import evaluate_trained
 
         result = evaluate_trained(cfg.model, data, cfg.split, list(cfg.tasks) or None, cfg.device, cfg.precision,
                                   cfg.batch_size, cfg.progress, log)
@@ -51,8 +51,8 @@ def run(argv: list[str], log=print) -> dict:
     else:
         raise ConfigError("config key 'model': give a trained run folder (python -m mtl_heads evaluate runs/<run>) "
                           "or two files (pred=<file> gold=<file> tasks=...)")
+    from mtl_heads.analysis.evaluation import format_metrics
     from mtl_heads.data.corpus import cut_note
-    from mtl_heads.evaluation import format_metrics
 
     if "eval_cut" in result:
         what += f", {cut_note(result['eval_cut'])}"

@@ -78,7 +78,7 @@ def log_gates(paths: dict, out: Path, mode: str, project: str) -> None:
     except Exception as err:  # wandb raises its own errors (no API key, no network)
         raise ConfigError(f"W&B logging ({mode}) failed: {err}") from None
     if mode == "offline":
-        from mtl_heads.tracking import offline_message
+        from mtl_heads.training.tracking import offline_message
 
         print(offline_message(Path(folder)))
     else:

@@ -18,7 +18,7 @@ those skipped as too long, the throughput and the output path. Bad input (a miss
 non-UTF-8 or empty file, a malformed line, a task the run was not trained on, an output folder
 that does not exist) is one ``error:`` line naming ``path:line`` or the config key, exit 2.
 
-Every key is in ``configs/predict.yaml``; the Python API is :class:`mtl_heads.inference.Predictor`.
+Every key is in ``configs/predict.yaml``; the Python API is :class:`mtl_heads.analysis.inference.Predictor`.
 """
 from __future__ import annotations
 
@@ -101,7 +101,9 @@ def predict(cfg) -> int:
                           f"({', '.join(tasks)}) do not include con")
     sentences = formats.read(source, formats.input_format(source, cfg.input.format), tokenized=cfg.input.tokenized)
 
-    from mtl_heads.inference import Predictor  # torch and transformers from here on
+    from mtl_heads.analysis.inference import (
+        Predictor,  # torch and transformers from here on
+    )
 
     predictor = Predictor.load(cfg.run, device=cfg.device, tasks=tasks, precision=cfg.precision,
                                long_policy=cfg.long_policy)

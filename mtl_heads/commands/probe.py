@@ -18,7 +18,7 @@ side-by-side heatmaps; with ``compare_pool=seeds`` (the default) the reports of 
 trained setting (``runs/<experiment>/seed<N>``) form one column, mean ± std over seeds with
 Welch's t-test against the first column (``mtl_heads/reports/probe_compare.py``); ``compare_pool=none``: one column
 per report. See ``configs/probe.yaml`` for every key, ``probes/`` for the definitions and
-:mod:`mtl_heads.probing` for the library it calls.
+:mod:`mtl_heads.analysis.probing` for the library it calls.
 
 Whenever a probe reads attention maps, the ``sink`` probe (the mean share of attention on the first
 token, per head) is added: it reuses those maps. A decoder-only (causal) model is probed the same
@@ -31,9 +31,9 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from mtl_heads.analysis.probing import check_config, probe_model, run_compare
 from mtl_heads.cli import command
 from mtl_heads.config import CONFIG_DIR, load_config
-from mtl_heads.probing import check_config, probe_model, run_compare
 from probes import PROBES
 
 

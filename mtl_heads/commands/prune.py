@@ -1,15 +1,15 @@
 """``python -m mtl_heads prune RUN [out=FOLDER] [threshold=T]``: remove a run's pruned heads for real
-and save the smaller model (default ``<run>/pruned/``; T defaults to :data:`mtl_heads.gating.KEPT_AT`).
+and save the smaller model (default ``<run>/pruned/``; T defaults to :data:`mtl_heads.model.gating.KEPT_AT`).
 
 Heads whose gate is below the threshold are sliced out of Q, K, V and ``W_O`` (the work is done by
-:mod:`mtl_heads.removal`; decoders with grouped-query attention lose whole KV groups, and a pruned
+:mod:`mtl_heads.model.removal`; decoders with grouped-query attention lose whole KV groups, and a pruned
 query head in a group that stays is zeroed in ``W_O``); the command prints the heads kept per layer
 (and KV heads, zeroed heads), the parameters before and after, and the largest difference between
 the gated and the pruned model's outputs on dev sentences, then reloads the saved folder and checks
-it again (:mod:`mtl_heads.prune_check`). Load a pruned folder with
-``mtl_heads.removal.load_pruned(folder)``. With W&B on (``wandb.mode``), the removal joins the training
+it again (:mod:`mtl_heads.analysis.prune_check`). Load a pruned folder with
+``mtl_heads.model.removal.load_pruned(folder)``. With W&B on (``wandb.mode``), the removal joins the training
 run's W&B run (the id in ``<run>/wandb_id``; its keys under ``removal/``); a run trained without W&B
-gets a run of its own (:func:`mtl_heads.tracking.log_head_removal`).
+gets a run of its own (:func:`mtl_heads.training.tracking.log_head_removal`).
 """
 from __future__ import annotations
 
@@ -31,10 +31,14 @@ def prune(cfg: DictConfig) -> None:
     if not cfg.run:
         raise ConfigError("config key 'run': give a finished run folder, e.g. python -m mtl_heads prune runs/<run>")
     # torch and transformers from here on: deferred so that -h and a mistyped key answer at once
-    from mtl_heads.build import load_run
-    from mtl_heads.prune_check import check_pruned, removal_lines, removal_numbers
-    from mtl_heads.removal import prune_model, save_pruned
-    from mtl_heads.tracking import ID_FILE, log_head_removal, wandb_section
+    from mtl_heads.analysis.prune_check import (
+        check_pruned,
+        removal_lines,
+        removal_numbers,
+    )
+    from mtl_heads.model.build import load_run
+    from mtl_heads.model.removal import prune_model, save_pruned
+    from mtl_heads.training.tracking import ID_FILE, log_head_removal, wandb_section
 
     try:
         run = load_run(cfg.run, device=cfg.device)

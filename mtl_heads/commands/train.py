@@ -9,7 +9,7 @@ Examples::
     python -m mtl_heads train run_dir=runs/x resume=true         # continue an interrupted run
     torchrun --nproc_per_node=2 -m mtl_heads.train tasks=pos     # DDP on 2 GPUs (gloo on CPU)
 
-See ``configs/train.yaml`` for every key. The work is done by :mod:`mtl_heads.experiment`; this
+See ``configs/train.yaml`` for every key. The work is done by :mod:`mtl_heads.training.experiment`; this
 module checks the command line first, before torch and transformers are imported, so that a
 mistyped key or value is reported at once.
 """
@@ -25,8 +25,8 @@ def train(argv: list[str]) -> list[dict]:
     """Check the command line (fast: no torch yet), then train; returns each seed's metrics."""
     cfg = load_config(argv)
     # torch and transformers from here on: deferred so that a mistyped key is reported at once
-    from mtl_heads.experiment import given_keys, run_seeds_config
-    from mtl_heads.trainer import TrainingError
+    from mtl_heads.training.experiment import given_keys, run_seeds_config
+    from mtl_heads.training.trainer import TrainingError
 
     try:
         results = run_seeds_config(cfg, given_keys(argv))

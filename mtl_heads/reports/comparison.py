@@ -45,7 +45,7 @@ import pandas as pd
 from mtl_heads.config import ConfigError
 from mtl_heads.files import UnreadableFile, read_json
 from mtl_heads.reports.curves import curve_points, learning_curves, main_metric, plot_learning_curves
-from mtl_heads.gating import KEPT_AT
+from mtl_heads.model.gating import KEPT_AT
 from mtl_heads.reports.gates.pictures import write_correlation
 from mtl_heads.reports.gates.read import read_run
 from mtl_heads.reports.gates.stats import STILL_TEXT

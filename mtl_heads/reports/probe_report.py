@@ -432,7 +432,7 @@ def summary_cells(summary: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 # ---------------------------------------------------------------------- probe folders among a command's paths
-PROBE_KINDS = ("probe report", "probe comparison")  # what mtl_heads.runs.folder_kind calls the folders of probes
+PROBE_KINDS = ("probe report", "probe comparison")  # what mtl_heads.folders.folder_kind calls the folders of probes
 
 
 def _probe_folders(folder: Path, depth: int = MAX_DEPTH) -> list[Path]:

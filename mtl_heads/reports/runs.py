@@ -20,7 +20,7 @@ import pandas as pd
 import yaml
 
 from mtl_heads.config import ConfigError
-from mtl_heads.runs import KIND_WHY, folder_kind, is_finished_run, is_unfinished_run
+from mtl_heads.folders import KIND_WHY, folder_kind, is_finished_run, is_unfinished_run
 
 __all__ = ["IGNORED_KEYS", "RUNS", "MAX_DEPTH", "SKIP_DIRS", "KIND_WHY", "Note", "folder_kind", "walk_runs",
            "find_runs", "read_yaml", "flatten_config", "setting_config", "varying_keys", "is_null",

@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from mtl_heads.folders import is_probe_report
 from mtl_heads.reports.claims.rules import ALPHA, REPLICATION, TOO_FEW
 from mtl_heads.reports.probe_report import read_report
 from mtl_heads.reports.runs import read_yaml, walk_runs
 from mtl_heads.reports.significance import format_p
-from mtl_heads.runs import is_probe_report
 
 __all__ = ["REGIMES", "REGIME_NAMES", "RETRAINED", "ABLATION_FILE", "regime", "holm", "Test", "Claim", "test_text",
            "too_few_text", "unreachable", "Study", "read_ablations", "build_study", "mean_std", "heads_text",

@@ -38,12 +38,12 @@ the seeds of one setting form one group) and writes, as PNG and CSV (:func:`writ
   cells among the best heads of the (pretrained) encoder's probes? Their percentile ranks per probe,
   against random head sets of the same size.
 
-A head counts as kept when its gate is at least :data:`mtl_heads.gating.KEPT_AT` (1e-3; here also under its
+A head counts as kept when its gate is at least :data:`mtl_heads.model.gating.KEPT_AT` (1e-3; here also under its
 older name ``KEEP_THRESHOLD``, which the HTML and comparison reports import).
 """
 from __future__ import annotations
 
-from mtl_heads.gating import KEPT_AT
+from mtl_heads.model.gating import KEPT_AT
 from mtl_heads.reports.gate_map import kept_per_layer, plot_gate_map
 from mtl_heads.reports.gates.pictures import (WANDB_MODES, WHAT, correlation_note, default_out, describe_file,
                                               grey_mean, group_size, log_to_wandb, plot_correlation, plot_kept_bars,
@@ -60,7 +60,7 @@ from mtl_heads.reports.gates.stem import (DRAWS, NOT_RANKED, PROBE_RANK_TEXT, RO
                                           head_ranks, head_skill, kept_by_layer, percentile_ranks, probe_rank_lines,
                                           set_percentile_baseline, skill_labels, stem_cell_lines, stem_cells,
                                           stem_cells_vs_probes, stem_count_layer_p, stem_count_p, stem_settings)
-from mtl_heads.runs import is_gate_run
+from mtl_heads.folders import is_gate_run
 
 KEEP_THRESHOLD = KEPT_AT  # the older name; mtl_heads.reports.page and .comparison still import it
 

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from mtl_heads.config import ConfigError
-from mtl_heads.gating import KEPT_AT
+from mtl_heads.model.gating import KEPT_AT
 from mtl_heads.reports.gate_map import grid_axes, kept_per_layer, plot_gate_map, save_figure
 from mtl_heads.reports.gates.read import RunGates, group_settings, moved_flags
 from mtl_heads.reports.gates.stats import (SHUFFLES, STILL_TEXT, correlation_matrix, permutation_baseline,
@@ -175,7 +175,7 @@ def write_correlation(groups: dict[str, list[RunGates]], out: Path, stem: str = 
     """``<stem>.csv`` (every setting; blank where the correlation means nothing, see
     :func:`correlation_matrix`), ``<stem>.png`` (the settings whose gates vary; none drawn when
     no setting's do) and, with two or more such settings, ``<stem>-permutation.csv``
-    (:func:`permutation_baseline` with ``threshold``, default :data:`mtl_heads.gating.KEPT_AT`, and ``shuffles``,
+    (:func:`permutation_baseline` with ``threshold``, default :data:`mtl_heads.model.gating.KEPT_AT`, and ``shuffles``,
     default 1000).
     Keys: ``<stem>_csv``, ``<stem>``, ``<stem>_permutation_csv``."""
     settings = {s: [r.values for r in g] for s, g in groups.items()}
@@ -241,7 +241,7 @@ def write_report(runs: list[RunGates], out: str | Path, threshold: float = KEPT_
     Args:
         runs: from :func:`read_runs`; all must share one ``[layers, heads]`` grid.
         out: the output folder (created).
-        threshold: a head is kept when its gate is >= threshold (default :data:`mtl_heads.gating.KEPT_AT`).
+        threshold: a head is kept when its gate is >= threshold (default :data:`mtl_heads.model.gating.KEPT_AT`).
         groups: ``{setting: runs}`` to use instead of :func:`group_settings` (the HTML report passes
             the settings of its comparison table).
         shuffles: shuffles of the permutation baseline (default 1000, :func:`permutation_baseline`).

@@ -15,10 +15,10 @@ import numpy as np
 import pandas as pd
 
 from mtl_heads.config import ConfigError
+from mtl_heads.folders import KIND_WHY, folder_kind, is_gate_run
 from mtl_heads.reports.gates.stats import gates_moved, saved_prune_mode
 from mtl_heads.reports.probe_report import read_report
 from mtl_heads.reports.runs import Note, read_yaml, setting_names, walk_runs
-from mtl_heads.runs import KIND_WHY, folder_kind, is_gate_run
 
 __all__ = ["RunGates", "moved_flags", "read_run", "read_runs", "group_settings", "read_probe_reports"]
 

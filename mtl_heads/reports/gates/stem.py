@@ -5,7 +5,7 @@ among the best heads of the (pretrained) encoder's probes (:func:`stem_cells_vs_
 In this package a *stem cell* is a head kept (gate >= threshold) in more than half of the runs of every
 setting whose gates moved; the heads kept in every single run are counted beside them (``every run``),
 not called stem cells. :func:`stem_cells` gives the table of every head, its ``stem cell`` column
-marking them; :func:`mtl_heads.ablation_heads.stem_cell_heads` reads that column back from the CSV.
+marking them; :func:`mtl_heads.analysis.ablation_heads.stem_cell_heads` reads that column back from the CSV.
 """
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 
 from mtl_heads.config import ConfigError
-from mtl_heads.gating import KEPT_AT
-from mtl_heads.headsets import block_permutations, layer_matched_sets, layer_permutations, random_sets
+from mtl_heads.model.gating import KEPT_AT
+from mtl_heads.model.headsets import block_permutations, layer_matched_sets, layer_permutations, random_sets
 from mtl_heads.reports.gates.stats import kept_heads, num_text, resolve_moved, stack_gates
 
 __all__ = ["STEM_TEXT", "DRAWS", "RANKS_SHOWN", "NOT_RANKED", "ROLE_LABELS", "PROBE_RANK_TEXT", "stem_cells",
@@ -60,7 +60,7 @@ def stem_cells(settings: dict[str, list[np.ndarray]], moved: dict[str, list[bool
             :func:`gates_vary` of each run. Only settings with a run whose gates moved take part
             (those of :func:`permutation_baseline` and the correlation picture): an unpruned
             setting keeps every head, which says nothing.
-        threshold: a head is kept when its gate is >= this (default :data:`mtl_heads.gating.KEPT_AT`).
+        threshold: a head is kept when its gate is >= this (default :data:`mtl_heads.model.gating.KEPT_AT`).
 
     One row per head, layer by layer. Columns: ``layer``, ``head``, ``name`` (``L<layer>H<head>``),
     ``settings kept`` (how many of the settings taking part keep it, :func:`kept_heads`: in more than
@@ -296,7 +296,7 @@ def set_percentile_baseline(percentiles: np.ndarray, chosen: np.ndarray, draws: 
             the same number of whole groups as ``chosen`` holds (default 1: single heads).
         layers: None (default): random sets anywhere in the grid (the global null); the number of
             layers of the ``[layers, n / layers]`` grid: random sets with as many heads in each layer as
-            ``chosen`` (the layer-aware null, :func:`mtl_heads.headsets.layer_matched_sets`).
+            ``chosen`` (the layer-aware null, :func:`mtl_heads.model.headsets.layer_matched_sets`).
 
     Returns (observed mean percentile, null mean, null 95th percentile, one-sided
     ``p = (1 + draws at least as high) / (1 + draws)``).

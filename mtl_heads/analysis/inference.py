@@ -2,7 +2,7 @@
 
 Example::
 
-    from mtl_heads.inference import Predictor
+    from mtl_heads.analysis.inference import Predictor
 
     predictor = Predictor.load("runs/<run>")                   # or runs/<run>/pruned; tasks=["pos", "dep"]
     s = predictor.predict("The cat sat on the mat.")          # raw text of ONE sentence -> Sentence
@@ -49,16 +49,16 @@ from typing import Iterable, NamedTuple
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from mtl_heads.build import load_run, pick_device
 from mtl_heads.config import ConfigError, load_saved_config, pos_column
 from mtl_heads.data.batching import collate, length_batches, tokenize
 from mtl_heads.data.errors import data_error
 from mtl_heads.data.sentence import Sentence
 from mtl_heads.data.text import check_words, tokenize_text
-from mtl_heads.precision import autocast, uses_bf16
+from mtl_heads.folders import is_run_dir
+from mtl_heads.model.build import load_run, pick_device
+from mtl_heads.model.precision import autocast, uses_bf16
+from mtl_heads.model.removal import HEADS, load_pruned
 from mtl_heads.progress import progress_bar
-from mtl_heads.removal import HEADS, load_pruned
-from mtl_heads.runs import is_run_dir
 
 __all__ = ["Predictor", "PredictStats", "Prediction", "LONG_POLICIES", "WORD_LEVEL_TASKS"]
 
@@ -125,7 +125,7 @@ class Predictor:
         model: a ``MultiTaskModel`` (its encoder must carry its tokenizer).
         tasks: the tasks to predict (names, or a comma-separated string); default all the model's.
         device: where it runs (the model is moved there).
-        precision: ``auto`` (bf16 autocast on CUDA), ``fp32`` or ``bf16`` (see ``mtl_heads.precision``).
+        precision: ``auto`` (bf16 autocast on CUDA), ``fp32`` or ``bf16`` (see ``mtl_heads.model.precision``).
         long_policy: ``skip`` or ``split`` sentences over the encoder limit (module docstring).
         pos_column: the CoNLL-U column POS tags belong in (``xpos``/``upos``; the run's ``data.pos``).
         source: where the model came from, for messages.

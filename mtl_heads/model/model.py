@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from mtl_heads.encoder import EncoderOutput, GatedEncoder
+from mtl_heads.model.encoder import EncoderOutput, GatedEncoder
 
 
 class MultiTaskModel(nn.Module):
@@ -15,7 +15,7 @@ class MultiTaskModel(nn.Module):
         tasks: ``{name: Task}`` with label vocabularies already built.
 
     The sparsity term of pruning is not part of the model: the trainer adds it
-    (``mtl_heads.sparsity``).
+    (``mtl_heads.model.sparsity``).
     """
 
     def __init__(self, encoder: GatedEncoder, tasks: dict):

@@ -9,7 +9,7 @@ The same hook captures the contexts (:meth:`GatedEncoder.capture_contexts`) and 
 heads' contexts by other values (:meth:`GatedEncoder.replace_heads`: zero, mean or resample ablation).
 
 Where the modules live differs per architecture; ``ADAPTERS`` names them as dotted paths
-(:mod:`mtl_heads.architectures`, with the attention geometry and the tokenizer's word starts).
+(:mod:`mtl_heads.model.architectures`, with the attention geometry and the tokenizer's word starts).
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ import transformers
 from huggingface_hub.errors import HFValidationError
 from torch import nn
 
-from mtl_heads.architectures import (ADAPTERS, Adapter, AttentionShape, _in_features, _unknown_architecture,
+from mtl_heads.model.architectures import (ADAPTERS, Adapter, AttentionShape, _in_features, _unknown_architecture,
                                      _PADDING_OFFSET_POSITIONS, attention_shape, is_causal, tokenizer_kwargs,
                                      word_tokenizer)
 from mtl_heads.files import is_load_error, unreadable
-from mtl_heads.gating import GroupedGate, MaskedGate, build_gate
+from mtl_heads.model.gating import GroupedGate, MaskedGate, build_gate
 from mtl_heads.progress import hf_bars_off_in_logs
 
 __all__ = ["Adapter", "ADAPTERS", "AttentionShape", "EncoderOutput", "EncoderNotFound", "GatedEncoder",
@@ -198,8 +198,8 @@ class GatedEncoder(nn.Module):
     Args:
         model: a bare encoder (``AutoModel``), of a ``model_type`` listed in ``ADAPTERS``; decoder-only
             language models too (Llama, Mistral, Qwen2/3, Gemma 1/2/3, OLMo 1/2/3, Phi-3, GPT-2).
-        gate: an ``nn.Module`` returning ``[layers, heads]`` values (see ``mtl_heads.gating``), one per
-            QUERY head, or None for no gate (no hook installed). A :class:`~mtl_heads.gating.GroupedGate`
+        gate: an ``nn.Module`` returning ``[layers, heads]`` values (see ``mtl_heads.model.gating``), one per
+            QUERY head, or None for no gate (no hook installed). A :class:`~mtl_heads.model.gating.GroupedGate`
             (one gate per KV group) must group ``heads // kv_heads`` query heads.
         tokenizer: optional fast tokenizer, kept as ``self.tokenizer``. For a causal model it decides
             the DEP root: the BOS token's vector when the tokenizer puts one first, else a learnt vector.
@@ -317,7 +317,7 @@ class GatedEncoder(nn.Module):
         config = encoder_config(name_or_path)
         model_cls = transformers.AutoModel._model_mapping.get(type(config), None)
         # fp32 weights whatever the checkpoint's dtype (decoder LMs ship bf16): the optimiser and its
-        # moments stay fp32, and precision=bf16 autocasts the matmuls (mtl_heads/precision.py).
+        # moments stay fp32, and precision=bf16 autocasts the matmuls (mtl_heads/model/precision.py).
         model_kwargs = {"config": config, "attn_implementation": attn_implementation, "dtype": torch.float32}
         if model_cls is not None:
             if attn_implementation == "sdpa" and not getattr(model_cls, "_supports_sdpa", False):

@@ -1,7 +1,7 @@
 """The head set of a causal head ablation (``heads=`` of ``python -m mtl_heads ablate``): a list of
 head names (``L0H2,L1H8``), the stem cells of a gates report (``stem-cells.csv`` or its folder), or
 the ``top`` best heads of one probe in a probe report folder; checked against the run's encoder
-before any weight is loaded. Torch is imported only by :func:`check_run` (through ``mtl_heads.ablation``).
+before any weight is loaded. Torch is imported only by :func:`check_run` (through ``mtl_heads.analysis.ablation``).
 """
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from mtl_heads.config import ConfigError, load_saved_config
-from mtl_heads.headsets import head_name
-from mtl_heads.runs import check_run_dir, is_pruned_dir, is_run_dir
+from mtl_heads.folders import check_run_dir, is_pruned_dir, is_run_dir
+from mtl_heads.model.headsets import head_name
 
 __all__ = ["HeadSource", "head_source", "stem_cell_heads", "probe_heads", "check_run"]
 
@@ -115,8 +115,8 @@ def probe_heads(folder: Path, probe: str, top: int | None) -> HeadSource:
 def check_run(run_dir: Path, heads: HeadSource, tasks: list[str]) -> np.ndarray:
     """The ``[layers, heads]`` grid of the heads in the run's encoder; the run folder and ``tasks`` checked
     too, before any weight is loaded."""
-    from mtl_heads.ablation import chosen_tasks, head_grid
-    from mtl_heads.encoder import EncoderNotFound, attention_shape, encoder_config
+    from mtl_heads.analysis.ablation import chosen_tasks, head_grid
+    from mtl_heads.model.encoder import EncoderNotFound, attention_shape, encoder_config
 
     if is_pruned_dir(run_dir) and not is_run_dir(run_dir):
         raise ConfigError(f"config key 'run': {run_dir} is a pruned folder; ablate the run it came from "

@@ -12,20 +12,20 @@ from typing import Callable
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from mtl_heads.build import build_encoder, build_tasks, load_run_weights, pick_device, read_labels
+from mtl_heads.model.build import build_encoder, build_tasks, load_run_weights, pick_device, read_labels
 from mtl_heads.config import ConfigError, load_config, load_saved_config
 from mtl_heads.data.batching import prepare_examples
 from mtl_heads.data.corpus import cut_note, load_corpus
-from mtl_heads.encoder import GatedEncoder
+from mtl_heads.model.encoder import GatedEncoder
 from mtl_heads.files import atomic_write_text, read_json, write_json
-from mtl_heads.gating import kept_count
-from mtl_heads.model import MultiTaskModel
-from mtl_heads.parallel import check_strategy, make_parallel
-from mtl_heads.precision import uses_bf16
-from mtl_heads.runs import check_run_dir, seed_dir
-from mtl_heads.sparsity import budget_gap, budget_line, prune_mode
-from mtl_heads.tracking import Tracker
-from mtl_heads.trainer import Trainer, format_scores, mean_score, seed_everything, selection_tasks
+from mtl_heads.model.gating import kept_count
+from mtl_heads.model.model import MultiTaskModel
+from mtl_heads.training.parallel import check_strategy, make_parallel
+from mtl_heads.model.precision import uses_bf16
+from mtl_heads.folders import check_run_dir, seed_dir
+from mtl_heads.model.sparsity import budget_gap, budget_line, prune_mode
+from mtl_heads.training.tracking import Tracker
+from mtl_heads.training.trainer import Trainer, format_scores, mean_score, seed_everything, selection_tasks
 
 RUNS = Path("runs")
 # keys that may differ when resuming (everything else must match the saved config); checkpoints
@@ -100,7 +100,7 @@ def newest_unfinished_run() -> Path:
 
 
 def strategy(cfg: DictConfig) -> str:
-    """``train.strategy``: ``ddp`` or ``fsdp`` (``mtl_heads.parallel``); ``ddp`` for configs saved before it existed."""
+    """``train.strategy``: ``ddp`` or ``fsdp`` (``mtl_heads.training.parallel``); ``ddp`` for configs saved before it existed."""
     return OmegaConf.select(cfg, "train.strategy", default=None) or "ddp"
 
 

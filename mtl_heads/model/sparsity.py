@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from mtl_heads.config import PRUNE_MODES, ConfigError
-from mtl_heads.precision import fp32
+from mtl_heads.model.precision import fp32
 
 __all__ = ["LAMBDA_DEFAULTS", "MTL_LAMBDA", "LagrangianBudget", "resolve_lambda", "resolve_budget", "Sparsity",
            "sparsity_from_config", "PRUNE_MODES", "prune_mode", "budget_gap", "budget_line"]

@@ -2,7 +2,7 @@
 against random head sets with the same number of heads in each layer (TransformerLens-style).
 
 A head's context (its slice of the input of ``W_O``, after the gate) is replaced by
-(:meth:`mtl_heads.encoder.GatedEncoder.replace_heads`, no attention code copied):
+(:meth:`mtl_heads.model.encoder.GatedEncoder.replace_heads`, no attention code copied):
 
 - ``zero``: 0, the same as closing its gate;
 - ``mean``: its mean gated context over every real (non-padding) token of a reference split
@@ -16,7 +16,7 @@ A head's context (its slice of the input of ``W_O``, after the gate) is replaced
   :data:`DONORS_ON_DEVICE` bytes, in host memory beyond).
 
 Each task is scored with its main metric after a full decode (as training's evaluation). The null
-is ``random_sets`` head sets drawn by :func:`mtl_heads.headsets.layer_matched_sets`: in each layer as
+is ``random_sets`` head sets drawn by :func:`mtl_heads.model.headsets.layer_matched_sets`: in each layer as
 many heads as the ablated set holds there, uniformly without replacement (whole KV groups when the
 run's gates are per group). The drop is ``base - ablated`` (metric points); the one-sided
 ``p = (1 + random drops >= the observed drop) / (1 + random sets)``.
@@ -26,7 +26,7 @@ batch; one pass over the split per method and head set (``methods x (1 + random_
 unablated pass, one pass over the reference split for the means and one for the resample donors.
 
 The scoring helpers shared with probes (``task_batches``, ``task_score``, ``eval_mode``, ``open_heads``)
-live in :mod:`mtl_heads.scoring`, below both (this module reads corpora; the probes need not).
+live in :mod:`mtl_heads.analysis.scoring`, below both (this module reads corpora; the probes need not).
 """
 from __future__ import annotations
 
@@ -44,11 +44,11 @@ from mtl_heads.config import ConfigError
 from mtl_heads.data.batching import Example, prepare_examples
 from mtl_heads.data.corpus import ROLES, load_corpus
 from mtl_heads.data.errors import DataError
-from mtl_heads.headsets import head_name, head_names, layer_matched_sets, parse_head
-from mtl_heads.precision import autocast
+from mtl_heads.model.headsets import head_name, head_names, layer_matched_sets, parse_head
+from mtl_heads.model.precision import autocast
 from mtl_heads.progress import progress_bar
-from mtl_heads.gating import KEPT_AT
-from mtl_heads.scoring import batch_scores, eval_mode, open_heads, task_batches, task_score
+from mtl_heads.model.gating import KEPT_AT
+from mtl_heads.analysis.scoring import batch_scores, eval_mode, open_heads, task_batches, task_score
 
 __all__ = ["METHODS", "DONORS_ON_DEVICE", "eval_mode", "open_heads", "split_examples", "task_batches",
            "task_score", "batch_scores", "chosen_tasks", "TaskGroup", "task_groups", "mean_contexts", "resample_donors",
@@ -68,7 +68,7 @@ def split_examples(loaded_run, role: str = "dev", max_sentences: int | None = No
     tokenised as training did (``load_corpus`` + ``prepare_examples``); only that role is read.
 
     Args:
-        loaded_run: a ``mtl_heads.build.LoadedRun``.
+        loaded_run: a ``mtl_heads.model.build.LoadedRun``.
         role: which role's sentences (default ``"dev"``).
         max_sentences: keep the first N examples per task (default: all).
     """
@@ -143,7 +143,7 @@ def mean_contexts(model: nn.Module, batches: list[tuple[dict, list]]) -> torch.T
 def resample_donors(contexts: Sequence[torch.Tensor], attention_mask: torch.Tensor, means: torch.Tensor,
                     layers: Sequence[int]) -> list[torch.Tensor | None]:
     """Resample values of one batch: per layer ``[batch, seq, heads, head_dim]`` for ``layers``, None
-    for the others (:meth:`~mtl_heads.encoder.GatedEncoder.replace_heads`' per-position value).
+    for the others (:meth:`~mtl_heads.model.encoder.GatedEncoder.replace_heads`' per-position value).
 
     Sentence ``i`` takes the clean contexts of sentence ``i - 1`` (the batch rolled by one) at the same
     position; where that sentence has no token (its padding), and everywhere in a batch of one
@@ -319,7 +319,7 @@ def run_ablation(loaded_run, chosen: np.ndarray, methods: Sequence[str] = METHOD
     mtl_heads ablate -h``).
 
     Args:
-        loaded_run: a ``mtl_heads.build.LoadedRun`` (a run folder, gates as trained).
+        loaded_run: a ``mtl_heads.model.build.LoadedRun`` (a run folder, gates as trained).
         chosen: ``[layers, heads]`` bool, the heads ablated.
         methods, random_sets, seed, precision, progress: as :func:`ablation_study`.
         split: the role scored (default ``test``); reference: the role whose tokens give the mean

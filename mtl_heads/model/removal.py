@@ -1,6 +1,6 @@
 """Physical removal of attention heads, and saving / loading pruned models.
 
-A head whose deterministic gate value is below ``threshold`` (default :data:`mtl_heads.gating.KEPT_AT`,
+A head whose deterministic gate value is below ``threshold`` (default :data:`mtl_heads.model.gating.KEPT_AT`,
 the paper's "pruned" rule) is removed by slicing the rows of Q, K and V and the
 columns of ``W_O``. The gate value ``g`` of each kept head is folded into its ``W_O`` columns, so
 the pruned model needs no gate and computes ``Concat_i(g_i * head_i) W_O`` over the kept heads:
@@ -53,12 +53,12 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from mtl_heads.config import ConfigError, load_saved_config
-from mtl_heads.encoder import (ADAPTERS, GATE_GROUPS, POOLING, Adapter, GatedEncoder,
+from mtl_heads.model.encoder import (ADAPTERS, GATE_GROUPS, POOLING, Adapter, GatedEncoder,
                                _in_features, attention_shape, tokenizer_kwargs, word_tokenizer)
 from mtl_heads.files import atomic_write_text, load_tensors, read_json, save_tensors, write_json
-from mtl_heads.gating import KEPT_AT
-from mtl_heads.model import MultiTaskModel
-from mtl_heads.taskset import tasks_with_labels
+from mtl_heads.model.gating import KEPT_AT
+from mtl_heads.model.model import MultiTaskModel
+from mtl_heads.training.taskset import tasks_with_labels
 
 __all__ = ["PRUNABLE", "DECODERS", "LayerConfig", "PrunedEncoder", "removal_plan",
            "remove_heads", "prune_encoder", "prune_model", "count_parameters", "attention_parameters", "save_pruned",
@@ -100,7 +100,7 @@ def removal_plan(values: torch.Tensor, threshold: float = KEPT_AT,
 
     Args:
         values: ``[layers, heads]`` deterministic gate values, one per query head.
-        threshold: a head below it counts as pruned. Default: :data:`mtl_heads.gating.KEPT_AT`.
+        threshold: a head below it counts as pruned. Default: :data:`mtl_heads.model.gating.KEPT_AT`.
         group_size: query heads per KV head (``heads // kv_heads``; 1 without GQA). Default: 1.
 
     Returns:
@@ -236,7 +236,7 @@ def remove_heads(layer: nn.Module, adapter: Adapter, kept: list[int], head_dim: 
 
     Args:
         layer: one Transformer layer (an element of ``model.<adapter.layers>``), not pruned before.
-        adapter: where Q, K, V and ``W_O`` live (``mtl_heads.encoder.ADAPTERS``).
+        adapter: where Q, K, V and ``W_O`` live (``mtl_heads.model.encoder.ADAPTERS``).
         kept: indices of the query heads to keep, ascending; with ``group_size > 1`` whole KV groups
             (query head ``h`` is in group ``h // group_size``).
         head_dim: width of one head.
@@ -438,7 +438,7 @@ def prune_encoder(encoder: GatedEncoder, threshold: float = KEPT_AT,
         encoder: the gated encoder; it is left unchanged.
         threshold: heads whose gate value is below it are removed (with GQA: whole KV groups whose
             heads are all below it; a head below it in a kept group is zeroed). Default:
-            :data:`mtl_heads.gating.KEPT_AT`.
+            :data:`mtl_heads.model.gating.KEPT_AT`.
         values: ``[layers, heads]`` gate values to use instead of ``encoder.gate_values()``
             (e.g. a fixed 0/1 choice of heads). Default: the encoder's deterministic gates.
 

@@ -13,13 +13,13 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from mtl_heads.config import ConfigError, load_saved_config
-from mtl_heads.encoder import EncoderNotFound, GatedEncoder
 from mtl_heads.files import load_numpy, load_tensors, read_json
-from mtl_heads.gating import GateMaskError
-from mtl_heads.model import MultiTaskModel
-from mtl_heads.runs import check_run_dir
-from mtl_heads.sparsity import prune_mode
-from mtl_heads.taskset import build_tasks, read_labels, tasks_with_labels
+from mtl_heads.folders import check_run_dir
+from mtl_heads.model.encoder import EncoderNotFound, GatedEncoder
+from mtl_heads.model.gating import GateMaskError
+from mtl_heads.model.model import MultiTaskModel
+from mtl_heads.model.sparsity import prune_mode
+from mtl_heads.training.taskset import build_tasks, read_labels, tasks_with_labels
 
 __all__ = ["build_tasks", "build_encoder", "gate_init_mean", "load_gate_mask", "pick_device", "LoadedRun",
            "read_labels", "tasks_with_labels", "load_run_weights", "load_run"]

@@ -1,4 +1,4 @@
-"""Checking a head removal (``python -m mtl_heads prune``, :mod:`mtl_heads.removal` does the work):
+"""Checking a head removal (``python -m mtl_heads prune``, :mod:`mtl_heads.model.removal` does the work):
 the gated and the pruned model's outputs on a few dev sentences, the saved folder reloaded and
 compared again, and what was removed, in lines and in numbers.
 """
@@ -13,8 +13,8 @@ from mtl_heads.data.batching import collate, tokenize
 from mtl_heads.data.corpus import load_corpus
 from mtl_heads.data.errors import DataError
 from mtl_heads.data.sentence import Sentence
-from mtl_heads.encoder import GatedEncoder
-from mtl_heads.removal import PrunedEncoder, attention_parameters, compare_outputs, count_parameters, load_pruned
+from mtl_heads.model.encoder import GatedEncoder
+from mtl_heads.model.removal import PrunedEncoder, attention_parameters, compare_outputs, count_parameters, load_pruned
 
 __all__ = ["FALLBACK_SENTENCES", "PruneCheck", "check_batches", "check_pruned", "removal_lines", "removal_numbers"]
 

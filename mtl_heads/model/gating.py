@@ -29,7 +29,7 @@ import math
 import torch
 from torch import nn
 
-from mtl_heads.precision import fp32
+from mtl_heads.model.precision import fp32
 
 __all__ = ["KEPT_AT", "kept_count", "BETA", "STRETCH", "INIT_RANGE", "INIT_MEAN", "OPEN_INIT_MEAN",
            "deterministic_gate", "HardConcreteGate", "FixedGate", "MaskedGate", "GroupedGate", "GATES", "GateMaskError",

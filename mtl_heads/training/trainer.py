@@ -19,11 +19,11 @@ from omegaconf import OmegaConf
 from mtl_heads.config import ConfigError
 from mtl_heads.files import (RefusedFile, UnreadableFile, fsync_dir, load_state, load_tensors, load_weights, save_state,
                               save_tensors)
-from mtl_heads.gating import kept_count
-from mtl_heads.parallel import Replicated, training_bytes
-from mtl_heads.precision import autocast, uses_bf16
+from mtl_heads.model.gating import kept_count
+from mtl_heads.training.parallel import Replicated, training_bytes
+from mtl_heads.model.precision import autocast, uses_bf16
 from mtl_heads.progress import progress_bar, write
-from mtl_heads.sparsity import prune_mode, sparsity_from_config
+from mtl_heads.model.sparsity import prune_mode, sparsity_from_config
 
 
 class TrainingError(RuntimeError):
@@ -74,7 +74,7 @@ def seed_everything(seed: int) -> None:
 
 # --- the loop ---------------------------------------------------------------------------------
 class Trainer:
-    """Trains a :class:`~mtl_heads.model.MultiTaskModel`.
+    """Trains a :class:`~mtl_heads.model.model.MultiTaskModel`.
 
     Args:
         model: the model (already on ``device``).
@@ -83,13 +83,13 @@ class Trainer:
         cfg: the run config (``train`` section read here).
         run_dir: the run folder.
         device: where batches go.
-        tracker: a :class:`~mtl_heads.tracking.Tracker`.
+        tracker: a :class:`~mtl_heads.training.tracking.Tracker`.
         rank, world: this process and the number of processes (0, 1 without a launch).
         wrapped: the module to call for training steps (the DDP wrapper; default: ``model`` itself).
         on_step: called as ``on_step(trainer)`` after every optimiser step (tests use it to
             interrupt a run).
-        parallel: the ``train.strategy`` (:mod:`mtl_heads.parallel`) that ``model`` was wrapped
-            or sharded with; default a :class:`~mtl_heads.parallel.Replicated` one (DDP or none).
+        parallel: the ``train.strategy`` (:mod:`mtl_heads.training.parallel`) that ``model`` was wrapped
+            or sharded with; default a :class:`~mtl_heads.training.parallel.Replicated` one (DDP or none).
     """
 
     def __init__(self, model, tasks, examples, cfg, run_dir: Path, device: torch.device, tracker,
@@ -104,7 +104,7 @@ class Trainer:
         self.memory: dict[str, int] | None = None  # training_bytes after the first step of this process
         self.tc = cfg.train
         self.pad_id = model.encoder.tokenizer.pad_token_id
-        self.bf16 = uses_bf16(device, cfg.precision)  # bf16 autocast (mtl_heads.precision): auto = CUDA only
+        self.bf16 = uses_bf16(device, cfg.precision)  # bf16 autocast (mtl_heads.model.precision): auto = CUDA only
         self.state = TrainState()
         self.steps_per_epoch = sum(len(b) for b in self._train_batches(0).values())
         if self.steps_per_epoch == 0:
@@ -129,7 +129,7 @@ class Trainer:
 
     def _gate_optimizer(self) -> torch.optim.Optimizer | None:
         """The gates' own Adam at a constant ``train.lr_gate`` (as in the reference scripts), plus
-        the budget controller's multipliers (ascending, see ``mtl_heads.sparsity``)."""
+        the budget controller's multipliers (ascending, see ``mtl_heads.model.sparsity``)."""
         groups = [{"params": [p for p in self.model.param_groups()["gate"] if p.requires_grad],
                    "lr": self.tc.lr_gate, "name": "gate"}]
         if self.sparsity.parameters():
@@ -172,7 +172,7 @@ class Trainer:
         is kept as a fallback for a newest one that is later found unreadable.
 
         Every process calls it: the full state is gathered from all of them under FSDP
-        (``mtl_heads.parallel``), and each process's RNG state is kept (``rng_ranks``), so that a
+        (``mtl_heads.training.parallel``), and each process's RNG state is kept (``rng_ranks``), so that a
         resumed process draws the dropout and gate samples it would have drawn. Rank 0 writes."""
         tmp, prev = self.run_dir / "checkpoint.tmp", self.run_dir / "checkpoint.prev"
         if self.rank == 0:
@@ -383,7 +383,7 @@ class Trainer:
 
     def _report_memory(self) -> None:
         """Record (and on rank 0 print) what this process holds for training after its first step:
-        parameters, gradients and optimiser state (``mtl_heads.parallel.training_bytes``)."""
+        parameters, gradients and optimiser state (``mtl_heads.training.parallel.training_bytes``)."""
         self.memory = training_bytes(self.model, self._optimizers())
         if self.rank == 0:
             mb = {k: f"{v / 2**20:.1f} MB" for k, v in self.memory.items()}
@@ -485,7 +485,7 @@ def evaluate_examples(model, tasks: dict, examples: dict, device: torch.device, 
     Args:
         model: a ``MultiTaskModel`` on ``device``.
         tasks: ``{name: Task}``; examples: ``{name: [Example]}`` (``prepare_examples``' per-role dict).
-        precision: ``auto | fp32 | bf16`` (see ``mtl_heads.precision``); batch_size: sentences per batch.
+        precision: ``auto | fp32 | bf16`` (see ``mtl_heads.model.precision``); batch_size: sentences per batch.
         progress, desc: a progress bar per task, labelled ``"{desc} {task}"``.
 
     Returns: ``{task: {metric: value}}`` (plain Python numbers); ``{}`` for a task without examples.

@@ -14,16 +14,16 @@ from typing import Callable
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from mtl_heads.build import load_run, pick_device
 from mtl_heads.config import ConfigError, pick
 from mtl_heads.data.corpus import ROLES, load_corpus
-from mtl_heads.encoder import EncoderNotFound, GatedEncoder
-from mtl_heads.gating import KEPT_AT, kept_count
-from mtl_heads.precision import autocast
+from mtl_heads.folders import is_probe_report, is_run_dir
+from mtl_heads.model.build import load_run, pick_device
+from mtl_heads.model.encoder import EncoderNotFound, GatedEncoder
+from mtl_heads.model.gating import KEPT_AT, kept_count
+from mtl_heads.model.precision import autocast
 from mtl_heads.reports.probe_compare import compare_reports, group_reports
 from mtl_heads.reports.probe_report import read_report, safe_name, write_report
-from mtl_heads.runs import is_probe_report, is_run_dir
-from mtl_heads.tracking import resolve_mode, start_run
+from mtl_heads.training.tracking import resolve_mode, start_run
 from probes.base import Probe, ProbeContext, RunProbeAdapter, first_token_name
 from probes.runner import examples_for, run_probes
 from probes.samples import AttentionSamples

@@ -73,7 +73,7 @@ def make_parallel(strategy: str, rank: int = 0, world: int = 1, device: torch.de
         strategy: ``ddp`` or ``fsdp`` (checked with :func:`check_strategy`).
         rank, world: this process and the number of processes (default 0, 1: no launch).
         device: where the model trains (default cpu).
-        bf16: the run uses bf16 (``mtl_heads.precision.uses_bf16``); FSDP then gathers bf16 copies.
+        bf16: the run uses bf16 (``mtl_heads.model.precision.uses_bf16``); FSDP then gathers bf16 copies.
     """
     check_strategy(strategy, world)
     cls = Sharded if strategy == "fsdp" else Replicated

@@ -1,4 +1,4 @@
-"""What differs per model family, for :class:`mtl_heads.encoder.GatedEncoder` and head removal.
+"""What differs per model family, for :class:`mtl_heads.model.encoder.GatedEncoder` and head removal.
 
 - Where the attention modules live: :data:`ADAPTERS` (``model_type`` -> :class:`Adapter`, dotted
   paths of the layers, ``W_O`` and Q/K/V, and how Q/K/V are stored), encoders and decoder-only
@@ -238,7 +238,7 @@ def attention_shape(config) -> AttentionShape:
                               ("max positions", max_positions)) if v is None]
     if missing:
         raise ValueError(f"the config of model_type {config.model_type!r} has no {', '.join(missing)} "
-                         "under any name GatedEncoder knows (mtl_heads/architectures.py attention_shape)")
+                         "under any name GatedEncoder knows (mtl_heads/model/architectures.py attention_shape)")
     kv_heads = _config_value(config, "num_key_value_heads", "n_kv_heads", "num_kv_heads") or heads
     head_dim = _config_value(config, "head_dim") or hidden // heads
     return AttentionShape(int(layers), int(heads), int(kv_heads), int(head_dim), int(hidden), int(max_positions))
@@ -262,7 +262,7 @@ def _in_features(proj: nn.Module) -> int:
 def _unknown_architecture(model_type: str) -> ValueError:
     return ValueError(
         f"GatedEncoder does not know where the attention modules of model_type {model_type!r} live. "
-        f"Add an entry ADAPTERS[{model_type!r}] in mtl_heads/architectures.py with the dotted paths "
+        f"Add an entry ADAPTERS[{model_type!r}] in mtl_heads/model/architectures.py with the dotted paths "
         f"(read them in transformers/models/<name>/modeling_<name>.py), e.g. the BERT entry: "
         f"ADAPTERS['bert'] = {_BERT_LIKE!r}. Known model types: {sorted(ADAPTERS)}"
     )

@@ -1,7 +1,7 @@
 """A model's task scores as it is, on batches collated once, and which of its heads are open.
 
-Shared by head ablation (:mod:`mtl_heads.ablation`) and the run probes (:mod:`probes.importance`);
-no corpus reading here (``mtl_heads.ablation.split_examples`` gives the examples).
+Shared by head ablation (:mod:`mtl_heads.analysis.ablation`) and the run probes (:mod:`probes.importance`);
+no corpus reading here (``mtl_heads.analysis.ablation.split_examples`` gives the examples).
 """
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import torch
 from torch import nn
 
 from mtl_heads.data.batching import Example, collate, length_batches
-from mtl_heads.gating import KEPT_AT
-from mtl_heads.trainer import move_to
+from mtl_heads.model.gating import KEPT_AT
+from mtl_heads.training.trainer import move_to
 
 __all__ = ["eval_mode", "open_heads", "task_batches", "batch_scores", "task_score"]
 
@@ -30,7 +30,7 @@ def eval_mode(model: nn.Module) -> Iterator[None]:
 
 
 def open_heads(encoder: nn.Module) -> torch.Tensor:
-    """``[layers, heads]`` bool: heads whose deterministic gate is at least :data:`mtl_heads.gating.KEPT_AT`."""
+    """``[layers, heads]`` bool: heads whose deterministic gate is at least :data:`mtl_heads.model.gating.KEPT_AT`."""
     return encoder.gate_values() >= KEPT_AT
 
 
