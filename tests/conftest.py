@@ -1,5 +1,6 @@
-"""Shared fixtures: a tiny random BERT saved to disk (with the packaged encoder's fast tokenizer),
-and paths of the real data when present; the float32 rounding bound that equivalence tests compare at."""
+"""Shared fixtures: a tiny random BERT saved to disk (with the packaged encoder's fast tokenizer), tiny
+random decoder LMs, and the real EWT data when present (a test that asks for ``ewt`` or ``ewt_sources_dir``
+is marked ``integration`` at collection). Plain helpers live in helpers.py."""
 from __future__ import annotations
 
 import os
@@ -12,8 +13,9 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-REPO = Path(__file__).resolve().parents[1]
-EWT = REPO.parent / "shared" / "data" / "ewt"
+from helpers import EWT, EWT_SOURCES
+
+DATA_FIXTURES = ("ewt", "ewt_sources_dir")  # the fixtures that need ../shared/data
 
 
 @pytest.fixture(scope="session")
@@ -33,26 +35,28 @@ def tiny_encoder_dir(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m selects on the markers
+def pytest_collection_modifyitems(items):
+    """Every test that uses ../shared/data (through a fixture of ``DATA_FIXTURES``) is an integration test."""
+    for item in items:
+        if any(name in getattr(item, "fixturenames", ()) for name in DATA_FIXTURES):
+            item.add_marker(pytest.mark.integration)
+
+
 @pytest.fixture(scope="session")
 def ewt() -> Path:
+    """The EWT corpus folder, ../shared/data/ewt; skips the test when it is absent."""
     if not (EWT / "en_ewt.dev.gold_conll").exists():
         pytest.skip("../shared/data/ewt is absent")
     return EWT
 
 
-def overfit(decoder, words, mask, targets, steps: int, lr: float = 1e-2) -> list[float]:
-    """Train ``decoder`` alone on one fixed batch with Adam; the loss of every step."""
-    import torch
-
-    optimizer = torch.optim.Adam(decoder.parameters(), lr=lr)
-    losses = []
-    for _ in range(steps):
-        optimizer.zero_grad()
-        loss = decoder.loss(decoder(words, mask), targets, mask)
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-    return losses
+@pytest.fixture(scope="session")
+def ewt_sources_dir() -> Path:
+    """The EWT corpus's sources, ../shared/data/ewt-sources; skips the test when it is absent."""
+    if not EWT_SOURCES.is_dir():
+        pytest.skip("../shared/data/ewt-sources is absent")
+    return EWT_SOURCES
 
 
 @pytest.fixture(scope="module")
@@ -67,38 +71,16 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def float32_sum_bound(magnitude, n_terms: int):
-    """How far two float32 evaluations of the same sums in any two orders can lie apart: each is within
-    ``gamma_n * sum|terms|`` of the exact value (Higham 2002, Accuracy and Stability of Numerical Algorithms,
-    eq. 3.5: ``gamma_n = n*u / (1 - n*u)``, ``u = 2**-24``), so ``2 * gamma_n * magnitude``.
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    """``get(family, kv_heads=4)``: the folder of a tiny random decoder LM (tiny_lms._save), made once per module."""
+    from tiny_lms import HEADS, _save
 
-    Args:
-        magnitude: the sum of ``|terms|`` of each element (a tensor or a number): the same computation on
-            the absolute values of the inputs and weights, in float64.
-        n_terms: the most rounded operations (products and additions) that any one term goes through.
-    """
-    u = 2.0 ** -24
-    return 2 * n_terms * u / (1 - n_terms * u) * magnitude
+    made = {}
 
+    def get(family: str, kv_heads: int = HEADS):
+        if (family, kv_heads) not in made:
+            made[family, kv_heads] = _save(tmp_path_factory.mktemp(f"{family}-kv{kv_heads}"), family, kv_heads)
+        return made[family, kv_heads]
 
-def assert_within(got, expected, bound, what: str = "") -> None:
-    """Assert ``|got - expected| <= bound`` element by element; the message names the worst element (the
-    furthest beyond its bound), its difference and its bound.
-
-    Args:
-        got, expected: tensors of one shape (any floating dtypes; compared in float64).
-        bound: a tensor of their shape, or a number for every element (e.g. :func:`float32_sum_bound`).
-        what: what is compared, to start the message with.
-    """
-    import torch
-
-    assert got.shape == expected.shape, f"{what}: shapes {tuple(got.shape)} and {tuple(expected.shape)}"
-    diff = (got.double() - expected.double()).abs()
-    bound = torch.as_tensor(bound, dtype=torch.float64).expand_as(diff)
-    beyond = ~(diff <= bound)  # NaN counts as beyond
-    if beyond.any():
-        excess = torch.where(beyond, (diff - bound).nan_to_num(nan=torch.inf), -torch.inf)
-        index = tuple(int(i) for i in torch.unravel_index(excess.argmax(), diff.shape))
-        raise AssertionError(f"{what}: {int(beyond.sum())} of {diff.numel()} elements beyond the bound; the worst "
-                             f"at {index}: got {got[index].item():.9g}, expected {expected[index].item():.9g}, "
-                             f"|difference| {diff[index].item():.3g} > bound {bound[index].item():.3g}")
+    return get

@@ -17,8 +17,8 @@ from mtl_heads.commands.ablate import judge, sets_needed
 from mtl_heads.model.encoder import GatedEncoder
 from mtl_heads.model.gating import FixedGate
 from mtl_heads.model.headsets import head_name, parse_head
-from test_decoder_lms import _batch, folders  # noqa: F401,F811 - a fixture, redefined as arguments
-from test_encoder import HEADS, LAYERS, padded_batch, tiny_model
+from helpers import HEADS, LAYERS, padded_batch, tiny_model
+from tiny_lms import _batch
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny matrices: see conftest.one_thread
 
@@ -33,7 +33,7 @@ def grid(heads=CHOSEN, layers=LAYERS, width=HEADS) -> torch.Tensor:
 
 
 @pytest.fixture(params=["bert-gated", "bert-no-gate", "llama-kv2"])
-def encoder_and_batch(request, folders):  # noqa: F811 - the fixture imported above
+def encoder_and_batch(request, folders):
     """(encoder in eval mode, input ids, attention mask): a BERT with random fixed gates, the same
     without gates, and a Llama with 4 query heads sharing 2 KV heads."""
     if request.param == "llama-kv2":
@@ -286,7 +286,7 @@ TRAIN = ["data.demo_sizes={train: 16, dev: 8, test: 8}", "train.epochs=1", "trai
 
 
 @pytest.fixture(scope="module")
-def runs(tiny_encoder_dir, folders, tmp_path_factory):  # noqa: F811
+def runs(tiny_encoder_dir, folders, tmp_path_factory):
     """``{"bert": a POS + DEP run of the tiny BERT, "llama": a POS + DEP run of a Llama with 2 KV heads
     and gates per KV group}``."""
     from mtl_heads.training.experiment import run
@@ -499,7 +499,7 @@ def test_claims_read_what_the_command_writes(runs, tmp_path, monkeypatch):
     import shutil
 
     from mtl_heads.reports.claims import REGIME_NAMES, check_claims, read_study, stem_heads
-    from test_compare import make_run
+    from helpers import make_run
 
     monkeypatch.setenv("MTL_HEADS_CACHE", str(runs["bert"].parent / "cache"))
     study_dir = tmp_path / "study"

@@ -26,8 +26,8 @@ from probes.base import ProbeContext
 from probes.runner import run_probes
 from probes.samples import FILE, MAX_WORDS, MIN_WORDS, AttentionSamples
 from probes.sink import SinkProbe
-from test_decoder_lms import _save  # tiny random decoders with an offline-trained tokenizer
-from test_report_html import _browser  # headless Chromium, skipped without it
+from helpers import _browser  # headless Chromium, skipped without it
+from tiny_lms import _save  # tiny random decoders with an offline-trained tokenizer
 
 SIZES = "data.demo_sizes={train: 24, dev: 12, test: 16}"
 CPU = torch.device("cpu")

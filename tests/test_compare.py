@@ -12,44 +12,7 @@ from mtl_heads.config import ConfigError
 from mtl_heads.reports.comparison import compare_runs, run_table, summarise
 from mtl_heads.reports.runs import find_runs, flatten_config
 
-MAIN = {"pos": "accuracy", "ner": "f1", "dep": "las"}
-
-
-def make_run(folder, tasks=("pos",), seed=1, dev=None, test=None, heads_kept=72, seconds=10.0, gates=None,
-             lr=1e-4, metrics_extra=None, history=None, **cfg):
-    """A made-up finished run folder: config.yaml, metrics.json and gates.json written by hand.
-
-    dev/test: {task: main metric value}; gates: [layers][heads] (default 2 x 3, all open);
-    history: one {task: dev main metric value} per epoch (default: none, as older runs).
-    """
-    folder.mkdir(parents=True)
-    dev = dev or {t: 50.0 for t in tasks}
-    test = test or dev
-    config = {"tasks": list(tasks), "seed": seed, "run_dir": str(folder), "experiment": f"exp-{folder.parent.name}",
-              "resume": False, "prune": {"mode": "none", "lambda": "auto"},
-              "encoder": {"name": "tiny", "gate": "hard_concrete"},
-              "train": {"epochs": 2, "lr_encoder": lr, "progress": seed % 2 == 0},
-              "wandb": {"mode": "offline", "name": f"run-{seed}", "tags": [str(seed)]}}
-    for key, value in cfg.items():  # dotted overrides: prune__mode -> prune.mode
-        *parents, last = key.split("__")
-        node = config
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[last] = value
-    (folder / "config.yaml").write_text(yaml.safe_dump(config))
-    scores = lambda d: {t: {MAIN.get(t, "f1"): v, "extra": 1.0} for t, v in d.items()}  # noqa: E731
-    metrics = {"tasks": list(tasks), "dev": scores(dev), "test": scores(test),
-               "dev_mean": float(np.mean(list(dev.values()))), "test_mean": float(np.mean(list(test.values()))),
-               "seed": seed, "heads_kept": heads_kept, "heads_total": 72, "seconds": seconds, **(metrics_extra or {})}
-    if history is not None:
-        metrics["history"] = [{"epoch": i, "dev": scores(epoch), "dev_mean": float(np.mean(list(epoch.values())))}
-                              for i, epoch in enumerate(history, start=1)]
-    (folder / "metrics.json").write_text(json.dumps(metrics))
-    values = np.asarray(gates if gates is not None else np.ones((2, 3)), dtype=float)
-    (folder / "gates.json").write_text(json.dumps({"values": values.tolist(), "layers": values.shape[0],
-                                                   "heads": values.shape[1], "kept": int((values >= 1e-3).sum())}))
-    return folder
-
+from helpers import MAIN, make_run
 
 @pytest.fixture
 def runs_dir(tmp_path):
@@ -568,3 +531,27 @@ def test_usual_values_only_when_some_setting_holds_them_all():
     assert usual_values({"x": ["1", "1", "2"], "y": ["a", "b", "a"]}) == {"x": "1", "y": "a"}  # held by the first
     # modes 1, a, p, but no setting combines them: no usual values
     assert usual_values({"x": ["1", "1", "2"], "y": ["a", "b", "a"], "z": ["q", "p", "p"]}) is None
+
+
+def test_a_broken_gates_json_is_noted_and_the_runs_still_compare(runs_dir, tmp_path, capsys):
+    """A run whose gates.json is not valid JSON keeps its row (heads kept from metrics.json); a note names
+    the file and why, on stderr and in compare.md, and the gate correlation leaves that run out."""
+    broken = runs_dir / "mtl" / "seed2" / "gates.json"
+    broken.write_text('{"values": [[1, 0\n oops')
+    comparison = compare_runs([str(runs_dir / "mtl")])
+    [note] = comparison.notes
+    assert note.path == broken and note.why.startswith("cannot be read: ") and f"{broken}:2: not valid JSON" in note.why
+    runs = comparison.runs.set_index("seed")
+    assert runs.loc[2, "heads kept"] == 72 and runs.loc[2, "test pos accuracy"] == 96.0  # from metrics.json
+    # without heads in metrics.json the run still has its row, heads unknown
+    metrics = json.loads((broken.parent / "metrics.json").read_text())
+    del metrics["heads_kept"], metrics["heads_total"]
+    (broken.parent / "metrics.json").write_text(json.dumps(metrics))
+    assert math.isnan(compare_runs([str(runs_dir / "mtl")]).runs.set_index("seed").loc[2, "heads kept"])
+    out = tmp_path / "cmp"
+    assert main([str(runs_dir / "mtl"), f"out={out}", "plot=true"]) == 0
+    err = capsys.readouterr().err
+    assert err.count(f"not used: {broken} (cannot be read: {broken}:2: not valid JSON") == 1  # once, plots included
+    assert f"`{broken}`: cannot be read" in (out / "compare.md").read_text()
+    corr = pd.read_csv(out / "gate-correlation.csv", index_col=0)
+    assert list(corr.index) == ["pos+ner"]  # seed 1's gates alone

@@ -2,7 +2,6 @@
 CKY/MBR decoding against brute-force enumeration, the tree <-> chart round trip, the loss."""
 import math
 import random
-from pathlib import Path
 
 import nltk
 import pytest
@@ -16,9 +15,8 @@ from mtl_heads.data.errors import DataError
 from mtl_heads.data.sentence import Sentence
 from tasks.con import BracketF1, ConTask, CRFConstituencyDecoder, chart_to_tree, tree_to_chart
 
-from conftest import overfit
+from helpers import overfit
 
-EWT_DEV = Path(__file__).resolve().parents[2] / "shared/data/ewt/en_ewt.dev.gold_conll"
 T = nltk.Tree.fromstring
 
 
@@ -220,12 +218,10 @@ def test_round_trip_on_demo_and_special_trees():
 
 
 @pytest.mark.integration
-def test_round_trip_on_ewt_dev():
-    if not EWT_DEV.exists():
-        pytest.skip(f"{EWT_DEV} not found")
+def test_round_trip_on_ewt_dev(ewt):
     from mtl_heads.data.conll2012 import read_conll2012
 
-    sentences = read_conll2012(EWT_DEV)
+    sentences = read_conll2012(ewt / "en_ewt.dev.gold_conll")
     for sentence in sentences:
         check_round_trip(sentence.tree)
     task = ConTask()

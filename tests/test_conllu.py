@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 
-import test_fuzz_readers as fuzz  # the mutations of the reader fuzzing (a module: its tests are not re-collected)
-from conftest import EWT
+import fuzzing as fuzz  # the mutations of the reader fuzzing
 from mtl_heads.config import ConfigError, load_config, CONFIG_DIR
 from mtl_heads.data.conll2012 import read_conll2012
 from mtl_heads.data.conllu import attach_conllu, read_conllu, write_conllu
@@ -331,15 +330,14 @@ def test_train_on_a_conllu_treebank(tiny_encoder_dir, tmp_path):
     assert metrics["sentences"]["train"] == {"pos": 8, "dep": 8}
 
 
-@pytest.mark.skipif(not (EWT / "en_ewt.dev.conllu").exists(), reason="../shared/data/ewt is absent")
-def test_ewt_dev_as_a_conllu_treebank():
-    dev = EWT / "en_ewt.dev.conllu"
+def test_ewt_dev_as_a_conllu_treebank(ewt):
+    dev = ewt / "en_ewt.dev.conllu"
     corpus = load_corpus(load_config(["data=conllu", f"data.train={dev}", f"data.dev={dev}", f"data.test={dev}"]).data,
                          {"pos", "deps"})
     sentences = corpus["dev"]
     assert len(sentences) == 1968 and all(s.has("pos") and s.has("deps") and s.entities is None for s in sentences)
-    ewt = read_conll2012(EWT / "en_ewt.dev.gold_conll")
-    assert [s.words for s in sentences] == [s.words for s in ewt]  # the syntactic words of the 356 ranges
+    gold = read_conll2012(ewt / "en_ewt.dev.gold_conll")
+    assert [s.words for s in sentences] == [s.words for s in gold]  # the syntactic words of the 356 ranges
     assert sum(len(s.words) for s in sentences) == 24892
     assert {t for s in sentences for t in s.pos} <= {"ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN", "NUM",
                                                      "PART", "PRON", "PROPN", "PUNCT", "SCONJ", "SYM", "VERB", "X"}

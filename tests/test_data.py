@@ -26,7 +26,6 @@ from mtl_heads.data.trees import (
 FIXTURES = Path(__file__).parent / "fixtures"
 EWT_EXCERPT = FIXTURES / "ewt_excerpt.gold_conll"
 EWT_EXCERPT_CONLLU = FIXTURES / "ewt_excerpt.conllu"
-SHARED_EWT = Path(__file__).parents[2] / "shared/data/ewt"
 
 
 # ---------------------------------------------------------------- the EWT excerpt
@@ -566,10 +565,10 @@ def test_default_demo_sizes_and_hash_seed_independence(tmp_path):
 
 
 @pytest.mark.integration
-def test_ewt_dev_counts():
-    gold, conllu = SHARED_EWT / "en_ewt.dev.gold_conll", SHARED_EWT / "en_ewt.dev.conllu"
+def test_ewt_dev_counts(ewt):
+    gold, conllu = ewt / "en_ewt.dev.gold_conll", ewt / "en_ewt.dev.conllu"
     if not gold.is_file() or not conllu.is_file():
-        pytest.skip(f"{SHARED_EWT} not present")
+        pytest.skip(f"{ewt} not present")
     sentences = read_conll2012(gold)
     attach_conllu(sentences, read_conllu(conllu), conllu)
     assert len(sentences) == 1968

@@ -24,7 +24,7 @@ from tasks.dep import MIN, is_tree, mst
 from tasks.ner import viterbi
 from tasks.reference import REFERENCES, reference_path
 
-from conftest import assert_within, float32_sum_bound
+from helpers import assert_within, float32_sum_bound
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

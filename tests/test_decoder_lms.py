@@ -4,69 +4,15 @@ class and saved to a folder, with a byte-level BPE tokenizer trained in memory (
 decoder guide's builder docs/guides/tiny_lm.py."""
 from __future__ import annotations
 
-import importlib.util
 
 import pytest
 import torch
 import transformers
 
-from conftest import REPO
+from tiny_lms import CASES, FAMILIES, HEADS, SENTENCES, _batch, tiny_lm
 from mtl_heads.model.encoder import GatedEncoder, attention_shape, pool_words
 
-SENTENCES = [
-    "The dog saw a cat in the park .",
-    "Mary and John walked to the old house yesterday .",
-    "A company said its profits rose sharply in the third quarter .",
-    "They will meet the new president of the bank on Monday .",
-]
-
-HEADS = 4
-
-
-def _tiny_lm():
-    """docs/guides/tiny_lm.py, the decoder guide's model builder: the recipe of every model here."""
-    spec = importlib.util.spec_from_file_location("tiny_lm", REPO / "docs" / "guides" / "tiny_lm.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-tiny_lm = _tiny_lm()
-FAMILIES = tiny_lm.FAMILIES  # family -> (config class, extra kwargs)
-# every family with num_key_value_heads gets GQA ratios 1, 2, 4
-CASES = [(f, kv) for f in FAMILIES for kv in (4, 2, 1)] + [("gpt2", 4)]
-
-
-def _save(folder, family: str, kv_heads: int):
-    """A 2-layer, 4-query-head random model of ``family`` with ``kv_heads`` KV heads, saved with its
-    tokenizer: a byte-level BPE over the sentences above, Llama-style (``<s>`` put first) or, for
-    GPT-2, without BOS and without a pad token (the loader sets pad = eos)."""
-    return tiny_lm.build(folder, family, kv_heads, heads=HEADS, layers=2, hidden=32, intermediate=64,
-                         max_positions=64, texts=tuple(SENTENCES), vocab_size=320, seed=0)
-
-
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny matrices: see conftest.one_thread
-
-
-@pytest.fixture(scope="module")
-def folders(tmp_path_factory):
-    made = {}
-
-    def get(family: str, kv_heads: int = HEADS):
-        if (family, kv_heads) not in made:
-            made[family, kv_heads] = _save(tmp_path_factory.mktemp(f"{family}-kv{kv_heads}"), family, kv_heads)
-        return made[family, kv_heads]
-
-    return get
-
-
-def _batch(encoder: GatedEncoder):
-    words = [["The", "dog", "walked", "yesterday", "."], ["Mary", "saw", "profits"]]
-    enc = encoder.tokenizer(words, is_split_into_words=True, padding=True, return_tensors="pt")
-    index = torch.tensor([[-1 if w is None else w for w in enc.word_ids(i)] for i in range(len(words))])
-    index = index.masked_fill(enc["attention_mask"] == 0, -1)
-    mask = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])
-    return enc["input_ids"], enc["attention_mask"], index, mask
 
 
 @pytest.mark.parametrize("family,kv_heads", CASES, ids=[f"{f}-kv{kv}" for f, kv in CASES])

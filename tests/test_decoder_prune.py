@@ -14,7 +14,7 @@ from mtl_heads.model.gating import GroupedGate, HardConcreteGate
 from mtl_heads.model.removal import (DECODERS, LayerConfig, PrunedEncoder, load_pruned, prune_encoder, removal_plan,
                                save_pruned)
 from mtl_heads.model.sparsity import resolve_budget, sparsity_from_config
-from test_decoder_lms import CASES, HEADS, _batch, folders  # noqa: F401 - fixtures
+from tiny_lms import CASES, HEADS, _batch
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny matrices: see conftest.one_thread
 
@@ -260,7 +260,7 @@ def test_kv_gate_mask_per_group_or_per_head(folders, tmp_path):
 
 
 def test_bench_decoder_case_on_a_tiny_shape(monkeypatch, capsys):
-    from test_prune import _bench
+    from helpers import _bench
 
     bench = _bench()
     mask = bench.group_mask(8, 16, 4, 0.5, seed=0)  # [layers, heads]: 2 of 4 groups (of 4 heads) per layer

@@ -1,6 +1,5 @@
 """DEP task: supar conventions proven by brute force, loss, metric, targets and bad input."""
 import itertools
-from pathlib import Path
 
 import pytest
 import torch
@@ -10,9 +9,8 @@ from mtl_heads.data.errors import DataError
 from mtl_heads.data.sentence import Sentence
 from tasks.dep import AttachmentScore, BiaffineParser, DepTask, Parse, is_punct
 
-from conftest import overfit
+from helpers import overfit
 
-EWT = Path(__file__).resolve().parents[2] / "shared/data/ewt"
 
 
 def is_tree(heads):
@@ -207,8 +205,8 @@ def test_bad_input():
 
 
 @pytest.mark.integration
-def test_ewt_dev_decodes_trees():
-    path = EWT / "en_ewt.dev.conllu"
+def test_ewt_dev_decodes_trees(ewt):
+    path = ewt / "en_ewt.dev.conllu"
     if not path.exists():
         pytest.skip(f"{path} not found")
     from mtl_heads.data.conllu import read_conllu

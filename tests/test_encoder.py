@@ -14,53 +14,7 @@ from mtl_heads.model.architectures import ADAPTERS
 from mtl_heads.model.encoder import EncoderNotFound, GatedEncoder, pool_words
 from mtl_heads.model.gating import FixedGate, HardConcreteGate
 
-LAYERS, HEADS, HIDDEN, HEAD_DIM = 2, 4, 32, 8
-ALL_TYPES = ["bert", "roberta", "xlm-roberta", "electra", "deberta-v2", "mpnet", "distilbert"]
-SDPA_TYPES = ["bert", "roberta", "xlm-roberta", "electra", "distilbert"]
-
-_EXTRA = {
-    "electra": dict(embedding_size=HIDDEN),
-    # DeBERTa-v3 style: relative attention with buckets, shared keys, no absolute positions
-    "deberta-v2": dict(
-        relative_attention=True,
-        position_buckets=16,
-        max_relative_positions=-1,
-        norm_rel_ebd="layer_norm",
-        share_att_key=True,
-        pos_att_type=["p2c", "c2p"],
-        position_biased_input=False,
-    ),
-}
-
-
-def tiny_config(model_type):
-    if model_type == "distilbert":
-        return AutoConfig.for_model(
-            "distilbert", dim=HIDDEN, n_layers=LAYERS, n_heads=HEADS, hidden_dim=64, vocab_size=100,
-            max_position_embeddings=64, dropout=0.0, attention_dropout=0.0, pad_token_id=0,
-        )  # fmt: skip
-    return AutoConfig.for_model(
-        model_type, hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
-        intermediate_size=64, vocab_size=100, max_position_embeddings=64,
-        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **_EXTRA.get(model_type, {}),
-    )  # fmt: skip
-
-
-def tiny_model(model_type, attn="eager", seed=0):
-    torch.manual_seed(seed)
-    return AutoModel.from_config(tiny_config(model_type), attn_implementation=attn).eval()
-
-
-def padded_batch(model, seed=0):
-    """[3, 9] ids with real lengths 9, 6, 4 and the model's pad id after the end."""
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(5, 100, (3, 9), generator=g)
-    mask = torch.zeros(3, 9, dtype=torch.long)
-    for row, length in enumerate([9, 6, 4]):
-        mask[row, :length] = 1
-    pad = model.config.pad_token_id if model.config.pad_token_id is not None else 0
-    return ids.masked_fill(mask == 0, pad), mask
-
+from helpers import ALL_TYPES, HEAD_DIM, HEADS, HIDDEN, LAYERS, SDPA_TYPES, padded_batch, tiny_model
 
 def out_proj(model, layer):
     adapter = ADAPTERS[model.config.model_type]

@@ -21,7 +21,6 @@ from mtl_heads.data.ewt_align import (LOW_AGREEMENT, MERGED, MISMATCH, NO_UD, RE
                                       SkeletonSentence, UdSentence, align, ne_column, source_files)
 from mtl_heads.data.ewt_build import build_corpus
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "ewt-sources"
 
 PUBLISHED_README_SLIP = ("the 3 UNER sentences whose count differs are among the dropped ones",
@@ -40,8 +39,8 @@ def roots(base: Path) -> dict[str, Path]:
 
 
 @pytest.mark.integration
-def test_build_reproduces_the_published_corpus(tmp_path):
-    sources, published = SHARED / "ewt-sources", SHARED / "ewt"
+def test_build_reproduces_the_published_corpus(ewt_sources_dir, ewt, tmp_path):
+    sources, published = ewt_sources_dir, ewt
     if not (sources / "propbank-release").is_dir() or not (published / "README.md").is_file():
         pytest.skip("../shared/data/ewt-sources or ../shared/data/ewt is absent")
     start = time.perf_counter()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import REPO
+from helpers import REPO
 from mtl_heads import config
 from mtl_heads.commands import ewt as ewt_command
 from mtl_heads.config import ConfigError, load_config
@@ -26,7 +26,6 @@ from mtl_heads.data.ewt_align import REPOS, source_files
 from mtl_heads.data.ewt_sources import DIGESTS, content_digest, download_sources, folder_sources
 
 FIXTURES = REPO / "tests" / "fixtures" / "ewt-sources"
-SHARED = REPO.parent / "shared" / "data" / "ewt-sources"
 
 
 @pytest.fixture(autouse=True)
@@ -196,10 +195,9 @@ def test_a_sources_folder_is_checked(tmp_path, sources, digests):
         folder_sources(copy, digests=digests)
 
 
-@pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data/ewt-sources is absent")
-def test_the_pinned_digests_are_those_of_the_shared_sources():
+def test_the_pinned_digests_are_those_of_the_shared_sources(ewt_sources_dir):
     """How the pins were made (and are remade: python -m mtl_heads.data.ewt_sources <folder>)."""
-    assert {key: content_digest(key, SHARED / repo.folder) for key, repo in REPOS.items()} == DIGESTS
+    assert {key: content_digest(key, ewt_sources_dir / repo.folder) for key, repo in REPOS.items()} == DIGESTS
 
 
 # --- the command --------------------------------------------------------------------------------
@@ -302,9 +300,7 @@ def test_data_ewt_takes_the_first_folder_holding_the_corpus(tmp_path, monkeypatc
     assert load_config(["data=conllu"]).data.path is None
 
 
-@pytest.mark.skipif(not (REPO.parent / "shared/data/ewt/en_ewt.dev.gold_conll").exists(),
-                    reason="../shared/data/ewt is absent")
-def test_data_ewt_on_this_machine_records_the_path_the_study_recorded(monkeypatch):
+def test_data_ewt_on_this_machine_records_the_path_the_study_recorded(ewt, monkeypatch):
     """The study's run folders say path: ../shared/data/ewt; a run here must say the same, or compare
     would split its settings (unless data/ewt has been built here, which then comes first)."""
     monkeypatch.chdir(REPO)

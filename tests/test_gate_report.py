@@ -20,7 +20,7 @@ from mtl_heads.reports.gates import pictures
 from mtl_heads.reports.gates import (correlation_matrix, grey_mean, group_settings, kept_per_layer, read_runs,
                                      rgb_overlap, write_report)
 
-from conftest import REPO
+from helpers import REPO
 
 
 def make_run(folder, values, tasks=("dep",), seed=1, **cfg):

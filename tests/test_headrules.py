@@ -1,6 +1,5 @@
 """Head-rule conversion: hand-checked trees, validity on generated and EWT trees, check_tree."""
 import random
-from pathlib import Path
 
 import nltk
 import pytest
@@ -8,7 +7,6 @@ import pytest
 from mtl_heads.data.errors import DataError
 from mtl_heads.data.headrules import HEAD_RULES, check_tree, tree_to_dependencies
 
-EWT = Path(__file__).resolve().parents[2] / "shared/data/ewt"
 
 
 def convert(text):
@@ -91,10 +89,10 @@ def test_check_tree_errors():
 
 
 @pytest.mark.integration
-def test_ewt_dev_all_trees_valid_and_close_to_ud():
-    gold_conll, conllu = EWT / "en_ewt.dev.gold_conll", EWT / "en_ewt.dev.conllu"
+def test_ewt_dev_all_trees_valid_and_close_to_ud(ewt):
+    gold_conll, conllu = ewt / "en_ewt.dev.gold_conll", ewt / "en_ewt.dev.conllu"
     if not gold_conll.exists() or not conllu.exists():
-        pytest.skip(f"{EWT} not found")
+        pytest.skip(f"{ewt} not found")
     from mtl_heads.data.conll2012 import read_conll2012
     from mtl_heads.data.conllu import read_conllu
     sentences, ud = read_conll2012(gold_conll), read_conllu(conllu)

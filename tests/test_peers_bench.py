@@ -17,20 +17,35 @@ from tasks import TASKS
 from tasks.con import chart_to_tree, tree_to_chart
 from tasks.dep import Parse
 
-from conftest import REPO
+from helpers import REPO
 
 FIXTURES = REPO / "tests" / "fixtures"
 
 
 @pytest.fixture(scope="module")
-def bench():
+def peers():
+    """bench/peers.py loaded from its file, as a test loads it (bench/ is no package); it imports its
+    siblings bench/peers_sides.py and bench/peers_render.py, which the fixtures below hand out."""
     pytest.importorskip("supar")
     spec = importlib.util.spec_from_file_location("peers_bench", REPO / "bench" / "peers.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclass looks its module up while the class is made
     spec.loader.exec_module(module)
     yield module
-    sys.modules.pop(spec.name, None)
+    for name in (spec.name, "peers_sides", "peers_render"):
+        sys.modules.pop(name, None)
+
+
+@pytest.fixture(scope="module")
+def bench(peers):
+    """bench/peers_sides.py as peers.py imported it: the converters, the scoring, supar's files."""
+    return sys.modules["peers_sides"]
+
+
+@pytest.fixture(scope="module")
+def tables(peers):
+    """bench/peers_render.py as peers.py imported it: the verdict rule and the tables."""
+    return sys.modules["peers_render"]
 
 
 @pytest.fixture(scope="module")
@@ -135,18 +150,18 @@ def test_token_classifier_labels_and_our_tags_score_the_same(bench, gold, task):
     assert bench.peer_tags([1], [None], t.labels, 2, "_") == ["_", "_"]  # a word with no token: the fallback
 
 
-def test_accuracy_verdicts_follow_the_rule(bench):
+def test_accuracy_verdicts_follow_the_rule(tables):
     """docs/peers.md's rule on paired differences ours - peer: the 95% t-interval above 0 (better), below
     0 (worse), inside +-0.5 (equal within 0.5), else not resolved, with the seeds that would resolve it."""
     from scipy import stats
 
-    assert bench.accuracy_verdict([1.0, 1.2, 0.9]) == "better"
-    assert bench.accuracy_verdict([-1.0, -1.2, -0.9]) == "worse"
-    assert bench.accuracy_verdict([0.05, -0.05, 0.0, 0.1, -0.1]) == "equal within 0.5 points"
-    assert bench.accuracy_verdict([0.4]) == "one seed: no interval"
+    assert tables.accuracy_verdict([1.0, 1.2, 0.9]) == "better"
+    assert tables.accuracy_verdict([-1.0, -1.2, -0.9]) == "worse"
+    assert tables.accuracy_verdict([0.05, -0.05, 0.0, 0.1, -0.1]) == "equal within 0.5 points"
+    assert tables.accuracy_verdict([0.4]) == "one seed: no interval"
     diffs = [-1.33, 0.38, 1.85, -1.62, 0.36]  # the first comparison's NER seeds
-    verdict = bench.accuracy_verdict(diffs)
-    mean, sd, low, high = bench._ci(diffs)
+    verdict = tables.accuracy_verdict(diffs)
+    mean, sd, low, high = tables._ci(diffs)
     half = stats.t.ppf(0.975, 4) * sd / 5 ** 0.5
     assert (low, high) == pytest.approx((mean - half, mean + half)) and low < -0.5 < 0.5 < high
     n = int(verdict.split("about ")[1].split(" ")[0])  # the seeds at which the interval would fit in +-0.5
@@ -154,7 +169,7 @@ def test_accuracy_verdicts_follow_the_rule(bench):
     assert stats.t.ppf(0.975, n - 1) * sd / n ** 0.5 < room <= stats.t.ppf(0.975, n - 2) * sd / (n - 1) ** 0.5
 
 
-def test_render_pairs_seeds_and_says_what_speed_is_made_of(bench):
+def test_render_pairs_seeds_and_says_what_speed_is_made_of(tables):
     """The rendered tables pair each peer run with ours of the same task and seed, pool speeds over seeds,
     and split a per-sentence speed gap into padding and the rest."""
     def record(system, recipe, seed, score, wall, slots, real):
@@ -165,10 +180,10 @@ def test_render_pairs_seeds_and_says_what_speed_is_made_of(bench):
                 "subwords": {"train": [slots, real], "predict": [slots, real]}, "settings": {}, "error": None,
                 "note": None, "machine": "2026-11-27 10:00, 2 cores (CPU)", "size": {"train": 1000}}
 
-    peer = bench.PEERS["pos"]
+    peer = tables.PEERS["pos"]
     results = {"records": [record("mtl-heads", "ours", s, 90.0 + s, 10.0, 1100, 1000) for s in (1, 2, 3)]
                + [record(peer, "equal", s, 89.0 + s, 20.0, 2200, 1000) for s in (1, 2, 3)]}
-    text = bench.render(results)
+    text = tables.render(results)
     assert "| pos | equal | accuracy | 3 | 92.00 ± 1.00 | 91.00 ± 1.00 | +1.00 ± 0.00 |" in text
     assert "| better | 2.0, 2.0 |" in text
     # ours 10 s, the peer 20 s for the same real sub-words, over 1100 and 2200 slots: twice as fast per real

@@ -418,7 +418,7 @@ def test_bf16_precision_runs(run_dir):
 def test_bench_runs_on_a_given_run(run_dir, tmp_path, capsys):
     import importlib.util
 
-    from conftest import REPO
+    from helpers import REPO
 
     spec = importlib.util.spec_from_file_location("predict_speed", REPO / "bench" / "predict_speed.py")
     bench = importlib.util.module_from_spec(spec)

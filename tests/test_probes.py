@@ -26,6 +26,8 @@ from probes.base import LabelStats, ProbeBatch, ProbeContext, pool_units, slot_i
 from probes.clustering import lowest_phrases
 from probes.runner import examples_for, probe_batches, run_probes
 
+from helpers import same_tables
+
 FIXTURES = Path(__file__).parent / "fixtures"
 CPU = torch.device("cpu")
 
@@ -58,20 +60,6 @@ def score(table: pd.DataFrame, label: str, layer: int, head: int, **where) -> fl
         rows = rows[rows[k] == v]
     assert len(rows) == 1, (label, layer, head, where, rows)
     return float(rows.score.iloc[0])
-
-
-def same_tables(fast: pd.DataFrame, slow: pd.DataFrame, keys=("layer", "head", "label"), atol=1e-4):
-    keys = list(keys)
-    merged = fast.merge(slow, on=keys, how="outer", suffixes=("_fast", "_slow"), indicator=True)
-    assert (merged._merge == "both").all(), merged[merged._merge != "both"].head()
-    assert (merged.count_fast == merged.count_slow).all()
-    bad = merged[~np.isclose(merged.score_fast, merged.score_slow, atol=atol)]
-    assert bad.empty, bad.head()
-    for column in ("baseline", "found", "offset", "reachable"):
-        assert (f"{column}_fast" in merged) == (f"{column}_slow" in merged), column
-        if f"{column}_fast" in merged:
-            a, b = merged[f"{column}_fast"].astype(float), merged[f"{column}_slow"].astype(float)
-            assert np.allclose(a, b, atol=atol, equal_nan=True), column
 
 
 # ---------------------------------------------------------------------- building blocks

@@ -5,6 +5,8 @@ import json
 import pytest
 import torch
 import transformers
+
+from helpers import _bench
 from torch.nn import functional as F
 
 from mtl_heads.config import ConfigError
@@ -223,17 +225,6 @@ def test_cli_error_without_traceback(tmp_path, capsys):
     assert main([str(tmp_path / "no-run")]) == 2
     err = capsys.readouterr().err
     assert "not a finished run folder" in err and "Traceback" not in err
-
-
-def _bench():
-    import importlib.util
-
-    from conftest import REPO
-
-    spec = importlib.util.spec_from_file_location("prune_speed", REPO / "bench" / "prune_speed.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_bench_flops_and_a_tiny_run(tiny_encoder_dir, capsys):

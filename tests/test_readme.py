@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO
+from helpers import REPO
 
 README = REPO / "README.md"
 GUIDES = sorted((REPO / "docs" / "guides").glob("*.md"))

@@ -12,7 +12,7 @@ from mtl_heads.commands.report import main
 from mtl_heads.reports.page import build_page, heat_cells
 from mtl_heads.reports.probe_report import split_specs
 
-from test_compare import make_run
+from helpers import _browser, make_run
 
 SECONDS = {1: 100.0, 2: 9.5, 3: 10.0}  # sorted as text: 10, 100, 9.5; as numbers: 9.5, 10, 100
 
@@ -229,25 +229,6 @@ def test_gate_section_uses_the_settings_of_the_table(many_settings):
     assert "Gates that never moved" in gates and "ner, pos, pos #2, pos+ner, pos+ner+dep+con+srl" in gates
     assert "heads kept per layer: pos (dynamic, budget=36)" in gates and "heads kept per layer: pos (dynamic)" in gates
     assert "diagonal: run-to-run consistency" in gates
-
-
-def _browser(tmp_path, width=1366):
-    if not shutil.which("chromium") or not shutil.which("chromedriver"):
-        pytest.skip("Debian's chromium / chromium-driver are not installed")
-    webdriver = pytest.importorskip("selenium.webdriver")
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = shutil.which("chromium")
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'profile'}", f"--window-size={width},1000",
-                 "--hide-scrollbars"):
-        options.add_argument(flag)
-    try:  # an explicit driver: Selenium Manager never looks for one online
-        return webdriver.Chrome(options=options, service=Service(shutil.which("chromedriver")))
-    except Exception as err:  # noqa: BLE001 -- a browser that cannot start here: skip, not fail
-        pytest.skip(f"headless chromium did not start: {err}")
 
 
 def _column(driver, table_id, header):

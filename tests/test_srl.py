@@ -18,7 +18,7 @@ from mtl_heads.data.sentence import Sentence
 from tasks.srl import (SpanSrlDecoder, SrlF1, SrlTask, conll05_arguments, conll05_counts, greedy_arguments,
                        parse_span_ratio)
 
-from conftest import overfit
+from helpers import overfit
 
 LABELS = ["ARG0", "ARG1", "ARGM-TMP", "C-ARG1", "R-ARG0"]
 
@@ -629,10 +629,8 @@ def test_predict_write_read_score_is_the_training_time_score(tmp_path, span_rati
 
 
 @pytest.mark.integration
-def test_ewt_dev_targets_and_gold():
-    path = Path(__file__).resolve().parents[2] / "shared/data/ewt/en_ewt.dev.gold_conll"
-    if not path.exists():
-        pytest.skip("../shared/data/ewt is absent")
+def test_ewt_dev_targets_and_gold(ewt):
+    path = ewt / "en_ewt.dev.gold_conll"
     from mtl_heads.data.conll2012 import read_conll2012
 
     sentences = [s for s in read_conll2012(path) if s.has("srl")]

@@ -13,8 +13,8 @@ from mtl_heads.commands.report import main as report
 from mtl_heads.reports.claims import REGIME_NAMES, check_claims, read_study, stem_heads
 from mtl_heads.reports.page import heat_cells
 from mtl_heads.reports.study_page import STABILITY, claims_legend, study_lead
-from test_claims import LAYERS, STEM, make_study
-from test_compare import make_run
+from helpers import STEM, make_run, make_study
+from helpers import STUDY_LAYERS as LAYERS
 
 
 @pytest.fixture(scope="module")
@@ -177,7 +177,7 @@ return out;
 def study_page(tmp_path_factory):
     if not STUDY_PAGE.is_file():
         pytest.skip("docs/ewt-study/report.html is not in this checkout")
-    from test_report_html import _browser
+    from helpers import _browser
 
     driver = _browser(tmp_path_factory.mktemp("chromium"), FIRST_SCREEN[0])
     driver.set_window_size(*FIRST_SCREEN)

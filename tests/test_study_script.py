@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mtl_heads.reports.claims import read_study
-from test_compare import make_run
+from helpers import make_run
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "docs" / "ewt-study.sh"

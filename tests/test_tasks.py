@@ -10,7 +10,7 @@ from tasks import TASKS
 from tasks.ner import CRFTagger, SpanF1, spans_to_bio
 from tasks.pos import TagAccuracy
 
-from conftest import overfit
+from helpers import overfit
 
 
 def test_registry_has_spine_tasks():

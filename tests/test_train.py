@@ -15,7 +15,7 @@ from mtl_heads.training.experiment import run
 from mtl_heads.commands.train import main
 from mtl_heads.training.trainer import TrainingError
 
-from conftest import REPO
+from helpers import REPO
 
 
 @pytest.fixture

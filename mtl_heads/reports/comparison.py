@@ -104,13 +104,31 @@ def _number(value) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
 
 
-def read_run_row(path: Path) -> tuple[dict, dict]:
+def _gates_or_none(path: Path, notes: list[Note] | None) -> dict | None:
+    """``path/gates.json``, or None when it is absent or cannot be read; a broken one is appended to
+    ``notes`` (when given) as a :class:`~mtl_heads.reports.runs.Note` naming the file and why."""
+    try:
+        return read_json(path / "gates.json")
+    except UnreadableFile as err:
+        if notes is not None:
+            notes.append(Note(path / "gates.json", f"cannot be read: {err}; heads kept from metrics.json only"))
+        return None
+
+
+def read_run_row(path: Path, notes: list[Note] | None = None) -> tuple[dict, dict]:
     """(row of numbers and identity, flattened config) of one finished run folder.
 
     The row holds ``run`` (the folder), ``seed``, ``tasks``, ``prune``, per task ``dev <task> <metric>``
     and ``test <task> <metric>``, ``dev score``, ``test score``, ``heads kept``, ``heads total``,
     ``seconds`` and, when present, ``pruned heads`` / ``pruned params``. Missing keys are left out
-    (older runs); a broken file is a ``ConfigError`` naming it.
+    (older runs); a broken config.yaml or metrics.json is a ``ConfigError`` naming it. A broken
+    gates.json is not: the heads then come from metrics.json alone (NaN when it has none).
+
+    Args:
+        path: the run folder.
+        notes: a gates.json that cannot be read is appended to it as a
+            :class:`~mtl_heads.reports.runs.Note` (for the report's list and stderr). Default None:
+            not told.
     """
     cfg = read_yaml(path / "config.yaml")
     metrics = read_json(path / "metrics.json")
@@ -132,7 +150,7 @@ def read_run_row(path: Path) -> tuple[dict, dict]:
             metric = main_metric(task, task_scores)
             row[f"{role} {task} {metric}"] = _number(task_scores[metric])
         row[f"{role} score"] = _number(metrics.get(f"{role}_mean"))
-    row["heads kept"], row["heads total"] = _heads(metrics, read_json(path / "gates.json"))
+    row["heads kept"], row["heads total"] = _heads(metrics, _gates_or_none(path, notes))
     row["seconds"] = _number(metrics.get("seconds"))
     row.update(_pruned_info(path))
     return row, flatten_config(cfg)
@@ -216,15 +234,19 @@ def shared_text(summary: pd.DataFrame) -> str:
     return _grouped([(k, _config_text(v)) for k, v in shared.items()])
 
 
-def run_table(paths: list[Path]) -> pd.DataFrame:
+def run_table(paths: list[Path], notes: list[Note] | None = None) -> pd.DataFrame:
     """One row per run: ``setting``, ``seed``, the varying config keys, the numbers of :func:`read_run_row`.
 
     Rows are ordered by setting (fewest tasks first, then name) and seed. ``attrs["config_columns"]``
     lists the varying config keys, ``attrs["shared"]`` the config common to all settings.
+
+    Args:
+        paths: the run folders.
+        notes: where a run's part that cannot be read (a broken gates.json) is noted; default None.
     """
     if not paths:
         raise ConfigError("no runs to compare")
-    read = [read_run_row(Path(p)) for p in paths]
+    read = [read_run_row(Path(p), notes) for p in paths]
     rows, flats = [r for r, _ in read], [setting_config(f) for _, f in read]
     varying = varying_keys(flats)
     names = name_settings(rows, flats, varying)
@@ -402,7 +424,7 @@ def compare_runs(specs: list[str], root: str | Path = RUNS, uses: tuple[str, ...
         why = "".join(f"\n  {note}" for note in notes)
         raise ConfigError(f"no finished runs (folders with config.yaml and metrics.json) found in: {', '.join(specs)}"
                           + why)
-    runs = run_table(paths)
+    runs = run_table(paths, notes)
     summary = summarise(runs)
     return Comparison(runs, summary, format_summary(summary), skipped, notes)
 
@@ -540,13 +562,27 @@ def plot_dev_curves(runs: pd.DataFrame, out: Path, notes: list[Note] | None = No
             "dev_curves": plot_learning_curves(points, out / "dev-curves.png")}
 
 
-def gate_settings(runs: pd.DataFrame) -> dict[str, list]:
+def gate_settings(runs: pd.DataFrame, notes: list[Note] | None = None) -> dict[str, list]:
     """``{setting: [RunGates of its runs]}`` (:class:`mtl_heads.reports.gates.RunGates`) for the runs with
-    a ``gates.json``, settings as in the table (with several grid shapes, the most common)."""
+    a readable ``gates.json``, settings as in the table (with several grid shapes, the most common).
+
+    Args:
+        runs: one row per run (:func:`run_table`).
+        notes: a run whose gates cannot be read is left out and its file appended to it as a
+            :class:`~mtl_heads.reports.runs.Note`, unless a note already names that file
+            (:func:`compare_runs` noted a broken gates.json); default None: left out, not told.
+    """
     settings: dict[str, list] = {}
     for setting, run in zip(runs["setting"], runs["run"]):
-        if (Path(run) / "gates.json").is_file():
+        if not (Path(run) / "gates.json").is_file():
+            continue
+        try:
             settings.setdefault(setting, []).append(read_run(Path(run)))
+        except ConfigError as err:  # gates/read.py says a broken gates.json as a ConfigError naming it
+            gates = Path(run) / "gates.json"
+            broken = gates if str(err).startswith(str(gates)) else Path(run)
+            if notes is not None and all(n.path != broken for n in notes):
+                notes.append(Note(broken, f"cannot be read: {err}; left out of the gate correlation"))
     shapes = pd.Series([r.values.shape for group in settings.values() for r in group])
     if shapes.empty:
         return {}
@@ -560,7 +596,7 @@ def plot_gate_correlation(runs: pd.DataFrame, out: Path, notes: list[Note] | Non
     settings' gates (runs without ``gates.json`` left out; with several grid shapes, the most common).
     The picture leaves out settings whose gates never moved; none is drawn when no setting's gates
     moved (a note says so)."""
-    groups = gate_settings(runs)
+    groups = gate_settings(runs, notes)
     if not groups:
         return {}
     out.mkdir(parents=True, exist_ok=True)
