@@ -27,6 +27,7 @@ import html
 import json
 from pathlib import Path
 
+from mtl_heads.files import read_json
 from mtl_heads.reports.runs import Note
 from mtl_heads.reports.static import asset
 
@@ -70,12 +71,7 @@ def _load_samples(path: Path) -> dict | None:
     """The samples file at ``path``; None when there is none; a ValueError naming it when it is broken."""
     if not path.is_file():
         return None
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path}: cannot be read ({getattr(err, 'strerror', None) or err})") from None
+    data = read_json(path)  # UnreadableFile (a ValueError) naming the file and line when broken
     if not isinstance(data, dict) or not isinstance(data.get("sentences"), list):
         raise ValueError(f"{path}: not an attention samples file (no list 'sentences')")
     return data if data["sentences"] else None  # no sentence sampled: nothing to show, nothing wrong

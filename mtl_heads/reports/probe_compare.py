@@ -42,6 +42,7 @@ import numpy as np
 import pandas as pd
 
 from mtl_heads.config import ConfigError
+from mtl_heads.files import read_json
 from mtl_heads.reports.probe_report import (Report, choice_conflicts, choices_text, draw_heatmaps, head_name,
                                              heatmap_grid, markdown_table, read_report, report_choices, safe_name)
 from mtl_heads.reports.runs import flatten_config, read_yaml, setting_config
@@ -398,12 +399,9 @@ def read_comparison(folder: Path) -> dict:
     """The ``compare.json`` of a comparison folder; a ConfigError naming the file (and line) and why
     when it cannot be read or holds no JSON object."""
     path = Path(folder) / "compare.json"
-    try:
-        meta = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise ConfigError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"{path}: cannot be read ({getattr(err, 'strerror', None) or err})") from None
+    meta = read_json(path)  # UnreadableFile (a ConfigError) naming the file and line when broken
+    if meta is None:
+        raise ConfigError(f"{path}: cannot be read (No such file or directory)")
     if not isinstance(meta, dict):
         raise ConfigError(f"{path}: expected a JSON object (the models, probes and groups compared)")
     return meta
