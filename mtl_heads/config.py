@@ -366,11 +366,12 @@ def _mapping(values: Rule, example: str) -> Rule:
 def task_modules() -> list[str]:
     """The task modules in ``tasks/`` (a task named ``x`` lives in ``tasks/x.py``), found without
     importing them (they import torch): the fast check of ``tasks=``; ``build_tasks`` checks the
-    registry ``tasks.TASKS`` itself."""
+    registry ``tasks.TASKS`` itself. ``base`` (the Task class) and ``reference`` (the previous decoders,
+    for tests and benches) are no tasks."""
     spec = importlib.util.find_spec("tasks")
     folders = spec.submodule_search_locations if spec is not None else []
     return sorted(p.stem for folder in folders for p in Path(folder).glob("*.py")
-                  if p.stem not in ("__init__", "base"))
+                  if p.stem not in ("__init__", "base", "reference"))
 
 
 def _tasks(v) -> str | None:
