@@ -38,12 +38,10 @@ the seeds of one setting form one group) and writes, as PNG and CSV (:func:`writ
   cells among the best heads of the (pretrained) encoder's probes? Their percentile ranks per probe,
   against random head sets of the same size.
 
-A head counts as kept when its gate is at least :data:`mtl_heads.model.gating.KEPT_AT` (1e-3; here also under its
-older name ``KEEP_THRESHOLD``, which the HTML and comparison reports import).
+A head counts as kept when its gate is at least :data:`mtl_heads.model.gating.KEPT_AT` (1e-3).
 """
 from __future__ import annotations
 
-from mtl_heads.model.gating import KEPT_AT
 from mtl_heads.reports.gate_map import kept_per_layer, plot_gate_map
 from mtl_heads.reports.gates.pictures import (WANDB_MODES, WHAT, correlation_note, default_out, describe_file,
                                               grey_mean, group_size, log_to_wandb, plot_correlation, plot_kept_bars,
@@ -62,9 +60,8 @@ from mtl_heads.reports.gates.stem import (DRAWS, NOT_RANKED, PROBE_RANK_TEXT, RO
                                           stem_cells_vs_probes, stem_count_layer_p, stem_count_p, stem_settings)
 from mtl_heads.folders import is_gate_run
 
-KEEP_THRESHOLD = KEPT_AT  # the older name; mtl_heads.reports.page and .comparison still import it
 
-__all__ = ["KEEP_THRESHOLD", "MIN_GATE_SPREAD", "RunGates", "rgb_overlap", "grey_mean", "pearson_matrix",
+__all__ = ["MIN_GATE_SPREAD", "RunGates", "rgb_overlap", "grey_mean", "pearson_matrix",
            "gates_vary", "initial_gate_range", "gates_moved", "moved_flags", "run_consistency", "correlation_matrix",
            "still_settings", "correlation_note", "SHUFFLES", "PERMUTATION_TEXT", "STILL_TEXT", "DIAGONAL_TEXT",
            "kept_heads", "jaccard", "permutation_baseline", "permutation_lines", "STEM_TEXT", "DRAWS", "NOT_RANKED",

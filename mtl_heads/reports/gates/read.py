@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from mtl_heads.config import ConfigError
+from mtl_heads.files import read_json
 from mtl_heads.folders import KIND_WHY, folder_kind, is_gate_run
 from mtl_heads.reports.gates.stats import gates_moved, saved_prune_mode
 from mtl_heads.reports.probe_report import read_report
@@ -122,10 +123,7 @@ def _expand(spec: str, notes: list | None = None) -> list[Path]:
 
 def _read_gates(path: Path) -> np.ndarray:
     """The ``values`` of a gates.json as ``[layers, heads]``, checked (shape, range, layers/heads keys)."""
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise ConfigError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from None
+    data = read_json(path)  # UnreadableFile (a ConfigError) naming the file and line when broken
     if not isinstance(data, dict) or "values" not in data:
         raise ConfigError(f"{path}: expected an object with key 'values' ([layers][heads] gate values)")
     try:
