@@ -257,19 +257,27 @@ def test_verdicts_of_a_fixed_null_and_the_sets_needed():
 
 
 def test_committed_study_records_read_and_judge():
-    """The study's ablation.json files (written before the verdicts) print as before, judge, and still
-    feed claim 6's reader."""
+    """The study's ablation.json files print and judge, and feed claim 6's reader: those written before
+    the verdicts print as before and gain a verdict column when judged; those written since carry their
+    verdicts, and judging them again changes none."""
     from mtl_heads.reports.claims import read_ablations
 
     root = Path(__file__).resolve().parents[1] / "docs" / "ewt-study"
     found, notes = read_ablations([str(root)])
     assert len(found) >= 1 and not notes
+    kinds = set()
     for _, record in found:
-        assert "verdicts" not in record and not table_lines(record)[2].endswith("verdict")
-        plain = len(table_lines(record))
         copy = judge(json.loads(json.dumps(record)))
-        assert len(table_lines(copy)) > plain and all(r["verdict"] in ("needed", "not shown")
-                                                      for by_task in copy["methods"].values() for r in by_task.values())
+        verdicts = [r["verdict"] for by_task in copy["methods"].values() for r in by_task.values()]
+        assert verdicts and all(v in ("needed", "not shown") for v in verdicts)
+        if "verdicts" in record:
+            kinds.add("judged")
+            assert table_lines(record)[2].endswith("verdict") and table_lines(copy) == table_lines(record)
+        else:
+            kinds.add("before verdicts")
+            assert not table_lines(record)[2].endswith("verdict")
+            assert len(table_lines(copy)) > len(table_lines(record))
+    assert "before verdicts" in kinds
 
 
 def test_head_names():
