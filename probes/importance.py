@@ -28,7 +28,6 @@ import torch
 from torch import nn
 
 # the scoring helpers live in the core, shared with causal head ablation; imported from here too
-from mtl_heads.model.gating import KEPT_AT
 from mtl_heads.analysis.scoring import eval_mode, open_heads, task_batches, task_score
 from mtl_heads.data.batching import Example
 from mtl_heads.progress import progress_bar
@@ -102,7 +101,7 @@ def single_head_ablation(model: nn.Module, batches_by_task: dict, skip_closed: b
     Args:
         model: the ``MultiTaskModel``.
         batches_by_task: ``{task: batches}`` from :func:`task_batches`.
-        skip_closed: heads whose gate is already below ``KEPT_AT`` get delta 0 without a pass
+        skip_closed: heads whose gate is already below :data:`mtl_heads.model.gating.KEPT_AT` get delta 0 without a pass
             (masking them changes nothing, or next to nothing). Default True.
         progress: show a progress bar over heads.
     """
@@ -135,7 +134,7 @@ def pruning_curve(model: nn.Module, batches_by_task: dict, ks: Sequence[int] = P
                   normalize_layers: bool = True, progress: bool = False) -> pd.DataFrame:
     """Greedy pruning: the metric after masking k heads, for each k in ``ks``; nested sets.
 
-    Candidates are the open heads (gate >= ``KEPT_AT``); k counts heads masked by the probe.
+    Candidates are the open heads (gate >= :data:`mtl_heads.model.gating.KEPT_AT`); k counts heads masked by the probe.
 
     Args:
         model: the ``MultiTaskModel``.

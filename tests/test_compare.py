@@ -5,7 +5,6 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
 
 from mtl_heads.commands.compare import main
 from mtl_heads.config import ConfigError

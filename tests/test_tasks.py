@@ -100,7 +100,7 @@ def test_tasks_declare_layers_and_build_targets():
 
 
 def test_biaffine_span_decoder_greedy_non_overlapping_and_learns():
-    from tasks.ner import BiaffineSpanTagger, greedy_non_overlapping
+    from tasks.ner import greedy_non_overlapping
 
     assert greedy_non_overlapping([(0.9, 1, 2, 0), (0.8, 2, 3, 1), (0.7, 0, 0, 1)]) == [(1, 3, 0), (0, 1, 1)]
     torch.manual_seed(0)

@@ -38,7 +38,7 @@ def prune(cfg: DictConfig) -> None:
     )
     from mtl_heads.model.build import load_run
     from mtl_heads.model.removal import prune_model, save_pruned
-    from mtl_heads.training.tracking import ID_FILE, log_head_removal, wandb_section
+    from mtl_heads.training.tracking import log_head_removal, training_run_id, wandb_section
 
     try:
         run = load_run(cfg.run, device=cfg.device)
@@ -56,7 +56,7 @@ def prune(cfg: DictConfig) -> None:
                                 gated.gate_values(), kept.heads_per_layer, removal_numbers(gated, kept, check),
                                 {"threshold": cfg.threshold, "check": check.source})
     if wandb_id:
-        training = (run.path / ID_FILE).read_text().strip() if (run.path / ID_FILE).is_file() else ""
+        training = training_run_id(run.path)
         print(f"W&B run {wandb_id}" + (" (the training's, continued)" if wandb_id == training else
                                         f" (its own, linked to the training's {training}: W&B cannot continue an "
                                         "offline run)" if training else ""))

@@ -265,7 +265,7 @@ def log_head_removal(wandb_cfg, run_path: Path, run_cfg, out: Path, gates: torch
     run_path = Path(run_path)
     config = {**OmegaConf.to_container(run_cfg, resolve=True),
               "removal": {**options, "run": str(run_path), "out": str(out)}}
-    training_id = _read_text(run_path / ID_FILE)
+    training_id = training_run_id(run_path)
     config["removal"]["training_run"] = training_id or None
     try:
         if attaches(wandb_cfg.mode, training_id):
@@ -301,6 +301,11 @@ def attaches(mode: str, training_id: str) -> bool:
     """Does the head removal continue the training's W&B run: only online, with the training's id
     (``mode``: a ``wandb.mode``; :func:`log_head_removal` says why not offline)."""
     return bool(training_id) and resolve_mode(mode) == "online"
+
+
+def training_run_id(run_path: Path) -> str:
+    """The W&B run id a training saved in ``run_path/wandb_id``; empty when there is none."""
+    return _read_text(run_path / ID_FILE)
 
 
 def _read_text(path: Path) -> str:

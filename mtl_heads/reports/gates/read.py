@@ -6,7 +6,6 @@ What is named or found and not used is told as a :class:`mtl_heads.reports.runs.
 from __future__ import annotations
 
 import glob
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +29,8 @@ class RunGates:
 
     path: the run folder; tasks: its task list in config order; seed: its seed (None when absent);
     values: evaluation gate values ``[layers, heads]``; prune: config ``prune.mode`` (``none`` when
-    absent); experiment: config ``experiment`` (None when absent).
+    absent); experiment: config ``experiment`` (None when absent); config: its config.yaml; kv_heads:
+    ``kv_heads`` of its gates.json (None when absent).
     """
 
     path: Path
@@ -40,6 +40,7 @@ class RunGates:
     prune: str = "none"
     experiment: str | None = None
     config: dict = field(default_factory=dict, repr=False)
+    kv_heads: int | None = None
 
     @property
     def group_size(self) -> int:
@@ -47,11 +48,7 @@ class RunGates:
         (``kv_heads`` from its gates.json), else 1."""
         if str((self.config.get("encoder") or {}).get("gate_groups", "heads")) != "kv":
             return 1
-        try:
-            kv = int(json.loads((self.path / "gates.json").read_text()).get("kv_heads") or 0)
-        except (OSError, ValueError, TypeError):
-            return 1
-        heads = self.values.shape[1]
+        kv, heads = self.kv_heads, self.values.shape[1]
         return heads // kv if kv and heads % kv == 0 else 1
 
     @property
@@ -121,8 +118,9 @@ def _expand(spec: str, notes: list | None = None) -> list[Path]:
     return found
 
 
-def _read_gates(path: Path) -> np.ndarray:
-    """The ``values`` of a gates.json as ``[layers, heads]``, checked (shape, range, layers/heads keys)."""
+def _read_gates(path: Path) -> tuple[np.ndarray, int | None]:
+    """The ``values`` of a gates.json as ``[layers, heads]``, checked (shape, range, layers/heads keys),
+    and its ``kv_heads`` (None when absent or not a positive whole number)."""
     data = read_json(path)  # UnreadableFile (a ConfigError) naming the file and line when broken
     if not isinstance(data, dict) or "values" not in data:
         raise ConfigError(f"{path}: expected an object with key 'values' ([layers][heads] gate values)")
@@ -137,7 +135,8 @@ def _read_gates(path: Path) -> np.ndarray:
     for axis, key in enumerate(("layers", "heads")):
         if key in data and data[key] != values.shape[axis]:
             raise ConfigError(f"{path}: '{key}' is {data[key]} but 'values' has {values.shape[axis]} {key}")
-    return values
+    kv = data.get("kv_heads")
+    return values, (kv if isinstance(kv, int) and not isinstance(kv, bool) and kv > 0 else None)
 
 
 def read_run(folder: Path) -> RunGates:
@@ -149,8 +148,9 @@ def read_run(folder: Path) -> RunGates:
     if not tasks or not isinstance(tasks, list) or not all(isinstance(t, str) for t in tasks):
         raise ConfigError(f"{folder / 'config.yaml'}: config key 'tasks' must be a non-empty list of task names")
     seed, experiment = cfg.get("seed"), cfg.get("experiment")
+    values, kv_heads = _read_gates(folder / "gates.json")
     return RunGates(folder, tuple(t.strip() for t in tasks), seed if isinstance(seed, int) else None,
-                    _read_gates(folder / "gates.json"), saved_prune_mode(cfg), str(experiment) if experiment else None, cfg)
+                    values, saved_prune_mode(cfg), str(experiment) if experiment else None, cfg, kv_heads)
 
 
 def read_runs(paths: list[str | Path], notes: list | None = None) -> list[RunGates]:
