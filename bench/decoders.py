@@ -46,13 +46,12 @@ from pathlib import Path
 import torch
 from nltk import Tree
 
-from mtl_heads.data.batching import collate, tokenize
+from mtl_heads.data.batching import collate, move_to, tokenize
 from mtl_heads.data.demo import generate_demo
 from mtl_heads.data.headrules import tree_to_dependencies
 from mtl_heads.data.sentence import Sentence
 from mtl_heads.model.encoder import GatedEncoder
 from mtl_heads.model.model import MultiTaskModel, decoder_mask
-from mtl_heads.training.trainer import move_to
 from tasks import TASKS
 from tasks.reference import reference_path
 
@@ -226,7 +225,7 @@ def training_data(args, device: torch.device):
     each task's share of an MTL-5 epoch's steps."""
     from omegaconf import OmegaConf
 
-    from mtl_heads.model.build import build_encoder, build_tasks
+    from mtl_heads.training.build import build_encoder, build_tasks
     from mtl_heads.config import load_config
     from mtl_heads.data.batching import length_batches, prepare_examples, task_probabilities
     from mtl_heads.data.corpus import load_corpus

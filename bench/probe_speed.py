@@ -42,7 +42,7 @@ from mtl_heads.config import CONFIG_DIR, load_config  # noqa: E402
 from mtl_heads.data.batching import collate, length_batches, tokenize  # noqa: E402
 from mtl_heads.data.corpus import load_corpus  # noqa: E402
 from mtl_heads.model.encoder import GatedEncoder  # noqa: E402
-from mtl_heads.model.build import pick_device  # noqa: E402
+from mtl_heads.training.build import pick_device  # noqa: E402
 from probes import PROBES  # noqa: E402
 from probes import reference as ref  # noqa: E402
 from probes.base import ProbeBatch, ProbeContext  # noqa: E402

@@ -28,10 +28,9 @@ import torch
 from torch import nn
 
 # the scoring helpers live in the core, shared with causal head ablation; imported from here too
-from mtl_heads.analysis.scoring import eval_mode, open_heads, task_batches, task_score
-from mtl_heads.data.batching import Example
+from mtl_heads.model.scoring import eval_mode, open_heads, task_batches, task_score
+from mtl_heads.data.batching import Example, move_to
 from mtl_heads.progress import progress_bar
-from mtl_heads.training.trainer import move_to
 
 __all__ = ["eval_mode", "open_heads", "task_batches",
            "gradient_importance", "normalise_per_layer", "task_score", "masked_scores", "single_head_ablation",

@@ -324,7 +324,7 @@ RESULT_KEYS = ["metric", "base", "ablated", "drop", "random_drops", "null_mean",
 def closed_scores(run_dir, heads: list[tuple[int, int]]) -> dict[str, float]:
     """Each task's test score with ``heads`` closed through mask_heads, as the command batches them."""
     from mtl_heads.analysis.ablation import eval_mode, split_examples
-    from mtl_heads.model.build import load_run
+    from mtl_heads.training.build import load_run
 
     loaded = load_run(run_dir)
     mask = torch.ones(LAYERS, HEADS)
@@ -463,7 +463,7 @@ def test_help_lists_every_key(capsys):
 
 def test_probes_import_the_same_helpers():
     import mtl_heads.analysis.ablation as ablation
-    import mtl_heads.analysis.scoring as core
+    import mtl_heads.model.scoring as core
     import probes.importance as importance
 
     for name in ("task_batches", "task_score", "eval_mode", "open_heads"):
@@ -483,7 +483,7 @@ def test_mean_contexts_average_real_tokens():
 
 def test_tasks_on_the_same_sentences_share_passes(runs, monkeypatch):
     from mtl_heads.analysis.ablation import split_examples, task_groups
-    from mtl_heads.model.build import load_run
+    from mtl_heads.training.build import load_run
 
     monkeypatch.setenv("MTL_HEADS_CACHE", str(runs["bert"].parent / "cache"))
     loaded = load_run(runs["bert"])

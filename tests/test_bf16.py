@@ -37,7 +37,7 @@ from mtl_heads.model.gating import HardConcreteGate
 from mtl_heads.model.model import MultiTaskModel
 from mtl_heads.model.precision import autocast, fp32, full_precision, to_fp32, uses_bf16
 from mtl_heads.model.sparsity import Sparsity
-from mtl_heads.model.build import build_encoder, build_tasks
+from mtl_heads.training.build import build_encoder, build_tasks
 from mtl_heads.data.batching import prepare_examples
 
 RTOL = 1e-2
@@ -288,7 +288,7 @@ def test_mtl5_dynamic_pruning_bf16_train_probe_prune_decode(tiny_encoder_dir, tm
     under bf16."""
     from mtl_heads.commands.probe import run as probe
     from mtl_heads.commands.prune import main as prune_main
-    from mtl_heads.model.removal import load_pruned
+    from mtl_heads.training.build import load_pruned
     from mtl_heads.training.experiment import run as train
 
     started = time.perf_counter()
@@ -343,7 +343,7 @@ def test_mtl5_dynamic_pruning_bf16_train_probe_prune_decode(tiny_encoder_dir, tm
     kept = int(printed.split("heads kept: ")[1].split("/")[0])
     pruned = load_pruned(run_dir / "pruned")
     assert sum(pruned.encoder.heads_per_layer) == kept < 8
-    from mtl_heads.model.build import load_run
+    from mtl_heads.training.build import load_run
 
     loaded = load_run(run_dir)
     sentences = load_corpus(load_config([sizes]).data)["dev"]

@@ -11,8 +11,8 @@ import torch
 from mtl_heads.config import ConfigError, load_config
 from mtl_heads.model.encoder import ADAPTERS, GatedEncoder
 from mtl_heads.model.gating import GroupedGate, HardConcreteGate
-from mtl_heads.model.removal import (DECODERS, LayerConfig, PrunedEncoder, load_pruned, prune_encoder, removal_plan,
-                               save_pruned)
+from mtl_heads.model.removal import DECODERS, LayerConfig, PrunedEncoder, prune_encoder, removal_plan, save_pruned
+from mtl_heads.training.build import load_pruned
 from mtl_heads.model.sparsity import resolve_budget, sparsity_from_config
 from tiny_lms import CASES, HEADS, _batch
 
@@ -247,7 +247,7 @@ def test_static_pruning_with_kv_gates_and_removal(folders, tmp_path, monkeypatch
 
 
 def test_kv_gate_mask_per_group_or_per_head(folders, tmp_path):
-    from mtl_heads.model.build import build_encoder
+    from mtl_heads.training.build import build_encoder
 
     cfg = load_config([f"encoder.name={folders('mistral', 2)}", "encoder.gate=fixed", "encoder.gate_groups=kv",
                        "encoder.gate_mask=[[1,0],[0.5,1]]"])

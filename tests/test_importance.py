@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from mtl_heads.data.batching import collate
-from mtl_heads.model.build import load_run
+from mtl_heads.training.build import load_run
 from mtl_heads.training.experiment import run
 from mtl_heads.analysis.ablation import split_examples
 from probes.importance import (Ablation, Importance, gradient_importance, masked_scores,

@@ -15,7 +15,8 @@ from mtl_heads.data.sentence import Sentence
 from mtl_heads.model.encoder import GatedEncoder
 from mtl_heads.model.gating import FixedGate
 from mtl_heads.commands.prune import main
-from mtl_heads.model.removal import PrunedEncoder, count_parameters, load_pruned, prune_encoder, save_pruned
+from mtl_heads.model.removal import PrunedEncoder, count_parameters, prune_encoder, save_pruned
+from mtl_heads.training.build import load_pruned
 
 HIDDEN, HEADS, HEAD_DIM = 32, 4, 8
 # uneven head counts, soft values, and a layer (1) that loses every head
@@ -194,7 +195,7 @@ def test_unsupported_model_types_say_so(model_type):
 
 
 def test_cli_prunes_a_run_and_the_folder_loads_back(tiny_encoder_dir, tmp_path, monkeypatch, capsys):
-    from mtl_heads.model.build import load_run
+    from mtl_heads.training.build import load_run
     from mtl_heads.training.experiment import run
 
     monkeypatch.setenv("MTL_HEADS_CACHE", str(tmp_path / "cache"))

@@ -11,8 +11,7 @@ from mtl_heads.config import ConfigError, load_config
 from mtl_heads.data.conll2012 import write_conll2012
 from mtl_heads.data.sentence import Sentence
 from mtl_heads.files import RefusedFile, UnreadableFile, load_state, load_tensors, save_state
-from mtl_heads.model.build import load_run
-from mtl_heads.model.removal import load_pruned
+from mtl_heads.training.build import load_pruned, load_run
 from mtl_heads.training.experiment import run
 from mtl_heads.commands.train import main
 from mtl_heads.training.trainer import TrainingError

@@ -1,6 +1,6 @@
-"""Analysis of trained models: scoring, prediction, probing and causal head ablation.
+"""Analysis of trained models: evaluation, prediction, probing and causal head ablation (scoring a model as it
+is: :mod:`mtl_heads.model.scoring`).
 
-- :mod:`~mtl_heads.analysis.scoring`: a model's task scores as it is, and which of its heads are open;
 - :mod:`~mtl_heads.analysis.evaluation`: a model on a corpus, or a prediction file against gold;
 - :mod:`~mtl_heads.analysis.inference`: the :class:`~mtl_heads.analysis.inference.Predictor` API;
 - :mod:`~mtl_heads.analysis.probing`: parameter-free head probes of a model into a report folder;

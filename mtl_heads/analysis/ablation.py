@@ -26,7 +26,7 @@ batch; one pass over the split per method and head set (``methods x (1 + random_
 unablated pass, one pass over the reference split for the means and one for the resample donors.
 
 The scoring helpers shared with probes (``task_batches``, ``task_score``, ``eval_mode``, ``open_heads``)
-live in :mod:`mtl_heads.analysis.scoring`, below both (this module reads corpora; the probes need not).
+live in :mod:`mtl_heads.model.scoring`, below both (this module reads corpora; the probes need not).
 """
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ from mtl_heads.model.headsets import head_name, head_names, layer_matched_sets, 
 from mtl_heads.model.precision import autocast
 from mtl_heads.progress import progress_bar
 from mtl_heads.model.gating import KEPT_AT
-from mtl_heads.analysis.scoring import batch_scores, eval_mode, open_heads, task_batches, task_score
+from mtl_heads.model.scoring import batch_scores, eval_mode, open_heads, task_batches, task_score
 
 __all__ = ["METHODS", "DONORS_ON_DEVICE", "eval_mode", "open_heads", "split_examples", "task_batches",
            "task_score", "batch_scores", "chosen_tasks", "TaskGroup", "task_groups", "mean_contexts", "resample_donors",
@@ -68,7 +68,7 @@ def split_examples(loaded_run, role: str = "dev", max_sentences: int | None = No
     tokenised as training did (``load_corpus`` + ``prepare_examples``); only that role is read.
 
     Args:
-        loaded_run: a ``mtl_heads.model.build.LoadedRun``.
+        loaded_run: a ``mtl_heads.training.build.LoadedRun``.
         role: which role's sentences (default ``"dev"``).
         max_sentences: keep the first N examples per task (default: all).
     """
@@ -319,7 +319,7 @@ def run_ablation(loaded_run, chosen: np.ndarray, methods: Sequence[str] = METHOD
     mtl_heads ablate -h``).
 
     Args:
-        loaded_run: a ``mtl_heads.model.build.LoadedRun`` (a run folder, gates as trained).
+        loaded_run: a ``mtl_heads.training.build.LoadedRun`` (a run folder, gates as trained).
         chosen: ``[layers, heads]`` bool, the heads ablated.
         methods, random_sets, seed, precision, progress: as :func:`ablation_study`.
         split: the role scored (default ``test``); reference: the role whose tokens give the mean

@@ -27,7 +27,7 @@ from mtl_heads.data.text import read_jsonl
 if TYPE_CHECKING:
     import torch
 
-    from mtl_heads.model.build import LoadedRun
+    from mtl_heads.training.build import LoadedRun
 
 __all__ = ["load_trained", "evaluate_trained", "score_sentences", "score_files", "read_annotated", "COUNT_METRICS",
            "format_metric", "format_metrics"]
@@ -38,16 +38,15 @@ COUNT_METRICS = frozenset({"tokens", "words"})
 
 
 def load_trained(path: str | Path, device: str | torch.device = "cpu") -> LoadedRun:
-    """A trained model from a run folder (:func:`mtl_heads.model.build.load_run`) or from its pruned folder
-    (``runs/<run>/pruned/``, :func:`mtl_heads.model.removal.load_pruned`), in eval mode on ``device``.
+    """A trained model from a run folder (:func:`mtl_heads.training.build.load_run`) or from its pruned folder
+    (``runs/<run>/pruned/``, :func:`mtl_heads.training.build.load_pruned`), in eval mode on ``device``.
     For a pruned folder, ``metrics`` and ``gates`` are those of the run it came from when it sits
     inside it, and ``cfg`` is the pruned folder's config (``encoder.gate=none``)."""
     # the model imports are deferred, as in evaluate_trained
     from mtl_heads.config import load_saved_config
     from mtl_heads.files import read_json
     from mtl_heads.folders import is_pruned_dir, is_run_dir
-    from mtl_heads.model.build import LoadedRun, load_run
-    from mtl_heads.model.removal import load_pruned
+    from mtl_heads.training.build import LoadedRun, load_pruned, load_run
 
     path = Path(path)
     if is_run_dir(path):
@@ -82,7 +81,7 @@ def evaluate_trained(path: str | Path, data: DictConfig | None = None, split: st
     # deferred: torch and transformers, which scoring two files (score_files) does not need
     from mtl_heads.data.batching import prepare_examples
     from mtl_heads.data.corpus import load_corpus
-    from mtl_heads.model.build import pick_device
+    from mtl_heads.training.build import pick_device
     from mtl_heads.training.trainer import evaluate_examples
 
     target = pick_device(device)

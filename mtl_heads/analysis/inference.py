@@ -55,9 +55,9 @@ from mtl_heads.data.errors import data_error
 from mtl_heads.data.sentence import Sentence
 from mtl_heads.data.text import check_words, tokenize_text
 from mtl_heads.folders import is_run_dir
-from mtl_heads.model.build import load_run, pick_device
+from mtl_heads.training.build import load_pruned, load_run, pick_device
 from mtl_heads.model.precision import autocast, uses_bf16
-from mtl_heads.model.removal import HEADS, load_pruned
+from mtl_heads.model.removal import HEADS
 from mtl_heads.progress import progress_bar
 
 __all__ = ["Predictor", "PredictStats", "Prediction", "LONG_POLICIES", "WORD_LEVEL_TASKS"]

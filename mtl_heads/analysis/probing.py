@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from mtl_heads.config import ConfigError, pick
 from mtl_heads.data.corpus import ROLES, load_corpus
 from mtl_heads.folders import is_probe_report, is_run_dir
-from mtl_heads.model.build import load_run, pick_device
+from mtl_heads.training.build import load_run, pick_device
 from mtl_heads.model.encoder import EncoderNotFound, GatedEncoder
 from mtl_heads.model.gating import KEPT_AT, kept_count
 from mtl_heads.model.precision import autocast

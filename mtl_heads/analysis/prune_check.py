@@ -14,7 +14,8 @@ from mtl_heads.data.corpus import load_corpus
 from mtl_heads.data.errors import DataError
 from mtl_heads.data.sentence import Sentence
 from mtl_heads.model.encoder import GatedEncoder
-from mtl_heads.model.removal import PrunedEncoder, attention_parameters, compare_outputs, count_parameters, load_pruned
+from mtl_heads.model.removal import PrunedEncoder, attention_parameters, compare_outputs, count_parameters
+from mtl_heads.training.build import load_pruned
 
 __all__ = ["FALLBACK_SENTENCES", "PruneCheck", "check_batches", "check_pruned", "removal_lines", "removal_numbers"]
 

@@ -143,7 +143,7 @@ def run(argv: list[str], log=print) -> dict:
         run_ablation,
         table_lines,
     )
-    from mtl_heads.model.build import load_run, pick_device
+    from mtl_heads.training.build import load_run, pick_device
 
     loaded = load_run(str(cfg.run), device=pick_device(cfg.device))
     record = run_ablation(loaded, chosen, list(cfg.methods), cfg.random_sets, cfg.seed, cfg.split, cfg.reference,

@@ -7,7 +7,7 @@ query head in a group that stays is zeroed in ``W_O``); the command prints the h
 (and KV heads, zeroed heads), the parameters before and after, and the largest difference between
 the gated and the pruned model's outputs on dev sentences, then reloads the saved folder and checks
 it again (:mod:`mtl_heads.analysis.prune_check`). Load a pruned folder with
-``mtl_heads.model.removal.load_pruned(folder)``. With W&B on (``wandb.mode``), the removal joins the training
+``mtl_heads.training.build.load_pruned(folder)``. With W&B on (``wandb.mode``), the removal joins the training
 run's W&B run (the id in ``<run>/wandb_id``; its keys under ``removal/``); a run trained without W&B
 gets a run of its own (:func:`mtl_heads.training.tracking.log_head_removal`).
 """
@@ -36,7 +36,7 @@ def prune(cfg: DictConfig) -> None:
         removal_lines,
         removal_numbers,
     )
-    from mtl_heads.model.build import load_run
+    from mtl_heads.training.build import load_run
     from mtl_heads.model.removal import prune_model, save_pruned
     from mtl_heads.training.tracking import log_head_removal, training_run_id, wandb_section
 

@@ -264,3 +264,14 @@ def check_task_splits(value, tasks: dict, corpus: dict) -> dict[str, dict[str, s
             raise ConfigError(f"config key 'data.task_splits.{name}': expected {{role: role}} with roles "
                               f"{', '.join(corpus)}, got {roles!r}")
     return remap
+
+
+def move_to(obj, device: torch.device):
+    """Tensors in ``obj`` (a tensor, or dicts/lists/tuples of them) moved to ``device``."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, dict):
+        return {k: move_to(v, device) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(move_to(v, device) for v in obj)
+    return obj

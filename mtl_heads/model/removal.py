@@ -36,8 +36,9 @@ projections do not). Qwen3 and Gemma 3 normalise per head (``head_dim`` wide): n
 
 Pruned folders hold the HF ``config.json`` (original head counts), the tokenizer, ``heads.json``
 (kept heads per layer, zeroed heads, KV groups) and ``pruned.safetensors``; for a multi-task model
-also the run's ``config.yaml`` and ``labels.json``. :func:`load_pruned` rebuilds the architecture
-from the config (no hub), slices it the same way and loads the weights strictly.
+also the run's ``config.yaml`` and ``labels.json``. :func:`pruned_encoder` rebuilds the architecture
+from the config (no hub) and slices it the same way; :func:`mtl_heads.training.build.load_pruned` adds the
+decoders of a multi-task model (the task registry lives above this floor) and loads the weights strictly.
 
 The command over this module is ``python -m mtl_heads prune runs/<run> [out=FOLDER] [threshold=T]``
 (default ``KEPT_AT``).
@@ -52,17 +53,16 @@ import transformers
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from mtl_heads.config import ConfigError, load_saved_config
+from mtl_heads.config import ConfigError
 from mtl_heads.model.encoder import (ADAPTERS, GATE_GROUPS, POOLING, Adapter, GatedEncoder,
                                _in_features, attention_shape, tokenizer_kwargs, word_tokenizer)
-from mtl_heads.files import atomic_write_text, load_tensors, read_json, save_tensors, write_json
+from mtl_heads.files import atomic_write_text, read_json, save_tensors, write_json
 from mtl_heads.model.gating import KEPT_AT
 from mtl_heads.model.model import MultiTaskModel
-from mtl_heads.training.taskset import tasks_with_labels
 
 __all__ = ["PRUNABLE", "DECODERS", "LayerConfig", "PrunedEncoder", "removal_plan",
            "remove_heads", "prune_encoder", "prune_model", "count_parameters", "attention_parameters", "save_pruned",
-           "load_pruned", "compare_outputs"]
+           "read_heads", "pruned_encoder", "compare_outputs"]
 
 WEIGHTS = "pruned.safetensors"  # not model.safetensors: a pruned folder is not a run folder for load_run
 HEADS = "heads.json"
@@ -505,7 +505,7 @@ def save_pruned(obj: nn.Module, folder: str | Path, cfg: DictConfig | None = Non
         obj: a :class:`PrunedEncoder`, or a ``MultiTaskModel`` whose encoder is one.
         folder: created if missing; files of the same names are overwritten.
         cfg: the run config, needed for a ``MultiTaskModel`` (saved as ``config.yaml`` with
-            ``encoder.gate=none``), so that :func:`load_pruned` rebuilds the decoders).
+            ``encoder.gate=none``), so that :func:`mtl_heads.training.build.load_pruned` rebuilds the decoders).
     """
     encoder = _encoder_of(obj)
     if not isinstance(encoder, PrunedEncoder):
@@ -540,7 +540,9 @@ def save_pruned(obj: nn.Module, folder: str | Path, cfg: DictConfig | None = Non
     return folder
 
 
-def _read_heads(folder: Path) -> dict:
+def read_heads(folder: Path) -> dict:
+    """A pruned folder's heads.json (what :func:`save_pruned` wrote), checked: its keys, the kept and zeroed
+    heads, a model type this module can prune. Raises ``ConfigError`` naming the file."""
     path = folder / HEADS
     heads = read_json(path)
     if heads is None:
@@ -561,6 +563,7 @@ def _read_heads(folder: Path) -> dict:
     for key, valid in (("pool", POOLING), ("gate_groups", GATE_GROUPS)):
         if heads.get(key, valid[0]) not in valid:
             raise ConfigError(f"{path}: '{key}' must be one of {', '.join(valid)}, got {heads[key]!r}")
+    _check_prunable(heads["model_type"])
     return heads
 
 
@@ -588,50 +591,27 @@ def _load_tokenizer(folder: Path, model_type: str):
     return word_tokenizer(tokenizer, str(folder))
 
 
-def load_pruned(folder: str | Path, device: str | torch.device = "cpu", attn_implementation: str = "sdpa") -> nn.Module:
-    """Load what :func:`save_pruned` wrote, in eval mode.
+def pruned_encoder(folder: Path, heads: dict, attn_implementation: str = "sdpa") -> PrunedEncoder:
+    """The pruned encoder that ``heads`` (a pruned folder's heads.json, :func:`read_heads`) describes, built
+    from ``folder``'s config.json and tokenizer; its weights are not loaded
+    (:func:`mtl_heads.training.build.load_pruned` loads them, with the decoders of a multi-task model).
 
     Args:
         folder: the pruned model folder.
-        device: where the model goes. Default: cpu.
-        attn_implementation: ``sdpa`` (falls back to eager where unsupported) or ``eager``.
-
-    Returns:
-        a :class:`PrunedEncoder`, or a ``MultiTaskModel`` (usable with ``model.decode(batch, task)``)
-        when the folder holds a multi-task model.
+        heads: its heads.json, checked.
+        attn_implementation: ``sdpa`` (falls back to eager where unsupported) or ``eager``. Default: sdpa.
     """
-    folder = Path(folder)
-    heads = _read_heads(folder)
-    _check_prunable(heads["model_type"])
-    weights = folder / heads.get("weights", WEIGHTS)
-    if not weights.exists():
-        raise ConfigError(f"{folder}: weights file {weights.name} is missing")
     model = _model_from_config(folder, heads, attn_implementation)
     try:
         _remove_heads_from_model(model, heads["kept_heads"], heads["head_dim"])
     except ValueError as err:  # not whole KV groups
         raise ConfigError(f"{folder / HEADS}: 'kept_heads': {err}") from None
     gates = heads.get("gates")
-    encoder = PrunedEncoder(model, heads["kept_heads"], heads["head_dim"],
-                            tokenizer=_load_tokenizer(folder, heads["model_type"]), threshold=heads.get("threshold"),
-                            gates=None if gates is None else torch.tensor(gates),
-                            zeroed_heads=heads.get("zeroed_heads"), pool=heads.get("pool", "auto"),
-                            gate_groups=heads.get("gate_groups", "heads"))
-    obj = _multitask(folder, encoder) if heads["kind"] == "multitask" else encoder
-    try:
-        obj.load_state_dict(load_tensors(weights))
-    except RuntimeError as err:
-        detail = str(err).split("\n", 1)[-1].strip()[:500]
-        raise ConfigError(f"{weights}: the weights do not match {HEADS}: {detail}") from None
-    return obj.to(device).eval()
-
-
-def _multitask(folder: Path, encoder: PrunedEncoder) -> nn.Module:
-    for name in ("config.yaml", "labels.json"):
-        if not (folder / name).exists():
-            raise ConfigError(f"{folder}: {name} is missing (a pruned multi-task model needs it)")
-    return MultiTaskModel(encoder, tasks_with_labels(load_saved_config(folder / "config.yaml"), folder / "labels.json"))
-
+    return PrunedEncoder(model, heads["kept_heads"], heads["head_dim"],
+                         tokenizer=_load_tokenizer(folder, heads["model_type"]), threshold=heads.get("threshold"),
+                         gates=None if gates is None else torch.tensor(gates),
+                         zeroed_heads=heads.get("zeroed_heads"), pool=heads.get("pool", "auto"),
+                         gate_groups=heads.get("gate_groups", "heads"))
 
 
 # ---------------------------------------------------------------------- checking

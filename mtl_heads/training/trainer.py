@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from mtl_heads.data.batching import Example, collate, epoch_plan, length_batches
+from mtl_heads.data.batching import Example, collate, epoch_plan, length_batches, move_to
 from omegaconf import OmegaConf
 
 from mtl_heads.config import ConfigError
@@ -523,17 +523,6 @@ def selection(cfg) -> str:
 
 def _state(obj) -> dict | None:
     return obj.state_dict() if obj is not None else None
-
-
-def move_to(obj, device: torch.device):
-    """Tensors in ``obj`` (a tensor, or dicts/lists/tuples of them) moved to ``device``."""
-    if isinstance(obj, torch.Tensor):
-        return obj.to(device)
-    if isinstance(obj, dict):
-        return {k: move_to(v, device) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(move_to(v, device) for v in obj)
-    return obj
 
 
 def selection_tasks(cfg, tasks: dict) -> dict:

@@ -1,5 +1,9 @@
-"""One home for building a model: from a config (train, probe, predict) or from a run folder
-(prune, probe, predict, evaluate, static pruning's ``init=``).
+"""One home for building a model: from a config (train, probe, predict), from a run folder
+(prune, probe, predict, evaluate, static pruning's ``init=``) or from a pruned folder
+(:func:`load_pruned`, what ``python -m mtl_heads prune`` wrote).
+
+Above the task registry (a run's decoders are rebuilt from its config), so not in :mod:`mtl_heads.model`,
+which the tasks import.
 
 A finished run folder (written by ``python -m mtl_heads.train``) holds ``config.yaml``,
 ``labels.json``, ``model.safetensors`` (the selected epoch), ``metrics.json`` and ``gates.json``.
@@ -18,11 +22,12 @@ from mtl_heads.folders import check_run_dir
 from mtl_heads.model.encoder import EncoderNotFound, GatedEncoder
 from mtl_heads.model.gating import GateMaskError
 from mtl_heads.model.model import MultiTaskModel
+from mtl_heads.model.removal import HEADS, WEIGHTS, pruned_encoder, read_heads
 from mtl_heads.model.sparsity import prune_mode
 from mtl_heads.training.taskset import build_tasks, read_labels, tasks_with_labels
 
 __all__ = ["build_tasks", "build_encoder", "gate_init_mean", "load_gate_mask", "pick_device", "LoadedRun",
-           "read_labels", "tasks_with_labels", "load_run_weights", "load_run"]
+           "read_labels", "tasks_with_labels", "load_run_weights", "load_run", "load_pruned"]
 
 
 # --- from a config ----------------------------------------------------------------------------
@@ -158,3 +163,36 @@ def load_run(path: str | Path, device: str | torch.device = "cpu", gate: str | N
     load_run_weights(model, path, gate=same_gate)
     model.to(device).eval()
     return LoadedRun(path, cfg, model, tasks, read_json(path / "metrics.json"), read_json(path / "gates.json"))
+
+
+# --- from a pruned folder ---------------------------------------------------------------------
+def load_pruned(folder: str | Path, device: str | torch.device = "cpu",
+                attn_implementation: str = "sdpa") -> torch.nn.Module:
+    """Load what :func:`mtl_heads.model.removal.save_pruned` wrote, in eval mode.
+
+    Args:
+        folder: the pruned model folder.
+        device: where the model goes. Default: cpu.
+        attn_implementation: ``sdpa`` (falls back to eager where unsupported) or ``eager``. Default: sdpa.
+
+    Returns:
+        a :class:`mtl_heads.model.removal.PrunedEncoder`, or a ``MultiTaskModel`` (usable with
+        ``model.decode(batch, task)``) when the folder holds a multi-task model.
+    """
+    folder = Path(folder)
+    heads = read_heads(folder)
+    weights = folder / heads.get("weights", WEIGHTS)
+    if not weights.exists():
+        raise ConfigError(f"{folder}: weights file {weights.name} is missing")
+    obj = encoder = pruned_encoder(folder, heads, attn_implementation)
+    if heads["kind"] == "multitask":
+        for name in ("config.yaml", "labels.json"):
+            if not (folder / name).exists():
+                raise ConfigError(f"{folder}: {name} is missing (a pruned multi-task model needs it)")
+        obj = MultiTaskModel(encoder, tasks_with_labels(load_saved_config(folder / "config.yaml"), folder / "labels.json"))
+    try:
+        obj.load_state_dict(load_tensors(weights))
+    except RuntimeError as err:
+        detail = str(err).split("\n", 1)[-1].strip()[:500]
+        raise ConfigError(f"{weights}: the weights do not match {HEADS}: {detail}") from None
+    return obj.to(device).eval()

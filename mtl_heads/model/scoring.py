@@ -11,9 +11,8 @@ from typing import Callable, Iterator, Sequence
 import torch
 from torch import nn
 
-from mtl_heads.data.batching import Example, collate, length_batches
+from mtl_heads.data.batching import Example, collate, length_batches, move_to
 from mtl_heads.model.gating import KEPT_AT
-from mtl_heads.training.trainer import move_to
 
 __all__ = ["eval_mode", "open_heads", "task_batches", "batch_scores", "task_score"]
 
