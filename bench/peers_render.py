@@ -139,6 +139,16 @@ def render(results: dict) -> str:
         out.append(f"| {task} | {recipe} | {metric} | {len(pairs)} | {spread(a)} | {spread(b)} | {mean:+.2f} ± "
                    f"{_num(sd)} | {_num(low)} to {_num(high)} | {accuracy_verdict(diffs)} | "
                    f"{best([o for o, _ in pairs])}, {best([p for _, p in pairs])} |")
+    out += ["", "**Per seed** (test score, then the best dev epoch / the epochs run):", "",
+            "| task | recipe | seed | mtl-heads | peer | ours - peer |", "| --- | --- | --- | --- | --- | --- |"]
+    for task, recipe in order:
+        for p in sorted(peers[(task, recipe)], key=lambda r: r["seed"]):
+            o = ours.get((task, p["seed"]))
+            if o is None:
+                continue
+            side = lambda r: f"{r['scores'][METRICS[task]]:.2f} ({r['best_epoch']}/{len(r['dev_curve'])})"  # noqa: E731
+            out.append(f"| {task} | {recipe} | {p['seed']} | {side(o)} | {side(p)} | "
+                       f"{o['scores'][METRICS[task]] - p['scores'][METRICS[task]]:+.2f} |")
     out += ["", "**Dev curves** (dev score after each epoch, mean over seeds; a side stops after "
             f"{PATIENCE} epochs without a better one):", ""]
     curves = [(f"{t} mtl-heads", [r for (task, _), r in ours.items() if task == t]) for t in METRICS] + \

@@ -190,3 +190,5 @@ def test_render_pairs_seeds_and_says_what_speed_is_made_of(tables):
     # sub-word, all of it padding (the same work per slot)
     assert "ours faster per real sub-word (2.00x wall, 2.00x CPU) = padding 2.00x x work per slot 1.00x" in text
     assert "- pos mtl-heads: 80.0, 90.0 (3 seeds)" in text
+    # one row per seed and pair: each side's score with its best epoch of the epochs it ran
+    assert "| pos | equal | 2 | 92.00 (2/2) | 91.00 (2/2) | +1.00 |" in text
