@@ -397,7 +397,7 @@ def test_stem_cells_and_default_folder(runs, tmp_path, monkeypatch):
     assert code == 0 and record["heads"] == ["L0H1", "L1H3"]
     assert record["source"] == f"stem cells of {report / 'stem-cells.csv'}"
     assert list(record["methods"]) == ["mean"] and list(record["methods"]["mean"]) == ["pos"]
-    assert record["reference"] == "dev" and record["reference_sentences"] == 8
+    assert record["reference"] == "dev" and record["reference_sentences"] == 8 and isinstance(record["seconds"], float) and record["seconds"] >= 0
     code, few = ablate(runs["bert"], "heads=L0H1,L1H3", "random_sets=2", "methods=mean", "tasks=pos", "progress=false",
                        "max_sentences=3", "reference_sentences=5", f"out={tmp_path / 'few'}")
     assert code == 0 and few["sentences"] == {"pos": 3} and few["reference_sentences"] == 5  # a sample, its means wider

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -333,7 +334,10 @@ def run_ablation(loaded_run, chosen: np.ndarray, methods: Sequence[str] = METHOD
         source: how the set was chosen (for the record; default ``list``); label: a free label.
         run: the run folder as the user gave it (default ``loaded_run.path``).
         log: where data reports go (default the module logger).
+
+    The record's ``seconds`` is the wall-clock time of the whole study (the compute a study reports).
     """
+    started = time.perf_counter()
     model, encoder = loaded_run.model, loaded_run.model.encoder
     chosen = np.asarray(chosen, dtype=bool)
     if chosen.shape != (encoder.num_layers, encoder.num_heads) or not chosen.any():
@@ -366,7 +370,8 @@ def run_ablation(loaded_run, chosen: np.ndarray, methods: Sequence[str] = METHOD
               "random_sets": random_sets, "seed": seed, "matched": "layer", "gate_groups": encoder.gate_groups,
               "heads_per_layer": [int(k) for k in chosen.sum(1)], **study}
     record.update(_null_facts(chosen, block, random_sets, encoder), reference=reference if means is not None else None,
-                  reference_sentences=reference_sentences, max_sentences=max_sentences, precision=precision)
+                  reference_sentences=reference_sentences, max_sentences=max_sentences, precision=precision,
+                  seconds=round(time.perf_counter() - started, 2))
     return record
 
 
