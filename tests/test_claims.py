@@ -87,8 +87,9 @@ def test_claims_numbers(study_dir):
                           "(none); not counted, confounded: NER")
     # with two seeds a side no t-test is run: leaving a seed out leaves too few seeds to test, which is not fragile
     assert mtl.too_few == [f"without seed {s}" for s in (1, 2, 3)] and not mtl.fragile
-    assert mtl.stability_kind == "too few seeds" and mtl.stability == ("too few seeds to test with seed 1, 2 or 3 left "
-                                                                       "out: a t-test needs 3 seeds a group")
+    assert mtl.stability_kind == "too few seeds" and mtl.stability == (
+        "too few seeds to test with seed 1, 2 or 3 left out: what is left cannot be tested (a t-test needs 3 seeds a "
+        "group; a test of heads needs the runs that choose them)")
     assert "(too few seeds to test with seed 1, 2 or 3 left out)" in lines[0]
 
     # 2. DP gates of POS and NER: correlation of their mean gate grids against both nulls
@@ -358,6 +359,16 @@ def test_needed_holds_each_task_out(study_dir):
     assert pos.p == pytest.approx(1 / 401) and pos.significant
     assert claim.verdict == "partly" and claim.word == "partly supported"
     assert claim.answer == f"the {name} stem cells found without each task are needed by 1 of 2 (model, task) pairs (STL POS)"
+    # ablated in seed 1 alone: leaving seed 1 out leaves no test, which is too few seeds to test (the
+    # committed rule), not fragile; leaving out seed 2 or 3, which it never read, changes nothing
+    for seed in (2, 3):
+        for task in ("pos", "ner"):
+            shutil.rmtree(study_dir / "ablation" / f"{task}-seed{seed}")
+    claim = check_claims(read_study([str(study_dir)]))[5]
+    pos = claim.tests[f"{name} STL POS zero"]
+    assert pos.significant and pos.too_few == ["without seed 1"] and not pos.fragile
+    assert claim.verdict == "partly" and claim.too_few == ["without seed 1"] and not claim.fragile
+    assert claim.stability_kind == "too few seeds"
 
 
 def test_ablation_files_that_cannot_be_used_are_named(study_dir):
@@ -424,7 +435,8 @@ def test_cli(study_dir, tmp_path, capsys):
     out = capsys.readouterr().out
     written = (study_dir / "claims.md").read_text()
     assert "**1. Does MTL-2 lose to STL?** He & Choi: the five-task model falls behind" in written
-    assert "*Verdict:* **Replicated** (too few seeds to test with seed 1, 2 or 3 left out: a t-test needs 3" in written
+    assert "*Verdict:* **Replicated** (too few seeds to test with seed 1, 2 or 3 left out: what is left cannot be " \
+           "tested (a t-test needs 3" in written
     assert written.strip() in doc.read_text() and doc.read_text().endswith(f"{END}\nend\n")
     assert f"wrote {study_dir / 'claims.md'} and the claims block of {doc}" in out
     (tmp_path / "plain.md").write_text("no markers\n")

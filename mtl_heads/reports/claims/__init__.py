@@ -77,10 +77,13 @@ def read_study(specs: list[str]) -> Study:
 def check_claims(study: Study, stability: bool = True) -> list[Claim]:
     """Every claim of the module docstring, in order. With ``stability`` (default True) each claim is
     computed again with each seed left out in turn (:meth:`Study.without_seed`). A verdict that changes
-    is listed in ``Claim.fragile``, unless the change comes from t-tests left with too few seeds alone
+    is listed in ``Claim.fragile``, unless the change comes from tests left with too few seeds alone
     (every deciding test whose significance changed is one, and there is one: ``Claim.too_few``); a
     significant test that stops being one (or a test that becomes
-    significant) gets a ``fragile`` note, or a ``too_few`` one when it is left with too few seeds."""
+    significant) gets a ``fragile`` note, or a ``too_few`` one when it is left with too few seeds. Too few
+    seeds (docs/ewt-study/rules.md): a t-test left with fewer than ``MIN_SEEDS`` a group, a test that can no
+    longer reach significance, or one with nothing left to test (say a held-out ablation, whose heads change
+    with the seeds that choose them, and which has none of the new heads)."""
     claims = [check(study) for check in CLAIMS]
     if not stability:
         return claims
@@ -97,7 +100,7 @@ def check_claims(study: Study, stability: bool = True) -> list[Claim]:
             for key, test in claim.tests.items():
                 again = other.tests.get(key)
                 if again is None or again.significant != test.significant:
-                    few = again is not None and again.few
+                    few = again is None or again.few or bool(again.untestable)
                     if test.decides and not test.untestable:  # an untestable test decided nothing either way
                         changed.append(few)
                     if test.significant or (again is not None and again.significant):
@@ -105,7 +108,8 @@ def check_claims(study: Study, stability: bool = True) -> list[Claim]:
                             f"Holm {format_p(again.adjusted)}"
                         (test.too_few if few else test.fragile).append(f"without seed {seed}" + ("" if few else f": {now}"))
             lost = [k for k, test in claim.tests.items()  # deciding tests that leaving the seed out leaves too few
-                    if test.decides and not test.untestable and k in other.tests and other.tests[k].few]
+                    if test.decides and not test.untestable
+                    and (k not in other.tests or other.tests[k].few or other.tests[k].untestable)]
             if other.verdict != claim.verdict:
                 if all(changed) and (changed or lost):
                     claim.too_few.append(f"without seed {seed}")
@@ -113,7 +117,8 @@ def check_claims(study: Study, stability: bool = True) -> list[Claim]:
                     claim.fragile.append(f"without seed {seed}: {other.word}")
         stable = f"stable: the same verdict with any one of seeds {', '.join(map(str, seeds))} left out"
         parts = ([f"fragile: {'; '.join(claim.fragile)}"] if claim.fragile else []) + (
-            [f"{too_few_text(claim.too_few)}: a t-test needs {MIN_SEEDS} seeds a group"] if claim.too_few else [])
+            [f"{too_few_text(claim.too_few)}: what is left cannot be tested (a t-test needs {MIN_SEEDS} seeds a "
+             "group; a test of heads needs the runs that choose them)"] if claim.too_few else [])
         claim.stability = "; ".join(parts) if parts else stable
     return claims
 
