@@ -52,7 +52,8 @@ REGIME_COLOURS = {"none": "#7f7f7f", "dp": "#1f77b4", "budget": "#2ca02c", "sp":
 # what each stability mark (Claim.stability_kind) means, for the legend above the claims
 STABILITY = {"fragile": "a verdict that leaving one seed out flips",
              "stable": "no seed left out changes it",
-             "too few seeds": f"a seed left out changes it only by leaving a t-test under {MIN_SEEDS} seeds a group"}
+             "too few seeds": f"a seed left out changes it only by leaving nothing to test (a t-test under {MIN_SEEDS} "
+                              "seeds a group, or held-out heads that no run ablated)"}
 CSS = asset("study.css")  # the claims list and the figures (mtl_heads/reports/static/), inlined after a newline
 JS = asset("study.js")  # the figures' tabs
 
