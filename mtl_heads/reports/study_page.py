@@ -34,7 +34,7 @@ import pandas as pd
 from matplotlib.lines import Line2D
 
 from mtl_heads.config import ConfigError
-from mtl_heads.reports.claims import (MIN_SEEDS, REGIME_NAMES, REGIMES, Claim, Study, gate_baseline,
+from mtl_heads.reports.claims import (REGIME_NAMES, REGIMES, Claim, Study, gate_baseline,
                                       regime_gates, stem_table, check_claims, read_study, stem_heads)
 from mtl_heads.reports.gates import run_consistency
 from mtl_heads.reports.page import error_path, heatmap_html, unreadable, viridis_colour
@@ -52,8 +52,7 @@ REGIME_COLOURS = {"none": "#7f7f7f", "dp": "#1f77b4", "budget": "#2ca02c", "sp":
 # what each stability mark (Claim.stability_kind) means, for the legend above the claims
 STABILITY = {"fragile": "a verdict that leaving one seed out flips",
              "stable": "no seed left out changes it",
-             "too few seeds": f"a seed left out changes it only by leaving nothing to test (a t-test under {MIN_SEEDS} "
-                              "seeds a group, or held-out heads that no run ablated)"}
+             "too few seeds": "a seed left out changes it only by leaving nothing to test"}
 CSS = asset("study.css")  # the claims list and the figures (mtl_heads/reports/static/), inlined after a newline
 JS = asset("study.js")  # the figures' tabs
 
