@@ -205,7 +205,7 @@ out = [f"test {task} {key} {pair(a['test'].get(task, {}).get(key), b['test'].get
        for task in sorted({*a.get("test", {}), *b.get("test", {})})
        for key in sorted({*a["test"].get(task, {}), *b["test"].get(task, {})})
        if a["test"].get(task, {}).get(key) != b["test"].get(task, {}).get(key)]
-rest = lambda m: {k: v for k, v in m.items() if k not in ("test", "test_mean", "seconds")}  # noqa: E731
+rest = lambda m: {k: v for k, v in m.items() if k not in ("test", "test_mean", "seconds", "machine")}  # noqa: E731
 out += ["metrics.json's dev scores or curve differ"] * (rest(a) != rest(b))
 out += ["labels.json differs"] * (read(old, "labels.json") != read(new, "labels.json"))
 # gates.json: the kept count and every other key exactly; the gate values and expected_l0 (float32
@@ -221,6 +221,13 @@ for key, (a0, b0) in close.items():
     if a0 != b0 and (a0 is None or b0 is None or len(a0) != len(b0)
                      or any(abs(x - y) > 1e-6 * max(1.0, abs(x)) for x, y in zip(a0, b0))):
         out.append(f"gates.json's {key} differs")
+# where each was trained (metrics.json's machine, where it says): the usual cause of last-bit differences
+ma, mb = (m.get("machine") or {} for m in (a, b))
+if out and ma != mb:
+    where = [f"{key} {ma.get(key, '?')} -> {mb.get(key, '?')}" for key in sorted({*ma, *mb}) if ma.get(key) != mb.get(key)]
+    out.append("trained on another machine: " + ", ".join(where) if ma else
+               "the record does not say where it was trained (retrained on " +
+               ", ".join(f"{key} {mb[key]}" for key in sorted(mb)) + ")")
 print("; ".join(out))
 EOF
 }

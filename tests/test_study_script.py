@@ -177,7 +177,8 @@ def test_retrain_moves_the_weights_only_when_the_record_is_reproduced(tmp_path, 
     score: the record is left as it was and the new run stays beside it, named."""
     root = tmp_path / "study"
     record_run(root / "pos" / "seed1")
-    same = record_run(tmp_path / "trained" / "pos", seconds=99.0)  # only the wall time differs, and expected_l0
+    same = record_run(tmp_path / "trained" / "pos", seconds=99.0,  # only the wall time differs, where it ran,
+                      metrics_extra={"machine": {"device": "cpu", "threads": 1}})  # and expected_l0
     gates = json.loads((same / "gates.json").read_text())  # in its last bits (a float sum: summation order)
     gates["expected_l0"] = (gates.get("expected_l0") or 36.0) * (1 + 2e-8)
     (same / "gates.json").write_text(json.dumps(gates))
@@ -207,6 +208,14 @@ def test_retrain_moves_the_weights_only_when_the_record_is_reproduced(tmp_path, 
     assert not (root / "dep" / "seed1" / "model.safetensors").exists()
     assert (root / "dep" / ".seed1.retrained" / "model.safetensors").is_file()
     assert len(fake["log"]()) == 2
+    # a record that says where it was trained: the difference names the machines (threads here)
+    where = {"device": "cpu", "threads": 2, "torch": "2.13.0"}
+    record_run(root / "ner" / "seed1", "ner", score=70.0, metrics_extra={"machine": where})
+    elsewhere = record_run(tmp_path / "trained" / "ner", "ner", score=70.5,
+                           metrics_extra={"machine": {**where, "threads": 1}})
+    result = study(tmp_path, "retrain", SETTINGS="ner", FAKE_RUN=str(elsewhere), **fake["env"])
+    assert (f"did not reproduce: {root}/ner/seed1 (test ner f1 70.00 -> 70.50; trained on another machine: "
+            "threads 2 -> 1)") in result.stdout
     record_run(root / "srl" / "seed1", "srl")  # the same scores, gate values one float32 ulp apart: reproduced
     ulp = record_run(tmp_path / "trained" / "srl", "srl")
     gates = json.loads((ulp / "gates.json").read_text())

@@ -43,6 +43,9 @@ def test_mtl_run_writes_its_folder(base, tmp_path):
     assert saved["test"]["pos"]["accuracy"] == pytest.approx(metrics["test"]["pos"]["accuracy"])
     assert set(saved["dev"]) == {"pos", "ner"} and "f1" in saved["test"]["ner"]
     assert len(saved["history"]) == 2
+    machine = saved["machine"]  # where it trained: what a retraining that differs in its last bits names
+    assert machine["device"] == "cpu" and machine["threads"] == torch.get_num_threads() and machine["processes"] == 1
+    assert machine["torch"] == torch.__version__ and machine["name"]
     gates = json.loads((out / "gates.json").read_text())
     assert len(gates["values"]) == 2 and len(gates["values"][0]) == 4
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
+import platform
 import time
 from datetime import datetime
 from pathlib import Path
@@ -248,6 +249,24 @@ def run_config(cfg: DictConfig, given: list[str], on_step: Callable | None = Non
     return metrics
 
 
+def machine_facts(device: torch.device, processes: int = 1) -> dict:
+    """Where a run trained, in its metrics.json: the device (with the GPU's or CPU's name), torch's CPU
+    threads, the processes, and the library versions. Float sums in another order (other threads, another
+    BLAS) give other last bits, so a retraining that does not reproduce its record names these
+    (docs/ewt-study.sh's retrain stage)."""
+    import transformers
+
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+    else:
+        cpuinfo = Path("/proc/cpuinfo")
+        lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
+        name = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")),
+                    platform.processor() or "unknown")
+    return {"device": str(device), "name": name, "threads": torch.get_num_threads(), "processes": processes,
+            "torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version()}
+
+
 def finish(trainer: Trainer, tasks: dict, cfg: DictConfig, run_dir: Path, rank: int, started: float,
            cuts: dict | None = None) -> dict:
     """Reload the best checkpoint, evaluate dev and test, write metrics, labels and gates. ``cuts``: the
@@ -266,7 +285,7 @@ def finish(trainer: Trainer, tasks: dict, cfg: DictConfig, run_dir: Path, rank: 
                "seed": cfg.seed, "experiment": cfg.experiment, "prune": prune_mode(cfg),
                "heads_kept": kept_count(trainer.model.encoder.gate_values()),
                "heads_total": trainer.model.encoder.num_layers * trainer.model.encoder.num_heads,
-               "seconds": round(time.time() - started, 1)}
+               "seconds": round(time.time() - started, 1), "machine": machine_facts(trainer.device, trainer.world)}
     if cuts:
         metrics["eval_cut"] = cuts
     controller = trainer.sparsity.controller
