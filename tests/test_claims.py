@@ -533,3 +533,15 @@ def test_p_values_near_the_line_show_their_side():
     shown = format_significance(table)
     assert list(shown["welch p"]) == ["0.04997", ""]
     assert list(shown["permutation p (smallest possible, splits)"]) == ["0.33 (0.1, 20)", ""]
+
+
+def test_ablation_hours_from_the_records_that_have_them():
+    """The page's header sums the wall time of the head ablations whose records keep it (older ones do not)."""
+    from types import SimpleNamespace
+
+    from mtl_heads.reports.claims.render import _ablation_hours
+
+    study = SimpleNamespace(ablations=[("a", {"seconds": 1800.0}), ("b", {"seconds": 5400}), ("c", {})])
+    assert _ablation_hours(study) == (" The head ablations that record their time took 2.0 hours (2 of 3: the sum of "
+                                      "their `ablation.json` seconds).")
+    assert _ablation_hours(SimpleNamespace(ablations=[("c", {"seconds": True})])) == ""

@@ -105,6 +105,17 @@ def claim_markdown(number: int, claim: Claim) -> list[str]:
     return out + [f"- {line}" for line in claim.text_lines()] + [f"- note: {note}" for note in claim.notes] + [""]
 
 
+def _ablation_hours(study: Study) -> str:
+    """`` The head ablations ... took N hours ...`` from the ``seconds`` of the ablation records that have it
+    (written since 27 November 2026); ``""`` when none has."""
+    timed = [a["seconds"] for _, a in study.ablations
+             if isinstance(a.get("seconds"), (int, float)) and not isinstance(a.get("seconds"), bool)]
+    if not timed:
+        return ""
+    return (f" The head ablations that record their time took {sum(timed) / 3600:.1f} hours ({len(timed)} of "
+            f"{len(study.ablations)}: the sum of their `ablation.json` seconds).")
+
+
 def page_markdown(study: Study, claims: list[Claim], grid: str, command: str = "") -> str:
     """The claims page as markdown: what it was generated from (and by ``command``), the score grid
     (``grid``: :func:`score_grid` as a markdown table), the statistics every claim shares, each claim
@@ -114,7 +125,7 @@ def page_markdown(study: Study, claims: list[Claim], grid: str, command: str = "
     out = [f"Generated from {len(study.runs)} runs in {len(seeds)} settings, {len(study.reports)} probe reports{ablations}"
            + (f" by `{command}`" if command else "") + f"; do not edit by hand. The runs took {_hours(study):.1f} hours "
            "in all (the sum of their `metrics.json` seconds: wall time with loading and evaluation, of the last "
-           "process of a resumed run; probes not counted).", "",
+           "process of a resumed run; probes not counted)." + _ablation_hours(study), "",
            "Test scores, mean ± sample standard deviation over seeds (n = seeds):", "", grid, "", TESTS, ""]
     for number, claim in enumerate(claims, 1):
         out += claim_markdown(number, claim)
