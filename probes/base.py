@@ -1,6 +1,6 @@
 """What a probe declares, the per-batch tensors that probes share, and per-label accumulators.
 
-A probe (see ``docs/background.md``, section 3) is computed per layer, per head and per label. It
+A probe (parameter-free, as in He & Choi 2021 and Clark et al. 2019) is computed per layer, per head and per label. It
 declares
 
 - ``name`` and ``title``; ``needs``: the ``Sentence`` layers it reads (sentences lacking one give it

@@ -1,6 +1,6 @@
 """Plain, slow reference implementations of every probe: Python loops over sentences, layers,
 heads and units on per-sentence numpy arrays, written from the definitions in
-``docs/background.md`` (section 3) without the vectorised helpers of the fast probes.
+He & Choi (2021) and Clark et al. (2019) without the vectorised helpers of the fast probes.
 
 The tests check the fast probes against these on fixtures; ``bench/probe_speed.py`` times them.
 Each function returns a table in the fast probe's format (layer, head, label, score, count, and the

@@ -1,7 +1,7 @@
 """Head gates: one multiplicative value per attention head, on a ``[layers, heads]`` grid.
 
 A gate scales each head's context vector before the output projection,
-``MultiHead = Concat_i(g_i * head_i) W_O`` (see ``docs/background.md``, section 1).
+``MultiHead = Concat_i(g_i * head_i) W_O`` (Voita et al. 2019, "Analyzing Multi-Head Self-Attention").
 Every gate is an ``nn.Module`` with the same three verbs:
 
 - ``forward()`` -> ``[layers, heads]``: the values used by this forward pass;

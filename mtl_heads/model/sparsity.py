@@ -29,7 +29,7 @@ from mtl_heads.model.precision import fp32
 __all__ = ["LAMBDA_DEFAULTS", "MTL_LAMBDA", "LagrangianBudget", "resolve_lambda", "resolve_budget", "Sparsity",
            "sparsity_from_config", "PRUNE_MODES", "prune_mode", "budget_gap", "budget_line"]
 
-# task -> L0 weight used by the reference scripts (background.md, section 1)
+# task -> L0 weight used by He & Choi (2021)'s reference scripts for head pruning
 LAMBDA_DEFAULTS: dict[str, float] = {"pos": 0.01, "dep": 0.01, "con": 0.01, "srl": 0.001, "ner": 0.0002}
 MTL_LAMBDA = 0.001  # the reference value for five-task MTL, used for any multi-task run
 

@@ -14,8 +14,8 @@ What the report holds:
 Reads the ``gates.json`` and ``config.yaml`` of finished runs (run folders, globs, or folders with runs
 at any depth below them), groups the runs into *settings* as ``python -m mtl_heads compare`` does
 (configs equal apart from seed, folders and W&B; named ``dep``, ``pos+ner``, ``pos (dynamic, budget=36)``;
-the seeds of one setting form one group) and writes, as PNG and CSV (:func:`write_report`; see
-``docs/background.md``, section 4):
+the seeds of one setting form one group) and writes, as PNG and CSV (:func:`write_report`; the findings it
+looks for are He & Choi 2021's):
 
 - ``gates-<setting>-seed<seed>.png``: the layer x head gate map of every run, with its kept count;
 - ``overlap-<setting>.png``: three runs of a setting (the first three by seed) as the R, G, B
