@@ -45,44 +45,43 @@ def truncate(draw, data, sep):
     return data[: _position(draw, data)]
 
 
-def drop_column(draw, data, sep):
+def _edit_line(draw, data: bytes, sep, edit) -> bytes:
+    """``data`` with one random line split into cells, ``edit(cells)`` (changing the list in place), and
+    joined again."""
     lines = _lines(data)
     i = draw(st.integers(0, len(lines) - 1))
     cells = _split(lines[i], sep)
-    if cells:
-        del cells[draw(st.integers(0, len(cells) - 1))]
+    edit(cells)
     lines[i] = (sep or b" ").join(cells)
     return b"\n".join(lines)
+
+
+def drop_column(draw, data, sep):
+    def edit(cells):
+        if cells:
+            del cells[draw(st.integers(0, len(cells) - 1))]
+    return _edit_line(draw, data, sep, edit)
 
 
 def extra_column(draw, data, sep):
-    lines = _lines(data)
-    i = draw(st.integers(0, len(lines) - 1))
-    cells = _split(lines[i], sep)
-    cells.insert(draw(st.integers(0, len(cells))), draw(st.sampled_from(CELLS)))
-    lines[i] = (sep or b" ").join(cells)
-    return b"\n".join(lines)
+    return _edit_line(draw, data, sep,
+                      lambda cells: cells.insert(draw(st.integers(0, len(cells))), draw(st.sampled_from(CELLS))))
 
 
 def replace_cell(draw, data, sep):
-    lines = _lines(data)
-    i = draw(st.integers(0, len(lines) - 1))
-    cells = _split(lines[i], sep)
-    if cells:
-        cells[draw(st.integers(0, len(cells) - 1))] = draw(st.sampled_from(CELLS) | st.binary(max_size=3))
-    lines[i] = (sep or b" ").join(cells)
-    return b"\n".join(lines)
+    def edit(cells):
+        if cells:
+            cells[draw(st.integers(0, len(cells) - 1))] = draw(st.sampled_from(CELLS) | st.binary(max_size=3))
+    return _edit_line(draw, data, sep, edit)
 
 
 def _set_cell(draw, data, sep, columns: list[int], value) -> bytes:
     """``data`` with the cell in one of ``columns`` of a random line set to ``value(cell)``."""
-    lines = _lines(data)
-    i = draw(st.integers(0, len(lines) - 1))
-    cells, column = _split(lines[i], sep), draw(st.sampled_from(columns))
-    if column < len(cells):
-        cells[column] = value(cells[column])
-    lines[i] = (sep or b" ").join(cells)
-    return b"\n".join(lines)
+    def edit(cells):
+        column = draw(st.sampled_from(columns))
+        if column < len(cells):
+            cells[column] = value(cells[column])
+    return _edit_line(draw, data, sep, edit)
 
 
 def deepen(draw, data, sep):
