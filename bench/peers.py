@@ -50,7 +50,6 @@ import datetime
 import json
 import math
 import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -63,6 +62,7 @@ import torch
 
 from mtl_heads.data.corpus import load_corpus
 from mtl_heads.data.sentence import Sentence
+from mtl_heads.training.experiment import machine_facts
 from tasks import TASKS
 
 # bench/ is no package: run as a script, a file's folder is sys.path[0]; loaded by a test through importlib's
@@ -182,16 +182,13 @@ def run_ours(task: str, args, seed: int, work: Path, gold_test: list[Sentence], 
 def machine() -> str:
     """Date, cores, CPU model and library versions."""
     import supar
-    import transformers
 
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), platform.processor() or "unknown CPU") \
-        if Path("/proc/cpuinfo").exists() else platform.processor()
+    facts = machine_facts(torch.device("cpu"))  # what a training run records of its machine
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    threads = torch.get_num_threads()
-    return (f"{datetime.datetime.now():%Y-%m-%d %H:%M}, {cores} cores ({model}), torch {torch.__version__} "
-            f"({threads} thread{'s' if threads != 1 else ''}), transformers {transformers.__version__}, "
-            f"supar {getattr(supar, '__version__', '1.1.4')}, Python {platform.python_version()}")
+    threads = facts["threads"]
+    return (f"{datetime.datetime.now():%Y-%m-%d %H:%M}, {cores} cores ({facts['name']}), torch {facts['torch']} "
+            f"({threads} thread{'s' if threads != 1 else ''}), transformers {facts['transformers']}, "
+            f"supar {getattr(supar, '__version__', '1.1.4')}, Python {facts['python']}")
 
 
 

@@ -262,7 +262,7 @@ def machine_facts(device: torch.device, processes: int = 1) -> dict:
         cpuinfo = Path("/proc/cpuinfo")
         lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
         name = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")),
-                    platform.processor() or "unknown")
+                    platform.processor() or "unknown CPU")
     return {"device": str(device), "name": name, "threads": torch.get_num_threads(), "processes": processes,
             "torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version()}
 
