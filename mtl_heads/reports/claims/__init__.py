@@ -74,6 +74,12 @@ def read_study(specs: list[str]) -> Study:
     return build_study(comparison.runs, comparison.notes, specs)
 
 
+def _too_few(again) -> bool:
+    """Is a test, recomputed with a seed left out (None: gone), left with too few seeds to test (rules.md):
+    gone, a t-test under ``MIN_SEEDS`` a group, or one that can no longer reach significance."""
+    return again is None or again.few or bool(again.untestable)
+
+
 def check_claims(study: Study, stability: bool = True) -> list[Claim]:
     """Every claim of the module docstring, in order. With ``stability`` (default True) each claim is
     computed again with each seed left out in turn (:meth:`Study.without_seed`). A verdict that changes
@@ -100,7 +106,7 @@ def check_claims(study: Study, stability: bool = True) -> list[Claim]:
             for key, test in claim.tests.items():
                 again = other.tests.get(key)
                 if again is None or again.significant != test.significant:
-                    few = again is None or again.few or bool(again.untestable)
+                    few = _too_few(again)
                     if test.decides and not test.untestable:  # an untestable test decided nothing either way
                         changed.append(few)
                     if test.significant or (again is not None and again.significant):
@@ -108,8 +114,7 @@ def check_claims(study: Study, stability: bool = True) -> list[Claim]:
                             f"Holm {format_p(again.adjusted)}"
                         (test.too_few if few else test.fragile).append(f"without seed {seed}" + ("" if few else f": {now}"))
             lost = [k for k, test in claim.tests.items()  # deciding tests that leaving the seed out leaves too few
-                    if test.decides and not test.untestable
-                    and (k not in other.tests or other.tests[k].few or other.tests[k].untestable)]
+                    if test.decides and not test.untestable and _too_few(other.tests.get(k))]
             if other.verdict != claim.verdict:
                 if all(changed) and (changed or lost):
                     claim.too_few.append(f"without seed {seed}")
