@@ -144,6 +144,9 @@ def run_ours(task: str, args, seed: int, work: Path, gold_test: list[Sentence], 
         "clip": CLIP, "weight decay": 0.01, "predict batch": PREDICT_SENTENCES, "cap": args.cap,
         "patience": args.patience, "batches": "length-sorted"})
     run_dir = work / f"ours-{task}-seed{seed}"
+    if run_dir.exists():  # a try that was stopped: started again, since its timing covers every epoch of one process
+        print(f"{run_dir}: an unfinished try, started again", file=log, flush=True)
+        shutil.rmtree(run_dir)
     counter, hooks, train = Subwords(), [], Stopwatch()
     inner = Trainer._train_epoch
 

@@ -265,14 +265,9 @@ def supar_problems() -> list[str]:
 
 @contextlib.contextmanager
 def supar_shims():
-    """While supar runs: ``transformers.AdamW``, where transformers has none, is torch's AdamW with
-    the removed class's defaults (eps 1e-6, no weight decay), and ``torch.load`` may unpickle (only the files this bench has just
-    written: TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1). Both are undone on leaving."""
-    import transformers
-
-    missing = not hasattr(transformers, "AdamW")  # removed in transformers 5; older ones keep theirs
-    if missing:
-        transformers.AdamW = functools.partial(torch.optim.AdamW, eps=1e-6, weight_decay=0.0)
+    """While supar runs: ``torch.load`` may unpickle (only the files this bench has just written:
+    TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1), its warnings are quiet. Undone on leaving. ``AdamW`` is
+    :func:`supar_adamw`'s, entered around ``Parser.train`` alone."""
     old_env = os.environ.get("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD")
     os.environ["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = "1"
     try:
@@ -280,12 +275,35 @@ def supar_shims():
             warnings.simplefilter("ignore")
             yield
     finally:
-        if missing:
-            del transformers.AdamW
         if old_env is None:
             os.environ.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
         else:
             os.environ["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = old_env
+
+
+@contextlib.contextmanager
+def supar_adamw():
+    """While ``Parser.train`` runs: ``transformers.AdamW``, where transformers has none, is torch's
+    AdamW with the removed class's defaults (eps 1e-6, no weight decay); undone on leaving.
+
+    Entered right before ``Parser.train`` (which imports it), after the encoder is loaded, because
+    loading the first model replaces the ``transformers`` module: ``transformers.processing_utils``
+    runs ``direct_transformers_import``, which executes ``transformers/__init__.py`` again and puts a
+    new module in ``sys.modules`` (transformers 5.24). An attribute set on the module before that is
+    not on the one supar imports from; the bench's supar runs failed so whenever no model had been
+    loaded earlier in the process."""
+    import transformers  # noqa: F401 - in sys.modules from here on
+
+    module = sys.modules["transformers"]  # the module `from transformers import` reads now (maybe not this name's)
+    missing = not hasattr(module, "AdamW")  # removed in transformers 5; older ones keep theirs
+    if missing:
+        module.AdamW = functools.partial(torch.optim.AdamW, eps=1e-6, weight_decay=0.0)
+    try:
+        yield
+    finally:
+        if missing:
+            with contextlib.suppress(AttributeError):
+                delattr(module, "AdamW")
 
 
 def token_batch(sentences: list[Sentence], per_batch: int) -> int:
@@ -328,7 +346,7 @@ def run_supar(task: str, args, seed: int, recipe: str, work: Path, corpus: dict,
         write(usable(task, corpus[role]), files[role])
     files["test"] = work / f"supar-{task}-{recipe}-{seed}.log.{suffix}"  # supar scores a "test" file every epoch
     write(usable(task, corpus["dev"])[:8], files["test"])  # for its log only: a few sentences cost nothing
-    train, dev_size = usable(task, corpus["train"]), len(usable(task, corpus["dev"]))
+    train = usable(task, corpus["train"])
     knobs = dict(SUPAR_RECIPE) if recipe == "peer" else {
         "batch_size": token_batch(train, STEP_SENTENCES), "buckets": buckets(len(train)), "lr": LR_ENCODER,
         "lr_rate": LR_HEADS / LR_ENCODER, "warmup": WARMUP, "clip": CLIP}
@@ -342,9 +360,13 @@ def run_supar(task: str, args, seed: int, recipe: str, work: Path, corpus: dict,
         hook = counter.attach(encoder_module(parser.model))
         evaluate = parser._evaluate
 
-        def scored(loader):  # the dev score after each epoch (the log's "test" file is left out)
+        dev_loader = []
+
+        def scored(loader):  # the dev score after each epoch (the log's "test" file, scored after it, is left out)
             loss, metric = evaluate(loader)
-            if len(loader.dataset) == dev_size:
+            if not dev_loader:  # Parser.train's epoch scores dev first, then test
+                dev_loader.append(loader)
+            if loader is dev_loader[0]:
                 side.dev_curve.append(100 * float(metric.score))
             return loss, metric
 
@@ -357,8 +379,9 @@ def run_supar(task: str, args, seed: int, recipe: str, work: Path, corpus: dict,
 
         parser._train = epoch
         try:
-            parser.train(train=str(files["train"]), dev=str(files["dev"]), test=str(files["test"]), verbose=False,
-                         checkpoint=False, **knobs)
+            with supar_adamw():
+                parser.train(train=str(files["train"]), dev=str(files["dev"]), test=str(files["test"]),
+                             verbose=False, checkpoint=False, **knobs)
         except ValueError:
             # supar saves an epoch only when its dev score beats the previous best, starting from 0;
             # when none does (a tiny run) its train() ends by trying to download the missing file

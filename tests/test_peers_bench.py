@@ -5,6 +5,8 @@ files the bench writes for supar read back, through supar's own readers, as the 
 from __future__ import annotations
 
 import importlib.util
+import json
+import subprocess
 import sys
 
 import nltk
@@ -192,3 +194,25 @@ def test_render_pairs_seeds_and_says_what_speed_is_made_of(tables):
     assert "- pos mtl-heads: 80.0, 90.0 (3 seeds)" in text
     # one row per seed and pair: each side's score with its best epoch of the epochs it ran
     assert "| pos | equal | 2 | 92.00 (2/2) | 91.00 (2/2) | +1.00 |" in text
+
+
+def test_bench_runs_supar_in_a_fresh_process_and_starts_a_stopped_try_again(peers, ewt, tmp_path):
+    """The bench's DEP pair, tiny, in a process that has loaded no model before supar's: supar's
+    ``Parser.train`` gets its ``AdamW`` although loading the encoder replaced the ``transformers``
+    module (it failed so when our side did not run first); and our side's folder left by a stopped
+    try is started again, not refused as a run that exists."""
+    stopped = tmp_path / "work" / "ours-dep-seed1"
+    stopped.mkdir(parents=True)
+    (stopped / "config.yaml").write_text("seed: 1\n")  # what a try stopped after its start leaves
+    results = tmp_path / "peers.json"
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "peers.py"), "--tasks", "dep", "--recipe", "equal", "--seeds", "1",
+         "--train", "12", "--dev", "6", "--test", "6", "--cap", "1", "--threads", "1",
+         "--json", str(results), "--workdir", str(tmp_path / "work")],
+        cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = json.loads(results.read_text())["records"]
+    assert sorted((r["system"], r["error"]) for r in records) == [
+        ("mtl-heads", None), ("supar BiaffineDependencyParser", None)], done.stdout[-3000:]
+    assert [len(r["dev_curve"]) for r in records] == [1, 1], [(r["system"], r["dev_curve"]) for r in records]
+    assert "an unfinished try, started again" in (tmp_path / "work" / "peers.log").read_text()
