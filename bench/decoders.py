@@ -225,7 +225,8 @@ def training_data(args, device: torch.device):
     each task's share of an MTL-5 epoch's steps."""
     from omegaconf import OmegaConf
 
-    from mtl_heads.training.build import build_encoder, build_tasks
+    from mtl_heads.training.build import build_encoder
+    from mtl_heads.training.taskset import build_tasks
     from mtl_heads.config import load_config
     from mtl_heads.data.batching import length_batches, prepare_examples, task_probabilities
     from mtl_heads.data.corpus import load_corpus

@@ -27,13 +27,11 @@ import pandas as pd
 import torch
 from torch import nn
 
-# the scoring helpers live in the core, shared with causal head ablation; imported from here too
-from mtl_heads.model.scoring import eval_mode, open_heads, task_batches, task_score
+from mtl_heads.model.scoring import eval_mode, open_heads, task_batches, task_score  # shared with causal ablation
 from mtl_heads.data.batching import Example, move_to
 from mtl_heads.progress import progress_bar
 
-__all__ = ["eval_mode", "open_heads", "task_batches",
-           "gradient_importance", "normalise_per_layer", "task_score", "masked_scores", "single_head_ablation",
+__all__ = ["gradient_importance", "normalise_per_layer", "masked_scores", "single_head_ablation",
            "check_ks", "pruning_curve", "head_frame", "Importance", "Ablation", "PRUNING_KS"]
 
 PRUNING_KS = (3, 10, 20, 30)  # numbers of masked heads in Song's study

@@ -37,7 +37,8 @@ from mtl_heads.model.gating import HardConcreteGate
 from mtl_heads.model.model import MultiTaskModel
 from mtl_heads.model.precision import autocast, fp32, full_precision, to_fp32, uses_bf16
 from mtl_heads.model.sparsity import Sparsity
-from mtl_heads.training.build import build_encoder, build_tasks
+from mtl_heads.training.build import build_encoder
+from mtl_heads.training.taskset import build_tasks
 from mtl_heads.data.batching import prepare_examples
 
 RTOL = 1e-2

@@ -7,8 +7,9 @@ from mtl_heads.data.batching import collate
 from mtl_heads.training.build import load_run
 from mtl_heads.training.experiment import run
 from mtl_heads.analysis.ablation import split_examples
+from mtl_heads.model.scoring import task_batches
 from probes.importance import (Ablation, Importance, gradient_importance, masked_scores,
-                               normalise_per_layer, single_head_ablation, task_batches)
+                               normalise_per_layer, single_head_ablation)
 
 CLOSED = -30.0  # log_alpha that clamps a Hard Concrete gate to exactly 0
 

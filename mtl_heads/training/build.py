@@ -24,10 +24,10 @@ from mtl_heads.model.gating import GateMaskError
 from mtl_heads.model.model import MultiTaskModel
 from mtl_heads.model.removal import HEADS, WEIGHTS, pruned_encoder, read_heads
 from mtl_heads.model.sparsity import prune_mode
-from mtl_heads.training.taskset import build_tasks, read_labels, tasks_with_labels
+from mtl_heads.training.taskset import tasks_with_labels
 
-__all__ = ["build_tasks", "build_encoder", "gate_init_mean", "load_gate_mask", "pick_device", "LoadedRun",
-           "read_labels", "tasks_with_labels", "load_run_weights", "load_run", "load_pruned"]
+__all__ = ["build_encoder", "gate_init_mean", "load_gate_mask", "pick_device", "LoadedRun",
+           "load_run_weights", "load_run", "load_pruned"]
 
 
 # --- from a config ----------------------------------------------------------------------------

@@ -13,7 +13,8 @@ from typing import Callable
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from mtl_heads.training.build import build_encoder, build_tasks, load_run_weights, pick_device, read_labels
+from mtl_heads.training.build import build_encoder, load_run_weights, pick_device
+from mtl_heads.training.taskset import build_tasks, read_labels
 from mtl_heads.config import ConfigError, load_config, load_saved_config
 from mtl_heads.data.batching import prepare_examples
 from mtl_heads.data.corpus import cut_note, load_corpus
