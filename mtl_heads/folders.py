@@ -22,7 +22,7 @@ from mtl_heads.config import ConfigError
 
 __all__ = ["RUN_FILES", "PRUNED_FILES", "is_run_dir", "is_finished_run", "is_unfinished_run", "is_pruned_dir",
            "is_gate_run", "is_probe_report", "is_probe_comparison", "check_run_dir", "seed_dir", "folder_kind",
-           "KIND_WHY"]
+           "KIND_WHY", "shown"]
 
 RUN_FILES = ("config.yaml", "labels.json", "model.safetensors")  # a trained model
 PRUNED_FILES = ("heads.json", "config.yaml", "labels.json")  # a pruned multi-task model
@@ -78,6 +78,15 @@ def check_run_dir(path: str | Path, key: str | None = None) -> Path:
         raise ConfigError(f"{where}{path} is not a finished run folder (missing: {', '.join(missing) or 'the folder'}); "
                           "train one with `python -m mtl_heads train`")
     return path
+
+
+def shown(path: str | Path) -> str:
+    """``path`` as messages and generated pages show it: relative to the working directory when it lies
+    below it (so that a page made in a clone reads the same anywhere), else as given."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def seed_dir(experiment: Path, seed: int) -> Path:

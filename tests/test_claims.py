@@ -384,15 +384,44 @@ def test_ablation_files_that_cannot_be_used_are_named(study_dir):
 
 def test_an_ablation_of_a_retraining_stands_for_its_run(study_dir):
     """A run trained again that did not reproduce its record (docs/ewt-study.sh's retrain stage leaves it
-    in <setting>/.seed<N>.retrained) is ablated in the record's place, and the claims say so."""
+    in <setting>/.seed<N>.retrained) is ablated in the record's place, and the claims say so: one note
+    for the run, naming its ablations, without scores where the record's folder does not keep the
+    retraining's metrics.json."""
+    for name in ("ablation-dp-stem-cells", "ablation-budget-stem-cells"):
+        write_ablation(study_dir / "pos" / "seed2" / name, study_dir / "pos" / ".seed2.retrained",
+                       sorted(STEM), {"zero": {"pos": 1.0}}, {"zero": {"pos": [0.0, 0.5]}})
+    study = read_study([str(study_dir)])
+    assert len(study.ablations) == 2
+    for _, record in study.ablations:
+        assert study.run_row(record["run"])["seed"] == 2 and study.run_row(record["run"])["setting"] == "pos"
+    notes = [n for n in study.notes if "read the weights of its retraining" in n]
+    assert notes == [f"{study_dir / 'pos' / 'seed2'}: 2 ablations (ablation-budget-stem-cells, ablation-dp-stem-cells) "
+                     "read the weights of its retraining (.seed2.retrained: same config and seed), which did not "
+                     "reproduce the record's files; the record's scores are the first training's (the retraining's "
+                     "scores are not in the record: no readable retraining.metrics.json)"]
+    assert study.retrainings == {}
+    assert not study.without_seed(2).ablations and study.without_seed(1).ablations
+
+
+def test_a_retraining_kept_in_the_record_gives_its_scores_and_hours(study_dir):
+    """Where the record's folder keeps the retraining's metrics.json (retraining.metrics.json, written by
+    the retrain stage when it does not reproduce), the note gives its test scores against the record's
+    and the page's header its hours."""
+    from mtl_heads.reports.claims.render import _retraining_hours
+
     write_ablation(study_dir / "pos" / "seed2" / "ablation-dp-stem-cells", study_dir / "pos" / ".seed2.retrained",
                    sorted(STEM), {"zero": {"pos": 1.0}}, {"zero": {"pos": [0.0, 0.5]}})
+    record = json.loads((study_dir / "pos" / "seed2" / "metrics.json").read_text())
+    again = {**record, "test": {"pos": {"accuracy": 96.125, "extra": 1.0}}, "seconds": 5400.0}
+    (study_dir / "pos" / "seed2" / "retraining.metrics.json").write_text(json.dumps(again))
     study = read_study([str(study_dir)])
-    (_, record), = study.ablations
-    assert study.run_row(record["run"])["seed"] == 2 and study.run_row(record["run"])["setting"] == "pos"
-    assert any("a retraining of its run with the same config and seed that did not reproduce" in n
-               for n in study.notes)
-    assert not study.without_seed(2).ablations and study.without_seed(1).ablations
+    note, = [n for n in study.notes if "read the weights of its retraining" in n]
+    old = record["test"]["pos"]["accuracy"]
+    assert note.endswith(f"the record's scores are the first training's. The retraining's test scores "
+                         f"(retraining.metrics.json): pos accuracy 96.12 (the record: {old:.2f}); it took 1.5 hours")
+    assert study.retrainings == {str(study_dir / "pos" / "seed2"): 5400.0}
+    assert _retraining_hours(study) == (" The 1 retraining whose weights ablations read (of runs that did not "
+                                        "reproduce) took 1.5 hours (the sum of their seconds; notes).")
 
 
 def test_score_grid(study_dir):

@@ -205,6 +205,8 @@ def test_retrain_moves_the_weights_only_when_the_record_is_reproduced(tmp_path, 
                 f"new run is {root}/dep/.seed1.retrained") in result.stdout
         assert result.returncode == 1 and f"{root}/dep/seed1 (did not reproduce)" in result.stderr
     assert (root / "dep" / "seed1" / "metrics.json").read_bytes() == before
+    assert ((root / "dep" / "seed1" / "retraining.metrics.json").read_bytes()  # the retraining's, kept for the claims
+            == (root / "dep" / ".seed1.retrained" / "metrics.json").read_bytes())
     assert not (root / "dep" / "seed1" / "model.safetensors").exists()
     assert (root / "dep" / ".seed1.retrained" / "model.safetensors").is_file()
     assert len(fake["log"]()) == 2

@@ -37,6 +37,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from mtl_heads.config import ConfigError
+from mtl_heads.folders import shown
 from mtl_heads.model.gating import kept_count
 from mtl_heads.model.sparsity import prune_mode
 from mtl_heads.reports.gate_map import plot_gate_map
@@ -115,17 +116,9 @@ def start_run(wandb_cfg, folder: Path, job: str, config: dict, run_cfg=None, nam
     return run
 
 
-def _shown(folder: Path) -> str:
-    """``folder`` relative to the working directory when it lies below it, else as it is."""
-    try:
-        return str(Path(folder).resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(folder)
-
-
 def offline_message(folder: Path) -> str:
     """The line printed when an offline W&B run is written: where, and how to upload it."""
-    folder = _shown(folder)
+    folder = shown(folder)
     return f"W&B: offline run written to {folder}; upload with `wandb sync {folder}`"
 
 

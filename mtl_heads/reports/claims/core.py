@@ -15,13 +15,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from mtl_heads.folders import is_probe_report
+from mtl_heads.folders import is_probe_report, shown
 from mtl_heads.reports.claims.rules import ALPHA, REPLICATION, TOO_FEW
+from mtl_heads.reports.curves import main_metric
 from mtl_heads.reports.probe_report import read_report
 from mtl_heads.reports.runs import read_yaml, walk_runs
 from mtl_heads.reports.significance import format_p
 
-__all__ = ["REGIMES", "REGIME_NAMES", "RETRAINED", "ABLATION_FILE", "regime", "holm", "Test", "Claim", "test_text",
+__all__ = ["REGIMES", "REGIME_NAMES", "RETRAINED", "RETRAINING_METRICS", "ABLATION_FILE", "regime", "holm", "Test", "Claim", "test_text",
            "too_few_text", "unreachable", "Study", "read_ablations", "build_study", "mean_std", "heads_text",
            "metric_name", "listed", "task_name", "mtl_name", "setting_name", "runs_of", "run_folders", "config_of",
            "score_column", "majority", "share"]
@@ -30,6 +31,8 @@ REGIMES = ("dp", "budget", "sp")  # the paper's regime (DP) first: gate verdicts
 REGIME_NAMES = {"none": "unpruned", "dp": "dynamic pruning (DP)", "budget": "DP at equal sparsity",
                 "sp": "static pruning (SP)"}
 RETRAINED = re.compile(r"(^|/)\.seed\d+\.retrained/?$")  # docs/ewt-study.sh's retrain stage: a run trained again
+# ... and, in the record's folder, that retraining's metrics.json, where it did not reproduce the record
+RETRAINING_METRICS = "retraining.metrics.json"
 ABLATION_FILE = "ablation.json"  # what python -m mtl_heads ablate writes
 SLOT = re.compile(r"\{([^{}]+)\}")  # a test's place in a line: its key in braces
 
@@ -238,7 +241,9 @@ class Study:
     MTL setting (the unpruned one with the most tasks) or None; reports: probe reports
     (:class:`mtl_heads.reports.probe_report.Report`; the first whose model is no run stands for the pretrained
     encoder); ablations: ``[(path, record)]`` of ``ablation.json`` files (:func:`read_ablations`);
-    notes: what was found and not used, and why; left_out: the seed left out (stability), or None.
+    notes: what was found and not used, and why; left_out: the seed left out (stability), or None;
+    retrainings: ``{run folder: seconds}`` of the retrainings (that did not reproduce) whose weights the
+    run's ablations read, where the record's folder keeps the retraining's metrics.
     """
 
     runs: pd.DataFrame
@@ -249,6 +254,7 @@ class Study:
     ablations: list = field(default_factory=list)
     left_out: int | None = None
     gates: dict = field(default_factory=dict, repr=False)  # run folder -> RunGates, read once
+    retrainings: dict = field(default_factory=dict)  # run folder -> seconds of the retraining its ablations read
 
     def setting(self, tasks: str | None, kind: str) -> str | None:
         setting = self.cells.get((tasks, kind)) if tasks else None
@@ -359,17 +365,45 @@ def build_study(runs: pd.DataFrame, notes: list[str], specs: list[str]) -> Study
                 notes.append(f"{folder}: not used ({err})")
     ablations, more = read_ablations(specs)
     study = Study(runs, cells, mtl, reports, notes + more, ablations)
-    study.ablations = []
+    study.ablations, stand_ins = [], {}
     for path, record in ablations:  # each matched to its run once
-        if study.run_row(record.get("run_resolved") or record["run"]) is None:
+        row = study.run_row(record.get("run_resolved") or record["run"])
+        if row is None:
             study.notes.append(f"{path}: its run {record['run']} is not among the study's runs; not used")
         else:
             study.ablations.append((path, record))
             if RETRAINED.search(str(record["run"])):
-                study.notes.append(f"{path}: ablates {record['run']}, a retraining of its run with the same config "
-                                   "and seed that did not reproduce the record's files (the record's scores are "
-                                   "the first training's; the ablation reads the retraining's weights)")
+                stand_ins.setdefault(str(row["run"]), (Path(str(record["run"])).name, []))[1].append(path)
+    for run, (retraining, paths) in stand_ins.items():
+        note, seconds = _retraining_note(Path(run), retraining, paths)
+        study.notes.append(note)
+        if seconds is not None:
+            study.retrainings[run] = seconds
     return study
+
+
+def _retraining_note(run: Path, retraining: str, paths: list[Path]) -> tuple[str, float | None]:
+    """The note of a run whose ablations read a retraining's weights (``<setting>/.seed<N>.retrained``),
+    with the retraining's test scores against the record's where the record's folder keeps them
+    (:data:`RETRAINING_METRICS`), and the retraining's wall time in seconds (None where it is not kept)."""
+    which = ", ".join(path.parent.name for path in paths)
+    note = (f"{shown(run)}: {len(paths)} ablation{'s' if len(paths) != 1 else ''} ({which}) read the weights of its "
+            f"retraining ({retraining}: same config and seed), which did not reproduce the record's files; the "
+            "record's scores are the first training's")
+    try:
+        record, again = (json.loads((run / name).read_text()) for name in ("metrics.json", RETRAINING_METRICS))
+    except (OSError, json.JSONDecodeError):
+        return note + f" (the retraining's scores are not in the record: no readable {RETRAINING_METRICS})", None
+    scores = []
+    for task, new in (again.get("test") or {}).items():
+        metric = main_metric(task, new)
+        old = (record.get("test") or {}).get(task, {}).get(metric)
+        if metric is not None and isinstance(new.get(metric), (int, float)) and isinstance(old, (int, float)):
+            scores.append(f"{task} {metric} {new[metric]:.2f} (the record: {old:.2f})")
+    seconds = again.get("seconds")
+    seconds = float(seconds) if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) else None
+    return (note + f". The retraining's test scores ({RETRAINING_METRICS}): " + (", ".join(scores) or "none")
+            + (f"; it took {seconds / 3600:.1f} hours" if seconds is not None else "")), seconds
 
 
 # --- numbers and names as text, the same in every claim ---------------------------------------------------

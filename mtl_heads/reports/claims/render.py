@@ -116,6 +116,15 @@ def _ablation_hours(study: Study) -> str:
             f"{len(study.ablations)}: the sum of their `ablation.json` seconds).")
 
 
+def _retraining_hours(study: Study) -> str:
+    """`` The retrainings ... took N hours ...`` from :attr:`Study.retrainings`; ``""`` when there is none."""
+    if not study.retrainings:
+        return ""
+    count = len(study.retrainings)
+    return (f" The {count} retraining{'s' if count != 1 else ''} whose weights ablations read (of runs that did not "
+            f"reproduce) took {sum(study.retrainings.values()) / 3600:.1f} hours (the sum of their seconds; notes).")
+
+
 def page_markdown(study: Study, claims: list[Claim], grid: str, command: str = "") -> str:
     """The claims page as markdown: what it was generated from (and by ``command``), the score grid
     (``grid``: :func:`score_grid` as a markdown table), the statistics every claim shares, each claim
@@ -125,7 +134,7 @@ def page_markdown(study: Study, claims: list[Claim], grid: str, command: str = "
     out = [f"Generated from {len(study.runs)} runs in {len(seeds)} settings, {len(study.reports)} probe reports{ablations}"
            + (f" by `{command}`" if command else "") + f"; do not edit by hand. The runs took {_hours(study):.1f} hours "
            "in all (the sum of their `metrics.json` seconds: wall time with loading and evaluation, of the last "
-           "process of a resumed run; probes not counted)." + _ablation_hours(study), "",
+           "process of a resumed run; probes not counted)." + _ablation_hours(study) + _retraining_hours(study), "",
            "Test scores, mean ± sample standard deviation over seeds (n = seeds):", "", grid, "", TESTS, ""]
     for number, claim in enumerate(claims, 1):
         out += claim_markdown(number, claim)
