@@ -67,6 +67,26 @@ def accuracy_verdict(diffs: list[float]) -> str:
     return f"not resolved ({seeds_to_resolve(sd, mean)})"
 
 
+FIRST_SEEDS, MORE_SEEDS = (1, 2, 3), (4, 5)  # the rule's seeds: the first three, then two more where close
+
+
+def seeds_asked(diffs: dict[int, float]) -> tuple[int, ...]:
+    """The seeds docs/peers.md's rule asks of a pair and recipe, given its paired differences so far
+    (``{seed: ours - peer}``): seeds 1 to 3, and 4 and 5 too once the mean difference over seeds 1 to 3
+    is within ``CLOSE`` points (decided on those three alone, so that later seeds cannot change it)."""
+    if all(seed in diffs for seed in FIRST_SEEDS) and abs(np.mean([diffs[s] for s in FIRST_SEEDS])) <= CLOSE:
+        return FIRST_SEEDS + MORE_SEEDS
+    return FIRST_SEEDS
+
+
+def paired_differences(results: dict, task: str, recipe: str) -> dict[int, float]:
+    """``{seed: ours - peer}`` of the task's main metric, over the seeds where both sides finished."""
+    records = [r for r in results["records"] if not r.get("error") and r["task"] == task]
+    ours = {r["seed"]: r["scores"][METRICS[task]] for r in records if r["recipe"] == "ours"}
+    return {r["seed"]: ours[r["seed"]] - r["scores"][METRICS[task]] for r in records
+            if r["recipe"] == recipe and r["seed"] in ours}
+
+
 def _rate(count: float, seconds: float) -> float:
     return count / seconds if seconds > 0 else math.nan
 
@@ -136,8 +156,11 @@ def render(results: dict) -> str:
         mean, sd, low, high = _ci(diffs)
         spread = lambda v: f"{np.mean(v):.2f} ± {np.std(v, ddof=1):.2f}" if len(v) > 1 else f"{v[0]:.2f}"  # noqa: E731
         best = lambda side: f"{np.mean([r['best_epoch'] for r in side]):.1f}"  # noqa: E731
+        missing = [s for s in seeds_asked(paired_differences(results, task, recipe)) if s not in {o["seed"] for o, _ in pairs}]
+        verdict = accuracy_verdict(diffs) + (f"; to come: seed{'s' if len(missing) > 1 else ''} "
+                                             f"{', '.join(map(str, missing))}, which the rule asks" if missing else "")
         out.append(f"| {task} | {recipe} | {metric} | {len(pairs)} | {spread(a)} | {spread(b)} | {mean:+.2f} ± "
-                   f"{_num(sd)} | {_num(low)} to {_num(high)} | {accuracy_verdict(diffs)} | "
+                   f"{_num(sd)} | {_num(low)} to {_num(high)} | {verdict} | "
                    f"{best([o for o, _ in pairs])}, {best([p for _, p in pairs])} |")
     out += ["", "**Per seed** (test score, then the best dev epoch / the epochs run):", "",
             "| task | recipe | seed | mtl-heads | peer | ours - peer |", "| --- | --- | --- | --- | --- | --- |"]

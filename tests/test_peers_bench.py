@@ -184,16 +184,34 @@ def test_render_pairs_seeds_and_says_what_speed_is_made_of(tables):
 
     peer = tables.PEERS["pos"]
     results = {"records": [record("mtl-heads", "ours", s, 90.0 + s, 10.0, 1100, 1000) for s in (1, 2, 3)]
-               + [record(peer, "equal", s, 89.0 + s, 20.0, 2200, 1000) for s in (1, 2, 3)]}
+               + [record(peer, "equal", s, 88.5 + s, 20.0, 2200, 1000) for s in (1, 2, 3)]}
     text = tables.render(results)
-    assert "| pos | equal | accuracy | 3 | 92.00 ± 1.00 | 91.00 ± 1.00 | +1.00 ± 0.00 |" in text
+    assert "| pos | equal | accuracy | 3 | 92.00 ± 1.00 | 90.50 ± 1.00 | +1.50 ± 0.00 |" in text
     assert "| better | 2.0, 2.0 |" in text
     # ours 10 s, the peer 20 s for the same real sub-words, over 1100 and 2200 slots: twice as fast per real
     # sub-word, all of it padding (the same work per slot)
     assert "ours faster per real sub-word (2.00x wall, 2.00x CPU) = padding 2.00x x work per slot 1.00x" in text
     assert "- pos mtl-heads: 80.0, 90.0 (3 seeds)" in text
     # one row per seed and pair: each side's score with its best epoch of the epochs it ran
-    assert "| pos | equal | 2 | 92.00 (2/2) | 91.00 (2/2) | +1.00 |" in text
+    assert "| pos | equal | 2 | 92.00 (2/2) | 90.50 (2/2) | +1.50 |" in text
+    # within 1 point after 3 seeds: the rule asks seeds 4 and 5, and the verdict says they are to come
+    for r in results["records"]:
+        if r["recipe"] == "equal":
+            r["scores"]["accuracy"] += 0.6 if r["seed"] == 1 else 0.5  # differences 0.9, 1.0, 1.0
+    assert tables.paired_differences(results, "pos", "equal") == pytest.approx({1: 0.9, 2: 1.0, 3: 1.0})
+    assert "| better; to come: seeds 4, 5, which the rule asks |" in tables.render(results)
+    results["records"] += [record("mtl-heads", "ours", 4, 95.0, 10.0, 1100, 1000), record(peer, "equal", 4, 94.5, 20.0, 2200, 1000)]
+    assert "; to come: seed 5, which the rule asks |" in tables.render(results)
+
+
+def test_seeds_the_rule_asks(tables):
+    """Seeds 1 to 3; 4 and 5 too once the mean difference over seeds 1 to 3 is within 1 point, decided
+    on those three alone (seeds 4 and 5 cannot undo it), and not before all three are in."""
+    assert tables.seeds_asked({}) == tables.seeds_asked({1: 0.1, 2: 0.2}) == (1, 2, 3)
+    assert tables.seeds_asked({1: 0.5, 2: -0.5, 3: 2.9}) == (1, 2, 3, 4, 5)  # mean 0.97
+    assert tables.seeds_asked({1: -1.0, 2: -1.0, 3: -1.0}) == (1, 2, 3, 4, 5)  # within: the bound itself
+    assert tables.seeds_asked({1: 1.2, 2: 0.9, 3: 1.2}) == (1, 2, 3)  # mean 1.1
+    assert tables.seeds_asked({1: 1.2, 2: 0.9, 3: 1.2, 4: -9.0}) == (1, 2, 3)
 
 
 def test_bench_runs_supar_in_a_fresh_process_and_starts_a_stopped_try_again(peers, ewt, tmp_path):
