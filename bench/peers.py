@@ -281,7 +281,8 @@ def main(argv=None) -> str:
                             continue
                         started = time.perf_counter()
                         side = run_side(task, recipe, seed, args, work, corpus, gold_test, log)
-                        print(describe(side) + f" ({time.perf_counter() - started:.0f} s)", flush=True)
+                        side.seconds = round(time.perf_counter() - started, 1)
+                        print(describe(side) + f" ({side.seconds:.0f} s)", flush=True)
                         failed |= side.error is not None
                         add_record(path, results, side, where, size)
                     if seeds == "rule" and not todo:  # seeds 4 and 5 where the first three are close

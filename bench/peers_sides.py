@@ -120,6 +120,7 @@ class Side:
     settings: dict = field(default_factory=dict)     # what the side ran with (its recipe's knobs)
     error: str | None = None
     note: str | None = None
+    seconds: float | None = None                     # the whole side by the wall clock (dev scoring, loading too)
 
     @property
     def key(self) -> tuple:

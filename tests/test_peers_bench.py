@@ -192,6 +192,10 @@ def test_render_pairs_seeds_and_says_what_speed_is_made_of(tables):
     # sub-word, all of it padding (the same work per slot)
     assert "ours faster per real sub-word (2.00x wall, 2.00x CPU) = padding 2.00x x work per slot 1.00x" in text
     assert "- pos mtl-heads: 80.0, 90.0 (3 seeds)" in text
+    assert "keep their time" not in text  # records written before sides kept their wall time
+    results["records"][0]["seconds"], results["records"][1]["seconds"] = 1800.0, 3600
+    assert ("from 6 runs; do not edit by hand. The 2 of them that keep their time took 1.5 hours of one-thread "
+            "wall time") in tables.render(results)
     # one row per seed and pair: each side's score with its best epoch of the epochs it ran
     assert "| pos | equal | 2 | 92.00 (2/2) | 90.50 (2/2) | +1.50 |" in text
     # within 1 point after 3 seeds: the rule asks seeds 4 and 5, and the verdict says they are to come
@@ -234,3 +238,4 @@ def test_bench_runs_supar_in_a_fresh_process_and_starts_a_stopped_try_again(peer
         ("mtl-heads", None), ("supar BiaffineDependencyParser", None)], done.stdout[-3000:]
     assert [len(r["dev_curve"]) for r in records] == [1, 1], [(r["system"], r["dev_curve"]) for r in records]
     assert "an unfinished try, started again" in (tmp_path / "work" / "peers.log").read_text()
+    assert all(r["seconds"] > 0 for r in records)
