@@ -169,9 +169,9 @@ probes() {
 # beside it (.seed<N>.retrained: compare and claims do not read hidden folders), then compared with
 # the record: its labels.json, its metrics.json but for the wall time (test scores, dev scores and
 # curve) and its gates.json. Identical: the weights move into the record ("reproduced"). Not: the new
-# run stays where it is and the record is left as it was ("did not reproduce", with the differences),
-# but for a copy of the new run's metrics.json, retraining.metrics.json, which the claims read (the
-# retraining's scores beside the record's, and its time).
+# run stays where it is and the record is left as it was ("did not reproduce", with the differences).
+# Either way the record's folder keeps a copy of the new run's metrics.json, retraining.metrics.json,
+# which the claims read (the retraining's scores beside the record's, and its time).
 retrain_one() {  # setting $1, seed $2; with $3, a regime of the setting (-dp: its DP run) and its arguments after
   local s=$1 n=$2 regime=${3:-}; shift $(( $# < 3 ? $# : 3 ))
   local dir=$STUDY/$s$regime/seed$n side=$STUDY/$s$regime/.seed$n.retrained diff
@@ -182,11 +182,11 @@ retrain_one() {  # setting $1, seed $2; with $3, a regime of the setting (-dp: i
   run "$side" ${SETTING[$s]} "$@" seed="$n" experiment="$s$regime"
   [[ -f $side/metrics.json ]] || return 0  # it failed: run() named it
   diff=$(differences "$dir" "$side") || { failed "$dir (retrained, not compared)"; return; }
+  cp "$side/metrics.json" "$dir/retraining.metrics.json" || failed "$dir (its retraining's metrics not kept)"
   if [[ -z $diff ]]; then
     if mv "$side/model.safetensors" "$dir/model.safetensors" && rm -r "$side"; then echo "reproduced: $dir"
     else failed "$dir (reproduced; its weights not moved from $side)"; fi
   else
-    cp "$side/metrics.json" "$dir/retraining.metrics.json" || failed "$dir (its retraining's metrics not kept)"
     echo "did not reproduce: $dir ($diff); the record is unchanged and the new run is $side" \
       "(to use it instead: rm -r $dir && mv $side $dir, then run again what read the old weights)"
     failed "$dir (did not reproduce)"

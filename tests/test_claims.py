@@ -420,8 +420,15 @@ def test_a_retraining_kept_in_the_record_gives_its_scores_and_hours(study_dir):
     assert note.endswith(f"the record's scores are the first training's. The retraining's test scores "
                          f"(retraining.metrics.json): pos accuracy 96.12 (the record: {old:.2f}); it took 1.5 hours")
     assert study.retrainings == {str(study_dir / "pos" / "seed2"): 5400.0}
-    assert _retraining_hours(study) == (" The 1 retraining whose weights ablations read (of runs that did not "
-                                        "reproduce) took 1.5 hours (the sum of their seconds; notes).")
+    assert _retraining_hours(study) == (" The 1 run trained again for its weights took 1.5 hours (the sum of the "
+                                        "seconds of their `retraining.metrics.json`, which the record keeps since "
+                                        "27 November 2026).")
+    # a retraining that reproduced its record is counted too (its weights joined the record: no note)
+    (study_dir / "ner" / "seed1" / "retraining.metrics.json").write_text(json.dumps({**again, "seconds": 1800}))
+    study = read_study([str(study_dir)])
+    assert sorted(study.retrainings.values()) == [1800.0, 5400.0]
+    assert len([n for n in study.notes if "read the weights of its retraining" in n]) == 1
+    assert _retraining_hours(study).startswith(" The 2 runs trained again for their weights took 2.0 hours")
 
 
 def test_score_grid(study_dir):

@@ -191,6 +191,7 @@ def test_retrain_moves_the_weights_only_when_the_record_is_reproduced(tmp_path, 
     assert (root / "pos" / "seed1" / "model.safetensors").is_file()
     assert not (root / "pos" / ".seed1.retrained").exists()
     assert json.loads((root / "pos" / "seed1" / "metrics.json").read_text())["seconds"] == 10.0  # the record's files
+    assert json.loads((root / "pos" / "seed1" / "retraining.metrics.json").read_text())["seconds"] == 99.0  # its time
     (call,) = fake["log"]()
     assert call[0] == "train" and {"data=ewt", "tasks=pos", "seed=1", "experiment=pos",
                                    f"run_dir={root}/pos/.seed1.retrained"} <= set(call)

@@ -31,7 +31,8 @@ REGIMES = ("dp", "budget", "sp")  # the paper's regime (DP) first: gate verdicts
 REGIME_NAMES = {"none": "unpruned", "dp": "dynamic pruning (DP)", "budget": "DP at equal sparsity",
                 "sp": "static pruning (SP)"}
 RETRAINED = re.compile(r"(^|/)\.seed\d+\.retrained/?$")  # docs/ewt-study.sh's retrain stage: a run trained again
-# ... and, in the record's folder, that retraining's metrics.json, where it did not reproduce the record
+# ... and, in the record's folder, that retraining's metrics.json (its scores and time; kept whether it
+# reproduced the record or not)
 RETRAINING_METRICS = "retraining.metrics.json"
 ABLATION_FILE = "ablation.json"  # what python -m mtl_heads ablate writes
 SLOT = re.compile(r"\{([^{}]+)\}")  # a test's place in a line: its key in braces
@@ -242,8 +243,8 @@ class Study:
     (:class:`mtl_heads.reports.probe_report.Report`; the first whose model is no run stands for the pretrained
     encoder); ablations: ``[(path, record)]`` of ``ablation.json`` files (:func:`read_ablations`);
     notes: what was found and not used, and why; left_out: the seed left out (stability), or None;
-    retrainings: ``{run folder: seconds}`` of the retrainings (that did not reproduce) whose weights the
-    run's ablations read, where the record's folder keeps the retraining's metrics.
+    retrainings: ``{run folder: seconds}`` of the runs trained again for their weights whose record's
+    folder keeps the retraining's metrics (:data:`RETRAINING_METRICS`).
     """
 
     runs: pd.DataFrame
@@ -254,7 +255,7 @@ class Study:
     ablations: list = field(default_factory=list)
     left_out: int | None = None
     gates: dict = field(default_factory=dict, repr=False)  # run folder -> RunGates, read once
-    retrainings: dict = field(default_factory=dict)  # run folder -> seconds of the retraining its ablations read
+    retrainings: dict = field(default_factory=dict)  # run folder -> seconds of its retraining
 
     def setting(self, tasks: str | None, kind: str) -> str | None:
         setting = self.cells.get((tasks, kind)) if tasks else None
@@ -374,36 +375,47 @@ def build_study(runs: pd.DataFrame, notes: list[str], specs: list[str]) -> Study
             study.ablations.append((path, record))
             if RETRAINED.search(str(record["run"])):
                 stand_ins.setdefault(str(row["run"]), (Path(str(record["run"])).name, []))[1].append(path)
-    for run, (retraining, paths) in stand_ins.items():
-        note, seconds = _retraining_note(Path(run), retraining, paths)
-        study.notes.append(note)
+    for run in map(Path, study.runs["run"]):
+        seconds = _number(_read_json(run / RETRAINING_METRICS).get("seconds"))
         if seconds is not None:
-            study.retrainings[run] = seconds
+            study.retrainings[str(run)] = seconds
+    study.notes += [_retraining_note(Path(run), retraining, paths) for run, (retraining, paths) in stand_ins.items()]
     return study
 
 
-def _retraining_note(run: Path, retraining: str, paths: list[Path]) -> tuple[str, float | None]:
+def _read_json(path: Path) -> dict:
+    """A JSON object file, or ``{}`` where it is absent or unreadable."""
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _number(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _retraining_note(run: Path, retraining: str, paths: list[Path]) -> str:
     """The note of a run whose ablations read a retraining's weights (``<setting>/.seed<N>.retrained``),
     with the retraining's test scores against the record's where the record's folder keeps them
-    (:data:`RETRAINING_METRICS`), and the retraining's wall time in seconds (None where it is not kept)."""
+    (:data:`RETRAINING_METRICS`)."""
     which = ", ".join(path.parent.name for path in paths)
     note = (f"{shown(run)}: {len(paths)} ablation{'s' if len(paths) != 1 else ''} ({which}) read the weights of its "
             f"retraining ({retraining}: same config and seed), which did not reproduce the record's files; the "
             "record's scores are the first training's")
-    try:
-        record, again = (json.loads((run / name).read_text()) for name in ("metrics.json", RETRAINING_METRICS))
-    except (OSError, json.JSONDecodeError):
-        return note + f" (the retraining's scores are not in the record: no readable {RETRAINING_METRICS})", None
+    record, again = _read_json(run / "metrics.json"), _read_json(run / RETRAINING_METRICS)
+    if not again:
+        return note + f" (the retraining's scores are not in the record: no readable {RETRAINING_METRICS})"
     scores = []
     for task, new in (again.get("test") or {}).items():
         metric = main_metric(task, new)
-        old = (record.get("test") or {}).get(task, {}).get(metric)
-        if metric is not None and isinstance(new.get(metric), (int, float)) and isinstance(old, (int, float)):
+        old = _number((record.get("test") or {}).get(task, {}).get(metric))
+        if metric is not None and _number(new.get(metric)) is not None and old is not None:
             scores.append(f"{task} {metric} {new[metric]:.2f} (the record: {old:.2f})")
-    seconds = again.get("seconds")
-    seconds = float(seconds) if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) else None
+    seconds = _number(again.get("seconds"))
     return (note + f". The retraining's test scores ({RETRAINING_METRICS}): " + (", ".join(scores) or "none")
-            + (f"; it took {seconds / 3600:.1f} hours" if seconds is not None else "")), seconds
+            + (f"; it took {seconds / 3600:.1f} hours" if seconds is not None else ""))
 
 
 # --- numbers and names as text, the same in every claim ---------------------------------------------------

@@ -117,12 +117,13 @@ def _ablation_hours(study: Study) -> str:
 
 
 def _retraining_hours(study: Study) -> str:
-    """`` The retrainings ... took N hours ...`` from :attr:`Study.retrainings`; ``""`` when there is none."""
+    """`` The N retrainings ... took H hours`` from :attr:`Study.retrainings`; ``""`` when there is none."""
     if not study.retrainings:
         return ""
     count = len(study.retrainings)
-    return (f" The {count} retraining{'s' if count != 1 else ''} whose weights ablations read (of runs that did not "
-            f"reproduce) took {sum(study.retrainings.values()) / 3600:.1f} hours (the sum of their seconds; notes).")
+    return (f" The {count} run{'s' if count != 1 else ''} trained again for {'their' if count != 1 else 'its'} "
+            f"weights took {sum(study.retrainings.values()) / 3600:.1f} hours (the sum of the seconds of their "
+            "`retraining.metrics.json`, which the record keeps since 27 November 2026).")
 
 
 def page_markdown(study: Study, claims: list[Claim], grid: str, command: str = "") -> str:
