@@ -239,3 +239,27 @@ def test_bench_runs_supar_in_a_fresh_process_and_starts_a_stopped_try_again(peer
     assert [len(r["dev_curve"]) for r in records] == [1, 1], [(r["system"], r["dev_curve"]) for r in records]
     assert "an unfinished try, started again" in (tmp_path / "work" / "peers.log").read_text()
     assert all(r["seconds"] > 0 for r in records)
+
+
+def test_the_bench_runs_the_seeds_the_rule_asks(peers, tables, tmp_path, monkeypatch):
+    """``--seeds rule`` (the default): seeds 1 to 3 of each side, then 4 and 5 only for a task whose mean
+    difference over seeds 1 to 3 is within 1 point; finished records are skipped on a rerun."""
+    gap = {"pos": 0.4, "ner": 3.0}  # ours - peer: POS close (seeds 4 and 5), NER not
+    ran = []
+
+    def fake_side(task, recipe, seed, args, work, corpus, gold_test, log):
+        ran.append((task, recipe, seed))
+        score = 90.0 + (gap[task] if recipe == "ours" else 0.0) + 0.01 * seed
+        return peers.Side(task, recipe, seed, "mtl-heads" if recipe == "ours" else tables.PEERS[task],
+                          scores={tables.METRICS[task]: score}, dev_curve=[score], best_epoch=1)
+
+    monkeypatch.setattr(peers, "run_side", fake_side)
+    monkeypatch.setattr(peers, "corpus_of", lambda task, args: {"train": [], "dev": [], "test": []})
+    results = tmp_path / "peers.json"
+    peers.main(["--tasks", "pos,ner", "--json", str(results), "--workdir", str(tmp_path / "work")])
+    both = lambda task, seeds: [(task, r, s) for s in seeds for r in ("ours", "equal")]  # noqa: E731
+    assert ran == both("pos", (1, 2, 3, 4, 5)) + both("ner", (1, 2, 3))
+    assert len(json.loads(results.read_text())["records"]) == 16
+    ran.clear()
+    peers.main(["--tasks", "pos,ner", "--json", str(results), "--workdir", str(tmp_path / "work")])
+    assert ran == []
