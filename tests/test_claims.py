@@ -429,6 +429,11 @@ def test_a_retraining_kept_in_the_record_gives_its_scores_and_hours(study_dir):
     assert sorted(study.retrainings.values()) == [1800.0, 5400.0]
     assert len([n for n in study.notes if "read the weights of its retraining" in n]) == 1
     assert _retraining_hours(study).startswith(" The 2 runs trained again for their weights took 2.0 hours")
+    (study_dir / "ner" / "seed1" / "retraining.metrics.json").write_text("{not json")  # broken: a note names it
+    study = read_study([str(study_dir)])
+    assert list(study.retrainings.values()) == [5400.0]
+    assert any(n.startswith(f"{study_dir / 'ner' / 'seed1' / 'retraining.metrics.json'}:1: not valid JSON")
+               and n.endswith(": not used") for n in study.notes)
 
 
 def test_score_grid(study_dir):

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from mtl_heads.files import UnreadableFile, read_json
 from mtl_heads.folders import is_probe_report, shown
 from mtl_heads.reports.claims.rules import ALPHA, REPLICATION, TOO_FEW
 from mtl_heads.reports.curves import main_metric
@@ -22,7 +23,8 @@ from mtl_heads.reports.probe_report import read_report
 from mtl_heads.reports.runs import read_yaml, walk_runs
 from mtl_heads.reports.significance import format_p
 
-__all__ = ["REGIMES", "REGIME_NAMES", "RETRAINED", "RETRAINING_METRICS", "ABLATION_FILE", "regime", "holm", "Test", "Claim", "test_text",
+__all__ = ["REGIMES", "REGIME_NAMES", "RETRAINED", "RETRAINING_METRICS", "ABLATION_FILE", "regime", "holm", "Test",
+           "Claim", "test_text",
            "too_few_text", "unreachable", "Study", "read_ablations", "build_study", "mean_std", "heads_text",
            "metric_name", "listed", "task_name", "mtl_name", "setting_name", "runs_of", "run_folders", "config_of",
            "score_column", "majority", "share"]
@@ -375,39 +377,35 @@ def build_study(runs: pd.DataFrame, notes: list[str], specs: list[str]) -> Study
             study.ablations.append((path, record))
             if RETRAINED.search(str(record["run"])):
                 stand_ins.setdefault(str(row["run"]), (Path(str(record["run"])).name, []))[1].append(path)
+    kept = {}  # run folder -> its retraining's metrics, where the record's folder keeps them
     for run in map(Path, study.runs["run"]):
-        seconds = _number(_read_json(run / RETRAINING_METRICS).get("seconds"))
+        try:
+            kept[run] = read_json(run / RETRAINING_METRICS) or {}
+        except UnreadableFile as err:
+            study.notes.append(f"{err}: not used")
+        seconds = _number(kept.get(run, {}).get("seconds"))
         if seconds is not None:
             study.retrainings[str(run)] = seconds
-    study.notes += [_retraining_note(Path(run), retraining, paths) for run, (retraining, paths) in stand_ins.items()]
+    study.notes += [_retraining_note(Path(run), retraining, paths, kept.get(Path(run), {}))
+                    for run, (retraining, paths) in stand_ins.items()]
     return study
-
-
-def _read_json(path: Path) -> dict:
-    """A JSON object file, or ``{}`` where it is absent or unreadable."""
-    try:
-        value = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 def _number(value) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _retraining_note(run: Path, retraining: str, paths: list[Path]) -> str:
+def _retraining_note(run: Path, retraining: str, paths: list[Path], again: dict) -> str:
     """The note of a run whose ablations read a retraining's weights (``<setting>/.seed<N>.retrained``),
-    with the retraining's test scores against the record's where the record's folder keeps them
-    (:data:`RETRAINING_METRICS`)."""
+    with the retraining's test scores (``again``: its metrics, which the record's folder keeps as
+    :data:`RETRAINING_METRICS`; ``{}`` where it does not) against the record's."""
     which = ", ".join(path.parent.name for path in paths)
     note = (f"{shown(run)}: {len(paths)} ablation{'s' if len(paths) != 1 else ''} ({which}) read the weights of its "
             f"retraining ({retraining}: same config and seed), which did not reproduce the record's files; the "
             "record's scores are the first training's")
-    record, again = _read_json(run / "metrics.json"), _read_json(run / RETRAINING_METRICS)
     if not again:
         return note + f" (the retraining's scores are not in the record: no readable {RETRAINING_METRICS})"
-    scores = []
+    record, scores = read_json(run / "metrics.json") or {}, []
     for task, new in (again.get("test") or {}).items():
         metric = main_metric(task, new)
         old = _number((record.get("test") or {}).get(task, {}).get(metric))
