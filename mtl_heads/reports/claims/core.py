@@ -25,7 +25,7 @@ from mtl_heads.reports.significance import format_p
 
 __all__ = ["REGIMES", "REGIME_NAMES", "RETRAINED", "RETRAINING_METRICS", "ABLATION_FILE", "regime", "holm", "Test",
            "Claim", "test_text",
-           "too_few_text", "unreachable", "Study", "read_ablations", "build_study", "mean_std", "heads_text",
+           "too_few_text", "unreachable", "Study", "as_number", "read_ablations", "build_study", "mean_std", "heads_text",
            "metric_name", "listed", "task_name", "mtl_name", "setting_name", "runs_of", "run_folders", "config_of",
            "score_column", "majority", "share"]
 
@@ -383,7 +383,7 @@ def build_study(runs: pd.DataFrame, notes: list[str], specs: list[str]) -> Study
             kept[run] = read_json(run / RETRAINING_METRICS) or {}
         except UnreadableFile as err:
             study.notes.append(f"{err}: not used")
-        seconds = _number(kept.get(run, {}).get("seconds"))
+        seconds = as_number(kept.get(run, {}).get("seconds"))
         if seconds is not None:
             study.retrainings[str(run)] = seconds
     study.notes += [_retraining_note(Path(run), retraining, paths, kept.get(Path(run), {}))
@@ -391,7 +391,8 @@ def build_study(runs: pd.DataFrame, notes: list[str], specs: list[str]) -> Study
     return study
 
 
-def _number(value) -> float | None:
+def as_number(value) -> float | None:
+    """A record's value (seconds, a score) as a float; None where it is absent or no number (a bool is none)."""
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
@@ -408,10 +409,10 @@ def _retraining_note(run: Path, retraining: str, paths: list[Path], again: dict)
     record, scores = read_json(run / "metrics.json") or {}, []
     for task, new in (again.get("test") or {}).items():
         metric = main_metric(task, new)
-        old = _number((record.get("test") or {}).get(task, {}).get(metric))
-        if metric is not None and _number(new.get(metric)) is not None and old is not None:
+        old = as_number((record.get("test") or {}).get(task, {}).get(metric))
+        if metric is not None and as_number(new.get(metric)) is not None and old is not None:
             scores.append(f"{task} {metric} {new[metric]:.2f} (the record: {old:.2f})")
-    seconds = _number(again.get("seconds"))
+    seconds = as_number(again.get("seconds"))
     return (note + f". The retraining's test scores ({RETRAINING_METRICS}): " + (", ".join(scores) or "none")
             + (f"; it took {seconds / 3600:.1f} hours" if seconds is not None else ""))
 

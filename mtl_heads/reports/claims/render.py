@@ -52,7 +52,7 @@ import pandas as pd
 
 from mtl_heads.config import ConfigError
 from mtl_heads.reports.claims.core import (REGIME_NAMES, Claim, Study, Test, mean_std, metric_name, mtl_name,
-                                           score_column, task_name)
+                                           score_column, as_number, task_name)
 from mtl_heads.reports.claims.rules import TESTS
 
 __all__ = ["BEGIN", "END", "SCHEMA", "score_grid", "page_markdown", "claim_markdown", "splice", "claims_data",
@@ -108,8 +108,7 @@ def claim_markdown(number: int, claim: Claim) -> list[str]:
 def _ablation_hours(study: Study) -> str:
     """`` The head ablations ... took N hours ...`` from the ``seconds`` of the ablation records that have it
     (written since 27 November 2026); ``""`` when none has."""
-    timed = [a["seconds"] for _, a in study.ablations
-             if isinstance(a.get("seconds"), (int, float)) and not isinstance(a.get("seconds"), bool)]
+    timed = [t for _, a in study.ablations if (t := as_number(a.get("seconds"))) is not None]
     if not timed:
         return ""
     return (f" The head ablations that record their time took {sum(timed) / 3600:.1f} hours ({len(timed)} of "
