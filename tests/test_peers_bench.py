@@ -196,6 +196,9 @@ def test_render_pairs_seeds_and_says_what_speed_is_made_of(tables):
     results["records"][0]["seconds"], results["records"][1]["seconds"] = 1800.0, 3600
     assert ("from 6 runs; do not edit by hand. The 2 of them that keep their time took 1.5 hours of one-thread "
             "wall time") in tables.render(results)
+    results["records"][2]["seconds"] = True  # a flag is no time: claims' one reader of a record's number
+    assert "The 2 of them that keep their time took 1.5 hours" in tables.render(results)
+    del results["records"][2]["seconds"]
     # one row per seed and pair: each side's score with its best epoch of the epochs it ran
     assert "| pos | equal | 2 | 92.00 (2/2) | 90.50 (2/2) | +1.50 |" in text
     # within 1 point after 3 seeds: the rule asks seeds 4 and 5, and the verdict says they are to come
