@@ -164,8 +164,9 @@ def render(results: dict) -> str:
         missing = [s for s in seeds_asked(paired_differences(results, task, recipe)) if s not in {o["seed"] for o, _ in pairs}]
         verdict = accuracy_verdict(diffs) + (f"; to come: seed{'s' if len(missing) > 1 else ''} "
                                              f"{', '.join(map(str, missing))}, which the rule asks" if missing else "")
-        out.append(f"| {task} | {recipe} | {metric} | {len(pairs)} | {spread(a)} | {spread(b)} | {mean:+.2f} ± "
-                   f"{_num(sd)} | {_num(low)} to {_num(high)} | {verdict} | "
+        out.append(f"| {task} | {recipe} | {metric} | {len(pairs)} | {spread(a)} | {spread(b)} | {mean:+.2f}"
+                   f"{f' ± {sd:.2f}' if len(diffs) > 1 else ''} | "
+                   f"{f'{_num(low)} to {_num(high)}' if len(diffs) > 1 else '—'} | {verdict} | "
                    f"{best([o for o, _ in pairs])}, {best([p for _, p in pairs])} |")
     out += ["", "**Per seed** (test score, then the best dev epoch / the epochs run):", "",
             "| task | recipe | seed | mtl-heads | peer | ours - peer |", "| --- | --- | --- | --- | --- | --- |"]
@@ -186,7 +187,7 @@ def render(results: dict) -> str:
             continue
         longest = max(len(r["dev_curve"]) for r in runs)
         means = [np.mean([r["dev_curve"][e] for r in runs if len(r["dev_curve"]) > e]) for e in range(longest)]
-        out.append(f"- {name}: " + ", ".join(f"{v:.1f}" for v in means) + f" ({len(runs)} seeds)")
+        out.append(f"- {name}: " + ", ".join(f"{v:.1f}" for v in means) + f" ({len(runs)} seed{'s' if len(runs) > 1 else ''})")
     out += ["", "**Speed** (all seeds pooled; sentences per second by the wall clock, per CPU-second in brackets; "
             "padding: sub-word slots per real sub-word; sub-words: real sub-words per second):", "",
             "| task | recipe | phase | mtl-heads sent/s | padding | sub-words/s | peer sent/s | padding | sub-words/s | "

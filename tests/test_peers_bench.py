@@ -209,6 +209,11 @@ def test_render_pairs_seeds_and_says_what_speed_is_made_of(tables):
     assert "| better; to come: seeds 4, 5, which the rule asks |" in tables.render(results)
     results["records"] += [record("mtl-heads", "ours", 4, 95.0, 10.0, 1100, 1000), record(peer, "equal", 4, 94.5, 20.0, 2200, 1000)]
     assert "; to come: seed 5, which the rule asks |" in tables.render(results)
+    # one seed of a pair: its difference alone, no spread nor interval, and a curve of one seed
+    one = {"records": [record("mtl-heads", "ours", 1, 92.0, 10.0, 1100, 1000), record(peer, "equal", 1, 90.5, 20.0, 2200, 1000)]}
+    text = tables.render(one)
+    assert "| pos | equal | accuracy | 1 | 92.00 | 90.50 | +1.50 | — | one seed: no interval; to come: seeds 2, 3" in text
+    assert "- pos mtl-heads: 80.0, 90.0 (1 seed)" in text and "n/a" not in text
 
 
 def test_seeds_the_rule_asks(tables):
