@@ -44,9 +44,10 @@ def _ci(diffs: list[float]) -> tuple[float, float, float, float]:
 
 
 def seeds_to_resolve(sd: float, mean: float) -> str:
-    """How many seeds the interval needs, at this spread, to settle the verdict (inside +-MARGIN when
-    the mean is inside it, else clear of 0)."""
-    room = MARGIN - abs(mean) if abs(mean) < MARGIN else abs(mean)
+    """How many seeds the interval needs, at this spread, to settle the verdict: the fewest at which its
+    half-width fits inside +-MARGIN around the mean (equal) or clears 0 (better, worse), whichever comes
+    first (a mean just inside the margin, like -0.48, settles as worse long before it could as equal)."""
+    room = max(MARGIN - abs(mean), abs(mean))
     if not (sd > 0) or room <= 0:
         return "no number of seeds at this spread"
     for n in range(2, 2001):
