@@ -169,7 +169,7 @@ def test_accuracy_verdicts_follow_the_rule(tables):
     n = int(verdict.split("about ")[1].split(" ")[0])  # the seeds at which the interval would fit in +-0.5
     room = 0.5 - abs(mean)
     assert stats.t.ppf(0.975, n - 1) * sd / n ** 0.5 < room <= stats.t.ppf(0.975, n - 2) * sd / (n - 1) ** 0.5
-    # a mean just inside the margin settles by clearing 0 first: the seeds to clear it, not the ~1000
+    # a mean just inside the margin settles by clearing 0 first: the seeds to clear it, not the thousands
     # an interval would need to fit into the 0.02 points left to -0.5 (how DEP at equal knobs read at 5 seeds)
     diffs = [-1.2, 0.2, -0.5, -0.9, 0.0]
     mean, sd, _, _ = tables._ci(diffs)
