@@ -74,7 +74,7 @@ HERE = str(Path(__file__).resolve().parent)
 if HERE not in sys.path:
     sys.path.append(HERE)
 
-from peers_render import (CAP, FIRST_SEEDS, METRICS, PATIENCE, PEERS, _rate, paired_differences, read_results,
+from peers_render import (BY_LENGTH, CAP, FIRST_SEEDS, METRICS, PATIENCE, PEERS, _rate, paired_differences, read_results,
                           render, seeds_asked)
 from peers_sides import (CLIP, LR_ENCODER, LR_HEADS, PREDICT_SENTENCES, STEP_SENTENCES, WARMUP, Side,
                          Stopwatch, Subwords, encoder_module, run_hf, run_supar, score, supar_problems, usable)
@@ -270,7 +270,7 @@ def main(argv=None) -> str:
                 gold_test = usable(task, corpus["test"])
                 size = {role: len(corpus[role]) for role in ("train", "dev", "test")}
                 print(f"{task} ({args.recipe}; {size}):", flush=True)
-                recipe_name = args.recipe + ("+by-length" if args.by_length and task in ("pos", "ner") else "")
+                recipe_name = args.recipe + (BY_LENGTH if args.by_length and task in ("pos", "ner") else "")
                 todo = list(FIRST_SEEDS if seeds == "rule" else seeds)
                 while todo:
                     seed = todo.pop(0)
@@ -285,7 +285,8 @@ def main(argv=None) -> str:
                         print(describe(side) + f" ({side.seconds:.0f} s)", flush=True)
                         failed |= side.error is not None
                         add_record(path, results, side, where, size)
-                    if seeds == "rule" and not todo:  # seeds 4 and 5 where the first three are close
+                    if seeds == "rule" and not todo and not recipe_name.endswith(BY_LENGTH):
+                        # seeds 4 and 5 where the first three are close (a verdict's seeds: speed runs have none)
                         todo = [s for s in seeds_asked(paired_differences(results, task, recipe_name))
                                 if s > seed]
     finally:

@@ -23,6 +23,8 @@ CAP, PATIENCE = 10, 2    # epochs at most; epochs without a better dev score bef
 MARGIN = 0.5             # "equal within 0.5 points" (docs/peers.md)
 CLOSE = 1.0              # seeds 4 and 5 too where the mean paired difference after 3 seeds is within this
 FASTER = 0.10            # "faster" when the rate per real sub-word is this much above the other's, by both clocks
+BY_LENGTH = "+by-length"  # a recipe's suffix for the careful-user speed runs (the Trainer's group_by_length
+                          # training): the rule times them and does not judge their accuracy
 
 
 # ----------------------------------------------------------------------------- results file
@@ -162,9 +164,13 @@ def render(results: dict) -> str:
         mean, sd, low, high = _ci(diffs)
         spread = lambda v: f"{np.mean(v):.2f} ± {np.std(v, ddof=1):.2f}" if len(v) > 1 else f"{v[0]:.2f}"  # noqa: E731
         best = lambda side: f"{np.mean([r['best_epoch'] for r in side]):.1f}"  # noqa: E731
-        missing = [s for s in seeds_asked(paired_differences(results, task, recipe)) if s not in {o["seed"] for o, _ in pairs}]
-        verdict = accuracy_verdict(diffs) + (f"; to come: seed{'s' if len(missing) > 1 else ''} "
-                                             f"{', '.join(map(str, missing))}, which the rule asks" if missing else "")
+        if recipe.endswith(BY_LENGTH):  # a speed run: shown, not judged (its recipe's own row is)
+            verdict = f"a speed run, not judged (the {recipe.removesuffix(BY_LENGTH)} row is)"
+        else:
+            missing = [s for s in seeds_asked(paired_differences(results, task, recipe))
+                       if s not in {o["seed"] for o, _ in pairs}]
+            verdict = accuracy_verdict(diffs) + (f"; to come: seed{'s' if len(missing) > 1 else ''} "
+                                                 f"{', '.join(map(str, missing))}, which the rule asks" if missing else "")
         out.append(f"| {task} | {recipe} | {metric} | {len(pairs)} | {spread(a)} | {spread(b)} | {mean:+.2f}"
                    f"{f' ± {sd:.2f}' if len(diffs) > 1 else ''} | "
                    f"{f'{_num(low)} to {_num(high)}' if len(diffs) > 1 else '—'} | {verdict} | "

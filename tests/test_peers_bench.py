@@ -221,6 +221,12 @@ def test_render_pairs_seeds_and_says_what_speed_is_made_of(tables):
     text = tables.render(one)
     assert "| pos | equal | accuracy | 1 | 92.00 | 90.50 | +1.50 | — | one seed: no interval; to come: seeds 2, 3" in text
     assert "- pos mtl-heads: 80.0, 90.0 (1 seed)" in text and "n/a" not in text
+    # a careful-user speed run (the Trainer's group_by_length training): timed and shown, never judged, and
+    # no seeds asked of it (its recipe's own row has the verdict)
+    one["records"].append(record(peer, "equal+by-length", 1, 80.0, 15.0, 1100, 1000))
+    text = tables.render(one)
+    assert "| pos | equal+by-length | accuracy | 1 | 92.00 | 80.00 | +12.00 | — | a speed run, not judged (the equal row is) |" in text
+    assert "| pos | equal+by-length | train |" in text and "| pos | equal | accuracy | 1 |" in text
 
 
 def test_seeds_the_rule_asks(tables):
@@ -278,3 +284,6 @@ def test_the_bench_runs_the_seeds_the_rule_asks(peers, tables, tmp_path, monkeyp
     ran.clear()
     peers.main(["--tasks", "pos,ner", "--json", str(results), "--workdir", str(tmp_path / "work")])
     assert ran == []
+    # the careful-user speed runs: seeds 1 to 3, not 4 and 5 (those are a close verdict's, and speed runs have none)
+    peers.main(["--tasks", "pos", "--by-length", "--json", str(results), "--workdir", str(tmp_path / "work")])
+    assert ran == [("pos", "equal+by-length", s) for s in (1, 2, 3)]
