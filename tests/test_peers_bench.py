@@ -227,6 +227,15 @@ def test_render_pairs_seeds_and_says_what_speed_is_made_of(tables):
     text = tables.render(one)
     assert "| pos | equal+by-length | accuracy | 1 | 92.00 | 80.00 | +12.00 | — | a speed run, not judged (the equal row is) |" in text
     assert "| pos | equal+by-length | train |" in text and "| pos | equal | accuracy | 1 |" in text
+    assert "Rows timed on fewer seeds" not in text  # every row pairs all of ours' seeds (one)
+    # ours' seed 2, timed at twice seed 1's rate: a row that pairs seed 1 alone gets a line with ours' rate
+    # there and over both seeds (1000 real sub-words in 10 s; 2000 in 10 + 5 s), and the verdict against
+    # the latter (the by-length peer: 1000 in 15 s)
+    one["records"].append(record("mtl-heads", "ours", 2, 92.0, 5.0, 1100, 1000))
+    text = tables.render(one)
+    assert ("- pos equal+by-length train: timed on ours' seed 1 of 2: ours 100 (100) real sub-words/s there, "
+            "133 (133) over all 2; against the latter, ours faster per real sub-word (2.00x wall, 2.00x CPU)"
+            ) in text, text
 
 
 def test_seeds_the_rule_asks(tables):
