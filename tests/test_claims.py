@@ -221,6 +221,19 @@ def test_sp_against_dp_on_sps_schedule(study_dir):
                  prune={"mode": "dynamic", "lambda": "auto"})
     study = read_study([str(study_dir)])
     assert study.setting("pos", "dp") == study.run_row(study_dir / "pos-dp" / "seed1")["setting"]  # the cell stays
+    # the matched run of seed 1 started from a retraining: a note says so, and that it did not reproduce the
+    # record only where the record keeps the evidence (here first none, then the retraining's other score)
+    start = (f"{study_dir / 'pos-dp' / 'seed1'}: 1 run ({study_dir / 'pos-dp-matched' / 'seed1'}) started from the "
+             "weights of its retraining (.seed1.retrained: same config and seed), ")
+    note, = [n for n in study.notes if "the weights of its retraining" in n]
+    assert note == start + ("not the record's own (the retraining's scores are not in the record: no readable "
+                            "retraining.metrics.json)")
+    record = json.loads((study_dir / "pos-dp" / "seed1" / "metrics.json").read_text())
+    again = {**record, "test": {"pos": {"accuracy": record["test"]["pos"]["accuracy"] + 0.5}}}
+    (study_dir / "pos-dp" / "seed1" / "retraining.metrics.json").write_text(json.dumps(again))
+    note, = [n for n in read_study([str(study_dir)]).notes if "the weights of its retraining" in n]
+    assert note.startswith(start + "which did not reproduce the record's files; the record's scores are the first "
+                           "training's. The retraining's test scores (retraining.metrics.json): pos accuracy "), note
     claim = sp_vs_dp(study)
     assert claim.rule == f"{RULES['sp_dp']} {MATCHED_RULE}" and claim.verdict == "yes"
     lines = claim.text_lines()

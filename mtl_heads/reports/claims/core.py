@@ -376,7 +376,12 @@ def build_study(runs: pd.DataFrame, notes: list[str], specs: list[str]) -> Study
         else:
             study.ablations.append((path, record))
             if RETRAINED.search(str(record["run"])):
-                stand_ins.setdefault(str(row["run"]), (Path(str(record["run"])).name, []))[1].append(path)
+                stand_ins.setdefault(str(row["run"]), (Path(str(record["run"])).name, [], []))[1].append(path)
+    for run in map(Path, study.runs["run"]):  # runs that started from a retraining's weights (claim 5's matched DP)
+        init = str(read_yaml(run / "config.yaml").get("init") or "") if (run / "config.yaml").is_file() else ""
+        row = study.run_row(init) if RETRAINED.search(init) else None
+        if row is not None:
+            stand_ins.setdefault(str(row["run"]), (Path(init).name, [], []))[2].append(run)
     kept = {}  # run folder -> its retraining's metrics, where the record's folder keeps them
     for run in map(Path, study.runs["run"]):
         try:
@@ -386,8 +391,8 @@ def build_study(runs: pd.DataFrame, notes: list[str], specs: list[str]) -> Study
         seconds = as_number(kept.get(run, {}).get("seconds"))
         if seconds is not None:
             study.retrainings[str(run)] = seconds
-    study.notes += [_retraining_note(Path(run), retraining, paths, kept.get(Path(run), {}))
-                    for run, (retraining, paths) in stand_ins.items()]
+    study.notes += [_retraining_note(Path(run), retraining, paths, started, kept.get(Path(run), {}))
+                    for run, (retraining, paths, started) in stand_ins.items()]
     return study
 
 
@@ -396,22 +401,37 @@ def as_number(value) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _retraining_note(run: Path, retraining: str, paths: list[Path], again: dict) -> str:
-    """The note of a run whose ablations read a retraining's weights (``<setting>/.seed<N>.retrained``),
-    with the retraining's test scores (``again``: its metrics, which the record's folder keeps as
-    :data:`RETRAINING_METRICS`; ``{}`` where it does not) against the record's."""
-    which = ", ".join(path.parent.name for path in paths)
-    note = (f"{shown(run)}: {len(paths)} ablation{'s' if len(paths) != 1 else ''} ({which}) read the weights of its "
-            f"retraining ({retraining}: same config and seed), which did not reproduce the record's files; the "
-            "record's scores are the first training's")
-    if not again:
-        return note + f" (the retraining's scores are not in the record: no readable {RETRAINING_METRICS})"
-    record, scores = read_json(run / "metrics.json") or {}, []
+def _retraining_note(run: Path, retraining: str, paths: list[Path], started: list[Path], again: dict) -> str:
+    """The note of a run whose ablations (``paths``, their ablation.json) read a retraining's weights
+    (``<setting>/.seed<N>.retrained``), or whose weights other runs (``started``: claim 5's DP on SP's
+    schedule) started from, with the retraining's test scores (``again``: its metrics, which the record's
+    folder keeps as :data:`RETRAINING_METRICS`; ``{}`` where it does not) against the record's.
+
+    It says the retraining did not reproduce the record only on evidence the record keeps: an ablation of
+    it (docs/ewt-study.sh ablates a retraining only when it did not reproduce, else the record's folder
+    holds its weights) or a test score of the kept metrics that differs from the record's. A run started
+    from a retraining with neither (an earlier comparison's, since relaxed) gets no such word."""
+    what = []
+    if paths:
+        what.append(f"{len(paths)} ablation{'s' if len(paths) != 1 else ''} "
+                    f"({', '.join(path.parent.name for path in paths)}) read")
+    if started:
+        what.append(f"{len(started)} run{'s' if len(started) != 1 else ''} "
+                    f"({', '.join(shown(r) for r in started)}) started from")
+    record, scores, differs = (read_json(run / "metrics.json") or {}) if again else {}, [], False
     for task, new in (again.get("test") or {}).items():
         metric = main_metric(task, new)
         old = as_number((record.get("test") or {}).get(task, {}).get(metric))
         if metric is not None and as_number(new.get(metric)) is not None and old is not None:
             scores.append(f"{task} {metric} {new[metric]:.2f} (the record: {old:.2f})")
+            differs |= new[metric] != old
+    note = f"{shown(run)}: {' and '.join(what)} the weights of its retraining ({retraining}: same config and seed)"
+    if paths or differs:
+        note += ", which did not reproduce the record's files; the record's scores are the first training's"
+    else:
+        note += ", not the record's own"
+    if not again:
+        return note + f" (the retraining's scores are not in the record: no readable {RETRAINING_METRICS})"
     seconds = as_number(again.get("seconds"))
     return (note + f". The retraining's test scores ({RETRAINING_METRICS}): " + (", ".join(scores) or "none")
             + (f"; it took {seconds / 3600:.1f} hours" if seconds is not None else ""))
