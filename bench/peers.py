@@ -74,8 +74,8 @@ HERE = str(Path(__file__).resolve().parent)
 if HERE not in sys.path:
     sys.path.append(HERE)
 
-from peers_render import (BY_LENGTH, CAP, FIRST_SEEDS, METRICS, PATIENCE, PEERS, _rate, paired_differences, read_results,
-                          render, seeds_asked)
+from peers_render import (BY_LENGTH, CAP, FIRST_SEEDS, METRICS, PATIENCE, PEERS, _rate, paired_differences,
+                          read_results, render, seeds_asked)
 from peers_sides import (CLIP, LR_ENCODER, LR_HEADS, PREDICT_SENTENCES, STEP_SENTENCES, WARMUP, Side,
                          Stopwatch, Subwords, encoder_module, run_hf, run_supar, score, supar_problems, usable)
 
