@@ -124,30 +124,24 @@ def speed_verdict(ours: dict, peer: dict) -> str:
             f"x work per slot {up[0] / padding:.2f}x")
 
 
-def _fewer_seeds_timed(order: list[tuple[str, str]], ours: dict, peers: dict) -> list[str]:
-    """Lines under the speed table for each row timed on fewer of ours' seeds than ours ran: ours' rate
-    on those seeds against its rate over all of them, and the verdict against the latter. The table
-    pairs seeds so that both sides are timed alike; a seed that shared its core while timed (another
-    job beside it) is then a confound of the row, and these lines put the number beside it."""
-    lines = []
-    for task, recipe in order:
-        seeds = sorted(r["seed"] for r in peers[(task, recipe)] if (task, r["seed"]) in ours)
-        everyone = [r for (t, _), r in sorted(ours.items()) if t == task]
-        if not seeds or len(seeds) == len(everyone):
-            continue
-        mine = [ours[(task, s)] for s in seeds]
-        theirs = [r for r in peers[(task, recipe)] if r["seed"] in seeds]
-        for phase in ("train", "predict"):
-            a, every, b = _pooled(mine, phase), _pooled(everyone, phase), _pooled(theirs, phase)
-            lines.append(f"- {task} {recipe} {phase}: timed on ours' seed{'s' if len(seeds) > 1 else ''} "
-                         f"{', '.join(map(str, seeds))} of {len(everyone)}: ours {_num(a['sub'], 0)} "
-                         f"({_num(a['sub_cpu'], 0)}) real sub-words/s there, {_num(every['sub'], 0)} "
-                         f"({_num(every['sub_cpu'], 0)}) over all {len(everyone)}; against the latter, "
-                         + speed_verdict(every, b))
-    if not lines:
+def _fewer_seeds_timed(task: str, recipe: str, mine: list[dict], theirs: list[dict], everyone: list[dict]) -> list[str]:
+    """Lines under the speed table for a row timed on fewer of ours' seeds (``mine``, paired with the
+    peer's ``theirs``) than ours ran (``everyone``): ours' rate on those seeds against its rate over all
+    of them, and the verdict against the latter. The table pairs seeds so that both sides are timed
+    alike; a seed that shared its core while timed (another job beside it) is then a confound of the
+    row, and these lines put the number beside it."""
+    if len(mine) == len(everyone):
         return []
-    return ["", "Rows timed on fewer seeds of ours than ours ran (ours' rate there and over all its seeds; "
-            "wall clock, CPU clock in brackets):", ""] + lines
+    seeds = [r["seed"] for r in mine]
+    lines = []
+    for phase in ("train", "predict"):
+        a, every, b = _pooled(mine, phase), _pooled(everyone, phase), _pooled(theirs, phase)
+        lines.append(f"- {task} {recipe} {phase}: timed on ours' seed{'s' if len(seeds) > 1 else ''} "
+                     f"{', '.join(map(str, seeds))} of {len(everyone)}: ours {_num(a['sub'], 0)} "
+                     f"({_num(a['sub_cpu'], 0)}) real sub-words/s there, {_num(every['sub'], 0)} "
+                     f"({_num(every['sub_cpu'], 0)}) over all {len(everyone)}; against the latter, "
+                     + speed_verdict(every, b))
+    return lines
 
 
 def _num(v: float, digits: int = 2) -> str:
@@ -225,11 +219,13 @@ def render(results: dict) -> str:
             "padding: sub-word slots per real sub-word; sub-words: real sub-words per second):", "",
             "| task | recipe | phase | mtl-heads sent/s | padding | sub-words/s | peer sent/s | padding | sub-words/s | "
             "verdict |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    fewer = []
     for task, recipe in order:  # the seeds both sides ran, so that both are timed alike
-        theirs = [r for r in peers[(task, recipe)] if (task, r["seed"]) in ours]
+        theirs = sorted((r for r in peers[(task, recipe)] if (task, r["seed"]) in ours), key=lambda r: r["seed"])
         mine = [ours[(task, r["seed"])] for r in theirs]
         if not theirs:
             continue
+        fewer += _fewer_seeds_timed(task, recipe, mine, theirs, [r for (t, _), r in sorted(ours.items()) if t == task])
         phases = [("train", "train", "train"), ("predict", "predict", "predict")]
         if any(np.isfinite(r["sorted_wall"]) for r in theirs):
             phases.append(("predict, peer sorted by length", "predict", "predict_sorted"))
@@ -238,7 +234,9 @@ def render(results: dict) -> str:
             cell = lambda s: (f"{_num(s['sent'], 1)} ({_num(s['sent_cpu'], 1)}) | {_num(s['padding'])} | "  # noqa: E731
                               f"{_num(s['sub'], 0)} ({_num(s['sub_cpu'], 0)})")
             out.append(f"| {task} | {recipe} | {label} | {cell(a)} | {cell(b)} | {speed_verdict(a, b)} |")
-    out += _fewer_seeds_timed(order, ours, peers)
+    if fewer:
+        out += ["", "Rows timed on fewer seeds of ours than ours ran (ours' rate there and over all its seeds; "
+                "wall clock, CPU clock in brackets):", ""] + fewer
     settings = {}
     for r in results["records"]:
         settings.setdefault((r["task"] if r["recipe"] != "ours" else "all", r["recipe"], r["system"]),

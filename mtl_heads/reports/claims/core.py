@@ -377,13 +377,13 @@ def build_study(runs: pd.DataFrame, notes: list[str], specs: list[str]) -> Study
             study.ablations.append((path, record))
             if RETRAINED.search(str(record["run"])):
                 stand_ins.setdefault(str(row["run"]), (Path(str(record["run"])).name, [], []))[1].append(path)
-    for run in map(Path, study.runs["run"]):  # runs that started from a retraining's weights (claim 5's matched DP)
+    kept = {}  # run folder -> its retraining's metrics, where the record's folder keeps them
+    for run in map(Path, study.runs["run"]):
+        # a run that started from a retraining's weights (claim 5's matched DP): the table's init reads seed*
         init = str(read_yaml(run / "config.yaml").get("init") or "") if (run / "config.yaml").is_file() else ""
         row = study.run_row(init) if RETRAINED.search(init) else None
         if row is not None:
             stand_ins.setdefault(str(row["run"]), (Path(init).name, [], []))[2].append(run)
-    kept = {}  # run folder -> its retraining's metrics, where the record's folder keeps them
-    for run in map(Path, study.runs["run"]):
         try:
             kept[run] = read_json(run / RETRAINING_METRICS) or {}
         except UnreadableFile as err:
