@@ -221,6 +221,11 @@ def test_sp_against_dp_on_sps_schedule(study_dir):
                  prune={"mode": "dynamic", "lambda": "auto"})
     study = read_study([str(study_dir)])
     assert study.setting("pos", "dp") == study.run_row(study_dir / "pos-dp" / "seed1")["setting"]  # the cell stays
+    chosen = study.setting("pos", "dp")
+    several, = [n for n in study.notes if n.startswith("pos, dynamic pruning (DP): several settings")]
+    named = several.split("several settings (")[1].split(");")[0].split(", ")  # each with its runs' folder
+    assert {n.split(" [")[1] for n in named} == {"pos-dp]", "pos-dp-lr1e-5]", "pos-dp-matched]"}
+    assert f"{chosen} [pos-dp]" in named and f"the claims use '{chosen}'" in several
     # the matched run of seed 1 started from a retraining: a note says so, and that it did not reproduce the
     # record only where the record keeps the evidence (here first none, then the retraining's other score)
     start = (f"{study_dir / 'pos-dp' / 'seed1'}: 1 run ({study_dir / 'pos-dp-matched' / 'seed1'}) started from the "

@@ -351,8 +351,9 @@ def build_study(runs: pd.DataFrame, notes: list[str], specs: list[str]) -> Study
         settings = list(dict.fromkeys(group["setting"]))
         chosen = max(settings, key=lambda s: _cell_preference(group[group["setting"] == s], kind))
         cells[(tasks, kind)] = chosen
-        if len(settings) > 1:
-            notes.append(f"{tasks}, {REGIME_NAMES.get(kind, kind)}: several settings ({', '.join(settings)}); "
+        if len(settings) > 1:  # each named with its runs' folder too (dep-dp-matched), which says what it is
+            named = [f"{s} [{Path(group.loc[group['setting'] == s, 'run'].iloc[0]).parent.name}]" for s in settings]
+            notes.append(f"{tasks}, {REGIME_NAMES.get(kind, kind)}: several settings ({', '.join(named)}); "
                          f"the claims use '{chosen}' (the reference lambda, trained from the pretrained encoder "
                          "unless static, then the most seeds); the others are compared in claim 5 where they pair "
                          "with SP")
