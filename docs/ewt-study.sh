@@ -400,8 +400,12 @@ doc() {
   fi
   python -m mtl_heads report "${pages[@]}" html="$STUDY/report.html" title="EWT stem-cell study" test=all \
     || failed doc:report
-  # the claims, one line each with its numbers, into $STUDY/claims.md and the marked block of DOC
-  python -m mtl_heads claims "$STUDY" out="$STUDY/claims.md" doc="$DOC" || failed doc:claims
+  # the claims, one line each with its numbers, into $STUDY/claims.md and the marked block of DOC; each
+  # verdict against round 1's where the study keeps them (round1-claims.json: tests/test_published.py
+  # writes it again from the record at the commit DOC quotes as round1-record)
+  local since=()
+  [[ -f $STUDY/round1-claims.json ]] && since=(since="$STUDY/round1-claims.json" "since_name=round 1")
+  python -m mtl_heads claims "$STUDY" out="$STUDY/claims.md" doc="$DOC" "${since[@]}" || failed doc:claims
 }
 
 # the plan: per stage a line "# stage: S (needs: the earlier stages of this plan that S waits for)",

@@ -12,7 +12,8 @@ from mtl_heads.commands.claims import main
 from mtl_heads.config import ConfigError
 from mtl_heads.reports.claims import (BEGIN, END, MARGIN, MATCHED_RULE, REGIME_NAMES, RULES, SCHEMA, TOO_FEW, Claim,
                                       check_claims, claims_json, claims_markdown, holm, pooled_ablation, probe_skill,
-                                      read_study, regime, score_grid, splice, sp_vs_dp, stem_heads)
+                                      read_since, read_study, regime, score_grid, since_line, splice, sp_vs_dp,
+                                      stem_heads)
 from mtl_heads.reports.significance import format_p, format_significance
 from helpers import NER_KEPT, POS_KEPT, STEM, gates_of, make_run, make_study
 from helpers import STUDY_HEADS as HEADS
@@ -604,3 +605,51 @@ def test_ablation_hours_from_the_records_that_have_them():
     assert _ablation_hours(study) == (" The head ablations that record their time took 2.0 hours (2 of 3: the sum of "
                                       "their `ablation.json` seconds).")
     assert _ablation_hours(SimpleNamespace(ablations=[("c", {"seconds": True})])) == ""
+
+
+def test_since_an_earlier_round(study_dir, tmp_path, capsys):
+    """since=FILE (an earlier claims JSON): under each verdict, the verdict then and now (with the earlier
+    answer where it changed) and each test both hold that changed side, its Holm p and value then → now;
+    tests new or gone are counted. A bad file is a one-line error naming it (and the line for bad JSON)."""
+    study = read_study([str(study_dir)])
+    claims = check_claims(study, stability=False)
+    earlier = json.loads(claims_json(study, claims, "python -m mtl_heads claims old"))
+    mtl = earlier["claims"][0]
+    pos = next(t for t in mtl["tests"] if t["key"] == "POS")
+    assert pos["significant"]
+    pos.update(significant=False, adjusted=0.2, value=-0.1)  # then: POS not shown, and another verdict
+    mtl.update(verdict="no", verdict_word="not replicated", answer="MTL-2 loses on 0 of 1.")
+    mtl["tests"].append({**pos, "key": "gone test"})
+    earlier["claims"] = [c for c in earlier["claims"] if c["id"] != "needed"]
+    path = tmp_path / "round1.json"
+    path.write_text(json.dumps(earlier))
+    since = read_since(path, "round 1")
+    now_pos = claims[0].tests["POS"]
+    line = since_line(claims[0], since)
+    assert line == ("*Since round 1:* the verdict **changed**: **Not replicated** → **Replicated** (then: MTL-2 loses "
+                    f"on 0 of 1); tests that changed side: POS: not → significant (Holm 0.2 → "
+                    f"{format_p(now_pos.adjusted)}; value -0.10 → {now_pos.value:.2f}); 0 tests new, 1 gone.")
+    assert since_line(claims[1], since).startswith("*Since round 1:* the same verdict (**")
+    assert since_line(claims[1], since).endswith("tests that changed side: none.")
+    assert since_line(claims[5], since) == "*Since round 1:* new (the earlier claims have no such claim)."
+    text = claims_markdown(study, claims, "cmd", since)
+    assert text.count("*Since round 1:*") == 6 and line in text
+    assert f"*Since round 1* (under each verdict): `{path}` holds the claims of {len(study.runs)} runs" in text
+    assert text.index("*Verdict:*") < text.index(line) < text.index("- POS")  # under the verdict, above the lines
+    # the command: since= and since_name= join the command line the page names; format=json refuses since=
+    assert main([str(study_dir), f"since={path}", "since_name=round 1"]) == 0
+    written = (study_dir / "claims.md").read_text()
+    assert f"by `python -m mtl_heads claims {study_dir} since={path} since_name='round 1'`" in written
+    assert "*Since round 1:* the verdict **changed**" in written
+    capsys.readouterr()
+    assert main([str(study_dir), f"since={path}", "format=json"]) == 2
+    assert "config key 'since'" in capsys.readouterr().err
+    (tmp_path / "bad.json").write_text('{"schema": "mtl_heads.claims/1",\n "claims": [,]}')
+    with pytest.raises(ConfigError, match=r"config key 'since': .*bad.json, line 2: not JSON"):
+        read_since(tmp_path / "bad.json")
+    (tmp_path / "other.json").write_text('{"schema": "something/1"}')
+    with pytest.raises(ConfigError, match=r"other.json is no claims JSON \(schema mtl_heads.claims/1"):
+        read_since(tmp_path / "other.json")
+    with pytest.raises(ConfigError, match=r"config key 'since': .*missing.json"):
+        read_since(tmp_path / "missing.json")
+    assert read_since(path)["name"] == f"the claims in {path}"

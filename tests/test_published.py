@@ -1,17 +1,20 @@
 """The published documents match the code: what docs/ says was generated is generated again here from
 the committed records, and must equal what is committed. A failure names the document and its first
 differing line: regenerate it with the command the failure gives (or fix the code)."""
+import io
 import os
 import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
 
-from mtl_heads.reports.claims import check_claims, claims_markdown, read_study, splice
+from mtl_heads.reports.claims import check_claims, claims_json, claims_markdown, read_since, read_study, splice
 
 REPO = Path(__file__).resolve().parents[1]
 STUDY = "docs/ewt-study"
-CLAIMS_COMMAND = f"python -m mtl_heads claims {STUDY}"
+ROUND1 = f"{STUDY}/round1-claims.json"  # round 1's claims under today's rules: what each verdict is compared with
+CLAIMS_COMMAND = f"python -m mtl_heads claims {STUDY} since={ROUND1} since_name='round 1'"
 
 
 def assert_same(path: Path, generated: str, how: str) -> None:
@@ -33,7 +36,7 @@ def claims_text():
     try:  # the run folders are read as the command reads them, from the repository root
         os.chdir(REPO)
         study = read_study([STUDY])
-        return claims_markdown(study, check_claims(study), CLAIMS_COMMAND)
+        return claims_markdown(study, check_claims(study), CLAIMS_COMMAND, read_since(ROUND1, "round 1"))
     finally:
         os.chdir(cwd)
 
@@ -45,30 +48,55 @@ def test_study_claims_are_generated(claims_text):
     assert_same(doc, splice(doc.read_text(), claims_text, str(doc)), how)
 
 
-def quoted_rules_commit() -> str:
-    """The commit that docs/ewt-results.md quotes for the rules of the study's current round."""
+def quoted_commit(marker: str = "rules-commit: ") -> str:
+    """The commit that docs/ewt-results.md quotes after ``marker``: ``rules-commit: `` the rules of the
+    study's current round, ``round1-record: `` the last commit whose record is round 1's runs alone."""
     text = (REPO / "docs" / "ewt-results.md").read_text()
-    marker = "rules-commit: "
-    assert marker in text, "docs/ewt-results.md quotes no 'rules-commit: <sha>' for docs/ewt-study/rules.md"
+    assert marker in text, f"docs/ewt-results.md quotes no '{marker}<sha>'"
     return text.split(marker, 1)[1].split()[0].strip("`.,;)")
+
+
+def git_or_skip(args: list[str], commit: str, text: bool = True) -> subprocess.CompletedProcess:
+    """``git args`` in the repository; skips where git or the history holding ``commit`` is not here."""
+    try:
+        done = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=text, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        pytest.skip(f"git cannot be run here: {err}")
+    if done.returncode != 0:
+        probe = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], cwd=REPO, capture_output=True, text=True)
+        if probe.returncode != 0 or probe.stdout.strip() == "true":
+            pytest.skip(f"no git history here to find {commit} in")
+        pytest.fail(f"docs/ewt-results.md quotes {commit}, which git cannot read: {done.stderr!s:.300}")
+    return done
 
 
 def test_round_rules_are_unchanged_since_the_commit_the_doc_quotes():
     """docs/ewt-study/rules.md, which fixes the round's rules before its runs, is the file of the commit
     docs/ewt-results.md quotes (so a rule changed after the runs cannot pass unnoticed)."""
-    commit = quoted_rules_commit()
-    try:
-        shown = subprocess.run(["git", "show", f"{commit}:docs/ewt-study/rules.md"], cwd=REPO, capture_output=True,
-                               text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        pytest.skip(f"git cannot be run here: {err}")
-    if shown.returncode != 0:
-        probe = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], cwd=REPO, capture_output=True, text=True)
-        if probe.returncode != 0 or probe.stdout.strip() == "true":
-            pytest.skip(f"no git history here to find {commit} in")
-        pytest.fail(f"docs/ewt-results.md quotes rules-commit {commit}, which git cannot show: {shown.stderr.strip()}")
+    commit = quoted_commit()
+    shown = git_or_skip(["show", f"{commit}:docs/ewt-study/rules.md"], commit)
     assert shown.stdout == (REPO / "docs" / "ewt-study" / "rules.md").read_text(), (
         f"docs/ewt-study/rules.md changed since {commit}, the commit docs/ewt-results.md quotes for the round's rules")
+
+
+def test_round1_claims_are_generated_from_round1s_record(tmp_path):
+    """docs/ewt-study/round1-claims.json, which each verdict of claims.md is compared with, is what today's
+    claims code writes (format=json) on the study's record at the commit docs/ewt-results.md quotes as
+    round1-record: round 1's runs alone, judged by the same rules and code as round 2's."""
+    commit = quoted_commit("round1-record: ")
+    archive = git_or_skip(["archive", commit, STUDY], commit, text=False)
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(tmp_path, filter="data")
+    cwd = Path.cwd()
+    try:  # read as the command reads it, from the root of that tree
+        os.chdir(tmp_path)
+        study = read_study([STUDY])
+        generated = claims_json(study, check_claims(study), f"python -m mtl_heads claims {STUDY}") + "\n"
+    finally:
+        os.chdir(cwd)
+    assert_same(REPO / ROUND1, generated,
+                f"mkdir T && git archive {commit} {STUDY} | tar -x -C T && cd T && python -m mtl_heads claims {STUDY} "
+                f"format=json out=$OLDPWD/{ROUND1}")
 
 
 def test_peers_section_is_generated_from_its_results_file():

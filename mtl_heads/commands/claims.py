@@ -8,7 +8,9 @@ such as ``docs/ewt-study``). What each claim compares and which test it uses:
 ``<!-- claims:begin -->`` and ``<!-- claims:end -->``, so that a hand-written document carries numbers
 that cannot drift from the runs. ``format=json`` prints the claims as JSON instead, every test with
 its fields, statistic and p-values (schema: :mod:`mtl_heads.reports.claims.render`), and writes it
-only where ``out=`` says.
+only where ``out=`` says. ``since=FILE`` (such a JSON, of an earlier round) adds under each verdict what
+changed since it, called ``since_name=`` (default: ``the claims in FILE``): the verdict then and now, and
+each test whose significance changed, its Holm p and value then and now.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from omegaconf import DictConfig
 from mtl_heads.cli import Arguments, command, config_file
 from mtl_heads.config import ConfigError
 from mtl_heads.files import atomic_write_text
-from mtl_heads.reports.claims import check_claims, claims_json, claims_markdown, read_study, splice
+from mtl_heads.reports.claims import check_claims, claims_json, claims_markdown, read_since, read_study, splice
 
 ARGUMENTS = Arguments(config_file("claims"), positional="folders", many=True,
                       flags={"--out": "out", "--doc": "doc"})
@@ -38,7 +40,12 @@ def claims(cfg: DictConfig) -> None:
     if form == "json" and cfg.doc:
         raise ConfigError("config key 'doc': it splices the markdown into a document; with format=json give out= "
                           "(or nothing: the JSON is printed)")
-    command_line = "python -m mtl_heads claims " + " ".join(map(shlex.quote, folders))
+    if form == "json" and cfg.get("since"):
+        raise ConfigError("config key 'since': it compares in the markdown; format=json writes this study's claims "
+                          "alone")
+    since = read_since(cfg.since, cfg.get("since_name") or None) if cfg.get("since") else None
+    command_line = "python -m mtl_heads claims " + " ".join(map(shlex.quote, folders)) + "".join(
+        f" {key}={shlex.quote(str(cfg[key]))}" for key in ("since", "since_name") if cfg.get(key))
     try:
         study = read_study(folders)
         checked = check_claims(study)
@@ -50,7 +57,7 @@ def claims(cfg: DictConfig) -> None:
             else:
                 print(text)
             return
-        text = claims_markdown(study, checked, command_line)
+        text = claims_markdown(study, checked, command_line, since)
         doc = Path(cfg.doc) if cfg.doc else None
         spliced = splice(doc.read_text(), text, str(doc)) if doc else None
     except OSError as err:

@@ -50,7 +50,8 @@ from mtl_heads.reports.claims.mtl import mtl_vs_stl
 from mtl_heads.reports.claims.needed import needed, pooled_ablation
 from mtl_heads.reports.claims.overlap import overlap
 from mtl_heads.reports.claims.probes import PAPER_LABELS, probe_skill, probes_claim
-from mtl_heads.reports.claims.render import BEGIN, END, SCHEMA, claims_data, page_markdown, score_grid, splice
+from mtl_heads.reports.claims.render import (BEGIN, END, SCHEMA, claims_data, page_markdown, read_since, score_grid,
+                                             since_line, splice)
 from mtl_heads.reports.claims.rules import (ALPHA, MARGIN, MATCHED_RULE, MIN_SEEDS, NEAR_ALL, REPLICATION, RULES,
                                             SHUFFLES, SUPPORT, TESTS, TOO_FEW)
 from mtl_heads.reports.claims.sp_dp import sp_vs_dp
@@ -62,7 +63,8 @@ __all__ = ["ALPHA", "NEAR_ALL", "SHUFFLES", "MIN_SEEDS", "MARGIN", "RULES", "MAT
            "TESTS", "TOO_FEW", "REGIMES", "REGIME_NAMES", "PAPER_LABELS", "BEGIN", "END", "SCHEMA", "Test", "Claim",
            "Study", "regime", "holm", "read_study", "read_ablations", "CLAIMS", "check_claims", "mtl_vs_stl", "overlap",
            "stem", "probes_claim", "sp_vs_dp", "needed", "regime_gates", "gate_baseline", "stem_table", "stem_heads",
-           "probe_skill", "pooled_ablation", "score_grid", "claims_markdown", "claims_data", "claims_json", "splice"]
+           "probe_skill", "pooled_ablation", "score_grid", "claims_markdown", "claims_data", "claims_json", "splice",
+           "read_since", "since_line"]
 
 CLAIMS = (mtl_vs_stl, overlap, stem, probes_claim, sp_vs_dp, needed)  # in the order of the module docstring
 
@@ -128,12 +130,14 @@ def check_claims(study: Study, stability: bool = True) -> list[Claim]:
     return claims
 
 
-def claims_markdown(study: Study, claims: list[Claim], command: str = "") -> str:
+def claims_markdown(study: Study, claims: list[Claim], command: str = "", since: dict | None = None) -> str:
     """The scores grid and the claims as markdown (what ``out=`` writes and ``doc=`` splices in): per
     claim its question and He & Choi's answer, its rule, then its verdict with its stability, then its
     lines (raw and Holm-adjusted p) and notes (:func:`~mtl_heads.reports.claims.render.page_markdown`);
-    ``command`` is the command line named as the page's source (default none)."""
-    return page_markdown(study, claims, markdown(score_grid(study)), command)
+    ``command`` is the command line named as the page's source (default none); ``since``, an earlier
+    claims JSON read by :func:`~mtl_heads.reports.claims.render.read_since`, adds under each verdict what
+    changed since it (default none)."""
+    return page_markdown(study, claims, markdown(score_grid(study)), command, since)
 
 
 def claims_json(study: Study, claims: list[Claim], command: str = "") -> str:

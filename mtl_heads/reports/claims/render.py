@@ -31,7 +31,8 @@ The JSON (schema :data:`SCHEMA`; every NaN written as null) is one object::
             "significant": true, "decides": true, "few": false,
             "stability": "stable",            # stable | fragile | too few seeds | null (not checked)
             "fragile": [...], "too_few": [...],
-            "runs": ["/.../pos/seed1", ...]}        # the run folders behind it, as the run table has them
+            "runs": ["docs/ewt-study/pos/seed1", ...]}  # the run folders behind it (relative to the
+                                                        # current directory when under it)
 
 ``what`` per claim (task ids as ``tasks=`` writes them; regimes ``none``, ``dp``, ``budget``, ``sp``):
 mtl ``regime, task, models, score, statistic (difference), test (welch), confound``; overlap ``regime,
@@ -44,6 +45,7 @@ drop), heads``.
 """
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -54,8 +56,9 @@ from mtl_heads.config import ConfigError
 from mtl_heads.reports.claims.core import (REGIME_NAMES, Claim, Study, Test, mean_std, metric_name, mtl_name,
                                            score_column, as_number, task_name)
 from mtl_heads.reports.claims.rules import TESTS
+from mtl_heads.reports.significance import format_p
 
-__all__ = ["BEGIN", "END", "SCHEMA", "score_grid", "page_markdown", "claim_markdown", "splice", "claims_data",
+__all__ = ["BEGIN", "END", "SCHEMA", "score_grid", "page_markdown", "claim_markdown", "since_line", "read_since", "splice", "claims_data",
            "claim_data", "test_data", "plain"]
 
 BEGIN, END = "<!-- claims:begin -->", "<!-- claims:end -->"
@@ -94,15 +97,66 @@ def _hours(study: Study) -> float:
     return pd.to_numeric(study.runs.get("seconds"), errors="coerce").sum() / 3600 if "seconds" in study.runs else 0.0
 
 
-def claim_markdown(number: int, claim: Claim) -> list[str]:
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def claim_markdown(number: int, claim: Claim, since: dict | None = None) -> list[str]:
     """One claim's markdown lines: its question and He & Choi's answer, its rule, its verdict with its
-    stability, then its lines (raw and Holm-adjusted p) and notes as a list."""
-    verdict = claim.word
+    stability, then, with ``since`` (an earlier claims JSON, see :func:`since_line`), what changed since
+    it, then its lines (raw and Holm-adjusted p) and notes as a list."""
     out = [f"**{number}. {claim.question}** He & Choi: {claim.paper}.", "",
-           f"*Rule:* {claim.rule[:1].upper() + claim.rule[1:]}", "",
-           (f"*Verdict:* **{verdict[:1].upper() + verdict[1:]}** ({claim.stability or 'stability not checked'}): "
+           f"*Rule:* {_capital(claim.rule)}", "",
+           (f"*Verdict:* **{_capital(claim.word)}** ({claim.stability or 'stability not checked'}): "
             f"{claim.answer}."), ""]
+    if since is not None:
+        out += [since_line(claim, since), ""]
     return out + [f"- {line}" for line in claim.text_lines()] + [f"- note: {note}" for note in claim.notes] + [""]
+
+
+def _then_now(then, now, form) -> str:
+    """``then → now``, each by ``form`` (``n/a`` for a missing one)."""
+    return " → ".join("n/a" if v is None else form(v) for v in (then, now))
+
+
+def since_line(claim: Claim, since: dict) -> str:
+    """``*Since <name>:* ...``: ``claim`` against the same claim (by id) in an earlier claims JSON.
+
+    Args:
+        claim: the claim as checked now.
+        since: ``{"name": what the earlier claims are called (e.g. "round 1"), "data": the earlier file's
+            JSON (:func:`claims_data`)}``.
+
+    The line gives the verdict then and now (and the earlier answer, with its counts, where the verdict
+    changed), the stability where it changed, every test both hold whose significance changed (its
+    Holm-adjusted p and its value, then → now), and how many tests are new or gone."""
+    name = since["name"]
+    before = next((c for c in since["data"].get("claims", []) if c.get("id") == claim.key), None)
+    if before is None:
+        return f"*Since {name}:* new (the earlier claims have no such claim)."
+    was = str(before.get("verdict_word") or "cannot be tested")
+    if was == claim.word:
+        parts = [f"the same verdict (**{_capital(was)}**)"]
+    else:
+        parts = [f"the verdict **changed**: **{_capital(was)}** → **{_capital(claim.word)}** (then: "
+                 f"{str(before.get('answer') or '').rstrip('.')})"]
+    if (before.get("stability") or None) != (claim.stability_kind or None):
+        parts.append(f"stability {_then_now(before.get('stability'), claim.stability_kind or None, str)}")
+    earlier = {t["key"]: t for t in before.get("tests", []) if "key" in t}
+    moved = []
+    for key, test in claim.tests.items():
+        old = earlier.get(key)
+        if old is None or bool(old.get("significant")) == bool(test.significant):
+            continue
+        now_value = None if test.value is None or pd.isna(test.value) else float(test.value)
+        moved.append(f"{key}: {'significant → not' if old.get('significant') else 'not → significant'} (Holm "
+                     f"{_then_now(old.get('adjusted'), test.adjusted, format_p)}; value "
+                     f"{_then_now(old.get('value'), now_value, lambda v: f'{v:.2f}')})")
+    parts.append("tests that changed side: " + ("; ".join(moved) if moved else "none"))
+    new, gone = len(set(claim.tests) - set(earlier)), len(set(earlier) - set(claim.tests))
+    if new or gone:
+        parts.append(f"{new} test{'s' if new != 1 else ''} new, {gone} gone")
+    return f"*Since {name}:* " + "; ".join(parts) + "."
 
 
 def _ablation_hours(study: Study) -> str:
@@ -125,10 +179,11 @@ def _retraining_hours(study: Study) -> str:
             "`retraining.metrics.json`, which the record keeps since 27 November 2026).")
 
 
-def page_markdown(study: Study, claims: list[Claim], grid: str, command: str = "") -> str:
+def page_markdown(study: Study, claims: list[Claim], grid: str, command: str = "", since: dict | None = None) -> str:
     """The claims page as markdown: what it was generated from (and by ``command``), the score grid
     (``grid``: :func:`score_grid` as a markdown table), the statistics every claim shares, each claim
-    (:func:`claim_markdown`) and the study's notes."""
+    (:func:`claim_markdown`, with what changed since ``since``: see :func:`since_line`; default none)
+    and the study's notes."""
     seeds = study.runs.groupby("setting")["seed"].nunique()
     ablations = f" and {len(study.ablations)} head ablations" if study.ablations else ""
     out = [f"Generated from {len(study.runs)} runs in {len(seeds)} settings, {len(study.reports)} probe reports{ablations}"
@@ -136,8 +191,15 @@ def page_markdown(study: Study, claims: list[Claim], grid: str, command: str = "
            "in all (the sum of their `metrics.json` seconds: wall time with loading and evaluation, of the last "
            "process of a resumed run; probes not counted)." + _ablation_hours(study) + _retraining_hours(study), "",
            "Test scores, mean ± sample standard deviation over seeds (n = seeds):", "", grid, "", TESTS, ""]
+    if since is not None:
+        then = since["data"].get("study") or {}
+        out += [f"*Since {since['name']}* (under each verdict): `{since['path']}` holds the claims of "
+                f"{then.get('runs', '?')} runs and {then.get('ablations', '?')} head ablations, as "
+                f"`{since['command'] or 'python -m mtl_heads claims'}` wrote them, under the same rules as here; "
+                "claims and tests are matched by name, and a test that changed side is named with its Holm p and "
+                "value, then → now.", ""]
     for number, claim in enumerate(claims, 1):
-        out += claim_markdown(number, claim)
+        out += claim_markdown(number, claim, since)
     if study.notes:
         out += ["Notes:", ""] + [f"- {note}" for note in study.notes] + [""]
     return "\n".join(out)
@@ -153,6 +215,25 @@ def splice(doc: str, generated: str, path: str = "doc") -> str:
 
 
 # --- plain data (JSON) --------------------------------------------------------------------------------
+def read_since(path: str | Path, name: str | None = None) -> dict:
+    """An earlier claims JSON (``format=json``'s output) for :func:`page_markdown`'s ``since``:
+    ``{"name", "path", "command", "data"}``, ``name`` defaulting to ``the claims in <path>``. A file that
+    cannot be read, is no JSON or is no claims JSON of :data:`SCHEMA` is a ConfigError naming it (and
+    the line, for bad JSON)."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except OSError as err:
+        raise ConfigError(f"config key 'since': {path}: {err.strerror or err}") from None
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"config key 'since': {path}, line {err.lineno}: not JSON ({err.msg})") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("claims"), list):
+        raise ConfigError(f"config key 'since': {path} is no claims JSON (schema {SCHEMA}: write one with "
+                          "python -m mtl_heads claims STUDY format=json out=FILE)")
+    return {"name": name or f"the claims in {path}", "path": str(path), "command": str(data.get("command") or ""),
+            "data": data}
+
+
 def plain(value):
     """``value`` as JSON can hold it: numpy numbers as Python's, NaN and infinity as None, tuples and
     arrays as lists, paths as strings; dicts and lists converted all the way down."""
@@ -177,7 +258,17 @@ def test_data(test: Test) -> dict:
                   "adjusted": test.adjusted, "family": test.family, "floor": test.floor, "reach": test.reach,
                   "why": test.why, "significant": test.significant, "decides": test.decides, "few": test.few,
                   "stability": test.stability or None, "fragile": test.fragile, "too_few": test.too_few,
-                  "runs": test.runs})
+                  "runs": [_here(run) for run in test.runs]})
+
+
+def _here(run) -> str:
+    """A run folder relative to the current directory when it lies under it (so that a claims JSON written
+    from a repository's root names ``docs/ewt-study/pos/seed1`` on every machine), else as given."""
+    path = Path(run)
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except (ValueError, OSError):
+        return str(run)
 
 
 def claim_data(number: int, claim: Claim) -> dict:
