@@ -120,3 +120,22 @@ def test_peers_section_is_generated_from_its_results_file():
     spliced = text[:text.index(begin) + len(begin)] + "\n" + generated + "\n" + text[text.index(end):]
     assert_same(doc, spliced, "python bench/peers.py --render docs/peers.json (between the peers2 markers of "
                               "docs/peers.md)")
+
+
+def test_round1_numbers_written_by_hand_are_round1s():
+    """The hand-written comparison of round 2's rules with round 1's, on round 1's runs (docs/ewt-results.md,
+    from its heading to the next bold heading), quotes no number of its own: every decimal in it is in a line
+    or an answer of docs/ewt-study/round1-claims.json (round 1's runs under round 2's rules)."""
+    import json
+    import re
+
+    text = (REPO / "docs" / "ewt-results.md").read_text()
+    heading = "**What round 2's rules change, on round 1's runs**"
+    assert heading in text, f"docs/ewt-results.md has no {heading}"
+    section = text[text.index(heading):]
+    section = section[:section.index("\n**", 1)]
+    claims = json.loads((REPO / ROUND1).read_text())["claims"]
+    written = " ".join(line for claim in claims for line in [*claim["lines"], claim["answer"]])
+    quoted = re.findall(r"[-+]?\d+\.\d+", section)
+    assert len(quoted) > 10 and [n for n in quoted if n not in written] == [], \
+        f"numbers of docs/ewt-results.md's '{heading}' not in {ROUND1}"
