@@ -227,6 +227,13 @@ def test_sp_against_dp_on_sps_schedule(study_dir):
     named = several.split("several settings (")[1].split(");")[0].split(", ")  # each with its runs' folder
     assert {n.split(" [")[1] for n in named} == {"pos-dp]", "pos-dp-lr1e-5]", "pos-dp-matched]"}
     assert f"{chosen} [pos-dp]" in named and f"the claims use '{chosen}'" in several
+    # their hours in the page's header, each with its folder (make_run's runs take 10 s each)
+    from mtl_heads.reports.claims.render import _other_settings_hours
+    others = _other_settings_hours(study)
+    assert others.startswith(" Of those, the settings no claim's cell uses (compared in claim 5 where they pair with "
+                             f"SP) took {6 * 10 / 3600:.1f} hours: ") and others.count("(3 runs)") == 2, others
+    assert "[pos-dp-matched]" in others and "[pos-dp-lr1e-5]" in others and "[pos-dp]" not in others
+    assert others in claims_markdown(study, check_claims(study, stability=False)).splitlines()[0]
     # the matched run of seed 1 started from a retraining: a note says so, and that it did not reproduce the
     # record only where the record keeps the evidence (here first none, then the retraining's other score)
     start = (f"{study_dir / 'pos-dp' / 'seed1'}: 1 run ({study_dir / 'pos-dp-matched' / 'seed1'}) started from the "

@@ -341,6 +341,12 @@ def read_ablations(specs: list[str]) -> tuple[list[tuple[Path, dict]], list[str]
     return found, notes
 
 
+def folder_of(runs: pd.DataFrame, setting: str) -> str:
+    """The folder holding a setting's first run (``dep-dp-matched``), which names it better than the run
+    table's generic ``dep (dynamic) #3``."""
+    return Path(str(runs.loc[runs["setting"] == setting, "run"].iloc[0])).parent.name
+
+
 def build_study(runs: pd.DataFrame, notes: list[str], specs: list[str]) -> Study:
     """The study of a run table (``compare_runs(specs).runs``, whose ``notes`` are kept): each run's regime
     and cell, the MTL setting, and the probe reports and head ablations found in ``specs``."""
@@ -352,7 +358,7 @@ def build_study(runs: pd.DataFrame, notes: list[str], specs: list[str]) -> Study
         chosen = max(settings, key=lambda s: _cell_preference(group[group["setting"] == s], kind))
         cells[(tasks, kind)] = chosen
         if len(settings) > 1:  # each named with its runs' folder too (dep-dp-matched), which says what it is
-            named = [f"{s} [{Path(group.loc[group['setting'] == s, 'run'].iloc[0]).parent.name}]" for s in settings]
+            named = [f"{s} [{folder_of(group, s)}]" for s in settings]
             notes.append(f"{tasks}, {REGIME_NAMES.get(kind, kind)}: several settings ({', '.join(named)}); "
                          f"the claims use '{chosen}' (the reference lambda, trained from the pretrained encoder "
                          "unless static, then the most seeds); the others are compared in claim 5 where they pair "

@@ -53,8 +53,8 @@ import numpy as np
 import pandas as pd
 
 from mtl_heads.config import ConfigError
-from mtl_heads.reports.claims.core import (REGIME_NAMES, Claim, Study, Test, mean_std, metric_name, mtl_name,
-                                           score_column, as_number, task_name)
+from mtl_heads.reports.claims.core import (REGIME_NAMES, Claim, Study, Test, folder_of, mean_std, metric_name,
+                                           mtl_name, score_column, as_number, task_name)
 from mtl_heads.reports.claims.rules import TESTS
 from mtl_heads.reports.significance import format_p
 
@@ -159,6 +159,22 @@ def since_line(claim: Claim, since: dict) -> str:
     return f"*Since {name}:* " + "; ".join(parts) + "."
 
 
+def _other_settings_hours(study: Study) -> str:
+    """`` Of those, the settings no claim's cell uses ... took N hours: ...``: the hours of each setting
+    that no regime cell uses (a DP on SP's schedule, a search's lambda: claim 5's further comparisons),
+    each named with its runs' folder; ``""`` when every setting is a cell's."""
+    others = study.runs[~study.runs["setting"].isin(set(study.cells.values()))]
+    if others.empty or "seconds" not in others:
+        return ""
+    seconds = pd.to_numeric(others["seconds"], errors="coerce")
+    parts = []
+    for setting, group in others.groupby("setting", sort=False):
+        parts.append(f"{setting} [{folder_of(group, setting)}] {seconds[group.index].sum() / 3600:.1f} ({len(group)} "
+                     f"run{'s' if len(group) != 1 else ''})")
+    return (f" Of those, the settings no claim's cell uses (compared in claim 5 where they pair with SP) took "
+            f"{seconds.sum() / 3600:.1f} hours: " + "; ".join(parts) + ".")
+
+
 def _ablation_hours(study: Study) -> str:
     """`` The head ablations ... took N hours ...`` from the ``seconds`` of the ablation records that have it
     (written since 27 November 2026); ``""`` when none has."""
@@ -189,7 +205,8 @@ def page_markdown(study: Study, claims: list[Claim], grid: str, command: str = "
     out = [f"Generated from {len(study.runs)} runs in {len(seeds)} settings, {len(study.reports)} probe reports{ablations}"
            + (f" by `{command}`" if command else "") + f"; do not edit by hand. The runs took {_hours(study):.1f} hours "
            "in all (the sum of their `metrics.json` seconds: wall time with loading and evaluation, of the last "
-           "process of a resumed run; probes not counted)." + _ablation_hours(study) + _retraining_hours(study), "",
+           "process of a resumed run; probes not counted)." + _other_settings_hours(study) + _ablation_hours(study)
+           + _retraining_hours(study), "",
            "Test scores, mean ± sample standard deviation over seeds (n = seeds):", "", grid, "", TESTS, ""]
     if since is not None:
         then = since["data"].get("study") or {}
