@@ -638,10 +638,16 @@ def test_since_an_earlier_round(study_dir, tmp_path, capsys):
                     f"{format_p(now_pos.adjusted)}; value -0.10 → {now_pos.value:.2f}); 0 tests new, 1 gone.")
     assert since_line(claims[1], since).startswith("*Since round 1:* the same verdict (**")
     assert since_line(claims[1], since).endswith("tests that changed side: none.")
+    earlier["claims"][1]["rule"] = "an older rule"  # a rule that changed is said, beside the same verdict
+    path.write_text(json.dumps(earlier))
+    assert "; its rule then was not today's (see the earlier file); " in since_line(claims[1], read_since(path))
+    earlier["claims"][1]["rule"] = claims[1].rule
+    path.write_text(json.dumps(earlier))
     assert since_line(claims[5], since) == "*Since round 1:* new (the earlier claims have no such claim)."
     text = claims_markdown(study, claims, "cmd", since)
     assert text.count("*Since round 1:*") == 6 and line in text
     assert f"*Since round 1* (under each verdict): `{path}` holds the claims of {len(study.runs)} runs" in text
+    assert "its rule then" not in text  # the same rules
     assert text.index("*Verdict:*") < text.index(line) < text.index("- POS")  # under the verdict, above the lines
     # the command: since= and since_name= join the command line the page names; format=json refuses since=
     assert main([str(study_dir), f"since={path}", "since_name=round 1"]) == 0

@@ -58,8 +58,8 @@ from mtl_heads.reports.claims.core import (REGIME_NAMES, Claim, Study, Test, fol
 from mtl_heads.reports.claims.rules import TESTS
 from mtl_heads.reports.significance import format_p
 
-__all__ = ["BEGIN", "END", "SCHEMA", "score_grid", "page_markdown", "claim_markdown", "since_line", "read_since", "splice", "claims_data",
-           "claim_data", "test_data", "plain"]
+__all__ = ["BEGIN", "END", "SCHEMA", "score_grid", "page_markdown", "claim_markdown", "since_line", "read_since",
+           "splice", "claims_data", "claim_data", "test_data", "plain"]
 
 BEGIN, END = "<!-- claims:begin -->", "<!-- claims:end -->"
 SCHEMA = "mtl_heads.claims/1"
@@ -128,7 +128,7 @@ def since_line(claim: Claim, since: dict) -> str:
             JSON (:func:`claims_data`)}``.
 
     The line gives the verdict then and now (and the earlier answer, with its counts, where the verdict
-    changed), the stability where it changed, every test both hold whose significance changed (its
+    changed), whether the claim's rule text differed then, the stability where it changed, every test both hold whose significance changed (its
     Holm-adjusted p and its value, then → now), and how many tests are new or gone."""
     name = since["name"]
     before = next((c for c in since["data"].get("claims", []) if c.get("id") == claim.key), None)
@@ -140,6 +140,8 @@ def since_line(claim: Claim, since: dict) -> str:
     else:
         parts = [f"the verdict **changed**: **{_capital(was)}** → **{_capital(claim.word)}** (then: "
                  f"{str(before.get('answer') or '').rstrip('.')})"]
+    if before.get("rule") != claim.rule:  # then the change is partly the rule's, not only the runs'
+        parts.append("its rule then was not today's (see the earlier file)")
     if (before.get("stability") or None) != (claim.stability_kind or None):
         parts.append(f"stability {_then_now(before.get('stability'), claim.stability_kind or None, str)}")
     earlier = {t["key"]: t for t in before.get("tests", []) if "key" in t}
@@ -212,9 +214,9 @@ def page_markdown(study: Study, claims: list[Claim], grid: str, command: str = "
         then = since["data"].get("study") or {}
         out += [f"*Since {since['name']}* (under each verdict): `{since['path']}` holds the claims of "
                 f"{then.get('runs', '?')} runs and {then.get('ablations', '?')} head ablations, as "
-                f"`{since['command'] or 'python -m mtl_heads claims'}` wrote them, under the same rules as here; "
-                "claims and tests are matched by name, and a test that changed side is named with its Holm p and "
-                "value, then → now.", ""]
+                f"`{since['command'] or 'python -m mtl_heads claims'}` wrote them; claims and tests are matched by "
+                "name, a claim whose rule text differs says so, and a test that changed side is named with its Holm "
+                "p and value, then → now.", ""]
     for number, claim in enumerate(claims, 1):
         out += claim_markdown(number, claim, since)
     if study.notes:
