@@ -92,9 +92,10 @@ def score_grid(study: Study) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _hours(study: Study) -> float:
-    """The runs' wall time in hours: the sum of their ``metrics.json`` seconds."""
-    return pd.to_numeric(study.runs.get("seconds"), errors="coerce").sum() / 3600 if "seconds" in study.runs else 0.0
+def _hours(runs: pd.DataFrame) -> float:
+    """The wall time of ``runs`` (rows of a study's run frame) in hours: the sum of their ``metrics.json``
+    seconds; 0.0 where no run records any."""
+    return pd.to_numeric(runs["seconds"], errors="coerce").sum() / 3600 if "seconds" in runs else 0.0
 
 
 def _capital(text: str) -> str:
@@ -168,13 +169,10 @@ def _other_settings_hours(study: Study) -> str:
     others = study.runs[~study.runs["setting"].isin(set(study.cells.values()))]
     if others.empty or "seconds" not in others:
         return ""
-    seconds = pd.to_numeric(others["seconds"], errors="coerce")
-    parts = []
-    for setting, group in others.groupby("setting", sort=False):
-        parts.append(f"{setting} [{folder_of(group, setting)}] {seconds[group.index].sum() / 3600:.1f} ({len(group)} "
-                     f"run{'s' if len(group) != 1 else ''})")
+    parts = [f"{setting} [{folder_of(group, setting)}] {_hours(group):.1f} "
+             f"({len(group)} run{'s' if len(group) != 1 else ''})" for setting, group in others.groupby("setting", sort=False)]
     return (f" Of those, the settings no claim's cell uses (compared in claim 5 where they pair with SP) took "
-            f"{seconds.sum() / 3600:.1f} hours: " + "; ".join(parts) + ".")
+            f"{_hours(others):.1f} hours: " + "; ".join(parts) + ".")
 
 
 def _ablation_hours(study: Study) -> str:
@@ -205,7 +203,7 @@ def page_markdown(study: Study, claims: list[Claim], grid: str, command: str = "
     seeds = study.runs.groupby("setting")["seed"].nunique()
     ablations = f" and {len(study.ablations)} head ablations" if study.ablations else ""
     out = [f"Generated from {len(study.runs)} runs in {len(seeds)} settings, {len(study.reports)} probe reports{ablations}"
-           + (f" by `{command}`" if command else "") + f"; do not edit by hand. The runs took {_hours(study):.1f} hours "
+           + (f" by `{command}`" if command else "") + f"; do not edit by hand. The runs took {_hours(study.runs):.1f} hours "
            "in all (the sum of their `metrics.json` seconds: wall time with loading and evaluation, of the last "
            "process of a resumed run; probes not counted)." + _other_settings_hours(study) + _ablation_hours(study)
            + _retraining_hours(study), "",
@@ -305,6 +303,6 @@ def claims_data(study: Study, claims: list[Claim], command: str = "") -> dict:
     return plain({"schema": SCHEMA, "command": command, "tests_text": TESTS,
                   "study": {"runs": len(study.runs), "settings": int(study.runs["setting"].nunique()),
                             "probe_reports": len(study.reports), "ablations": len(study.ablations),
-                            "hours": _hours(study), "seeds": study.seeds, "tasks": study.tasks, "mtl": study.mtl,
+                            "hours": _hours(study.runs), "seeds": study.seeds, "tasks": study.tasks, "mtl": study.mtl,
                             "notes": study.notes},
                   "claims": [claim_data(n, c) for n, c in enumerate(claims, 1)]})
