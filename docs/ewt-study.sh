@@ -32,8 +32,9 @@
 # below; PRETRAINED: the encoder probed before fine-tuning (the packaged one); PROBE_PRETRAINED: yes
 # (probe it too), no, or only; ABLATE: the stem cells ablated (dp budget); ABLATE_SETS: random head sets
 # per ablation and seed (250); ABLATE_SENTENCES: the first N test sentences scored (200);
-# ABLATE_REFERENCE: the first N dev sentences of the mean contexts (500); BUDGET_ABLATE_SEEDS: the
-# seeds whose equal-sparsity sets are ablated (1); NER_LAMBDAS: the lambdas searched (0.002 0.006
+# ABLATE_REFERENCE: the first N dev sentences of the mean contexts (500); ABLATE_TASKS: only these
+# tasks' held-out sets (all; two jobs can split one MTL-5 seed's five ablations, ABLATE_TASKS="pos ner
+# dep" and "con srl"); BUDGET_ABLATE_SEEDS: the seeds whose equal-sparsity sets are ablated (1); NER_LAMBDAS: the lambdas searched (0.002 0.006
 # 0.02: 10, 30 and 100 times NER's reference 0.0002); NER_LAMBDA: use this one, no search.
 # data=ewt reads data/ewt, else ../shared/data/ewt (the first holding the corpus; from the repository
 # root, where this script runs); build it with `python -m mtl_heads ewt out=data/ewt` (README, Data).
@@ -46,7 +47,7 @@ SELF=docs/$(basename "$0")  # how a plan line calls this script (from the reposi
 cd "$(dirname "$0")/.."
 passed=()  # the variables set for this call, which each plan line passes on
 for var in STUDY EPOCHS SP_EPOCHS EXTRA PROBE_EXTRA ABLATE_EXTRA DOC PRETRAINED ABLATE_SETS ABLATE_SENTENCES \
-           ABLATE_REFERENCE BUDGET_ABLATE_SEEDS NER_LAMBDAS NER_LAMBDA WANDB_MODE; do
+           ABLATE_REFERENCE ABLATE_TASKS BUDGET_ABLATE_SEEDS NER_LAMBDAS NER_LAMBDA WANDB_MODE; do
   if [[ -v $var ]]; then passed+=("$var=$(printf %q "${!var}")"); fi
 done
 STUDY=${STUDY:-docs/ewt-study}
@@ -62,6 +63,7 @@ ABLATE=${ABLATE:-dp budget}     # whose stem cells the ablate stage ablates: dp,
 ABLATE_SETS=${ABLATE_SETS:-250}  # layer-matched random head sets of the same size, per ablation and seed (see ablate)
 ABLATE_SENTENCES=${ABLATE_SENTENCES:-200}  # the first N test sentences of each task, the same for every run
 ABLATE_REFERENCE=${ABLATE_REFERENCE:-500}  # the first N dev sentences whose tokens give the mean contexts
+ABLATE_TASKS=${ABLATE_TASKS:-}  # ablate only these tasks' held-out sets (all of a setting's): two jobs may split MTL-5's five
 BUDGET_ABLATE_SEEDS=${BUDGET_ABLATE_SEEDS:-1}  # equal sparsity's sets: these seeds only (the cut rules.md makes)
 read -r -a ABLATE_EXTRA <<< "${ABLATE_EXTRA:-}"  # more key=value for every ablation (ABLATE_EXTRA="batch_size=64")
 NER_LAMBDAS=${NER_LAMBDAS:-0.002 0.006 0.02}  # nersearch: 10, 30 and 100 times NER's reference L0 lambda (0.0002)
@@ -298,6 +300,7 @@ ablate() {
   for n in $SEEDS; do for s in "${ORDER[@]}"; do for kind in $ABLATE; do
     [[ $kind == budget && " $BUDGET_ABLATE_SEEDS " != *" $n "* ]] && continue
     while read -r task; do
+      [[ -n $ABLATE_TASKS && " $ABLATE_TASKS " != *" $task "* ]] && continue
       heads=${stems[$kind $task]:--}
       if [[ $heads == - ]]; then
         echo "not ablated: no $kind stem cells without $task in $STUDY (fewer than two other single-task $kind" \

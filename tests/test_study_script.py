@@ -277,6 +277,14 @@ def test_ablate_holds_each_task_out_runs_where_the_claims_look_and_names_missing
     assert out / "ablation.json" in found and root / "mtl5/seed1/ablation-dp-stem-cells-without-ner/ablation.json" in found
     assert f"done: {out}" in study(tmp_path, "ablate", SETTINGS="pos", ABLATE="dp", **fake["env"]).stdout
     assert len(fake["log"]()) == 6
+    # two jobs may split MTL-5's ablations: ABLATE_TASKS keeps only its tasks (the others are not touched)
+    shutil.rmtree(root / "mtl5/seed1/ablation-dp-stem-cells-without-con")
+    shutil.rmtree(root / "mtl5/seed1/ablation-dp-stem-cells-without-pos")
+    result = study(tmp_path, "ablate", SETTINGS="mtl5", ABLATE="dp", ABLATE_TASKS="con srl", **fake["env"])
+    assert result.returncode == 0, result.stderr
+    assert [c[4] for c in fake["log"]()[6:]] == ["tasks=con"]  # srl is done; pos is not this job's
+    assert not (root / "mtl5/seed1/ablation-dp-stem-cells-without-pos").exists()
+    assert r"ABLATE_TASKS=con\ srl" in study(tmp_path, "plan", "ablate", SETTINGS="mtl5", ABLATE_TASKS="con srl").stdout
     (out / "ablation.json").write_text(json.dumps({"run": "x", "heads": ["L0H0"], "methods": {}}))
     result = study(tmp_path, "ablate", SETTINGS="pos", ABLATE="dp", **fake["env"])
     assert f"stale: {out} ablated other heads than today's dp stem cells without pos (L0H0,L1H1,L1H2)" in result.stdout
