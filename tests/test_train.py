@@ -4,6 +4,7 @@ import re
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -46,6 +47,10 @@ def test_mtl_run_writes_its_folder(base, tmp_path):
     machine = saved["machine"]  # where it trained: what a retraining that differs in its last bits names
     assert machine["device"] == "cpu" and machine["threads"] == torch.get_num_threads() and machine["processes"] == 1
     assert machine["torch"] == torch.__version__ and machine["name"]
+    assert machine["cpu_capability"] == torch.backends.cpu.get_cpu_capability()  # AVX512, AVX2, ...: other last bits
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists() and "cpu family" in cpuinfo.read_text():  # a vague name ("AMD EPYC") gains its numbers
+        assert machine["cpu_model"].startswith("family ")
     gates = json.loads((out / "gates.json").read_text())
     assert len(gates["values"]) == 2 and len(gates["values"][0]) == 4
 

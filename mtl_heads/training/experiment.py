@@ -251,21 +251,30 @@ def run_config(cfg: DictConfig, given: list[str], on_step: Callable | None = Non
 
 
 def machine_facts(device: torch.device, processes: int = 1) -> dict:
-    """Where a run trained, in its metrics.json: the device (with the GPU's or CPU's name), torch's CPU
-    threads, the processes, and the library versions. Float sums in another order (other threads, another
-    BLAS) give other last bits, so a retraining that does not reproduce its record names these
-    (docs/ewt-study.sh's retrain stage)."""
+    """Where a run trained, in its metrics.json: the device (with the GPU's or CPU's name; a CPU's family
+    and model numbers too, as a virtual machine's name can be as vague as "AMD EPYC"), torch's CPU threads
+    and the vector instructions its CPU kernels use (``cpu_capability``: AVX512, AVX2, ...), the processes,
+    and the library versions. Float sums in another order (other threads, another BLAS, wider vectors)
+    give other last bits: two one-thread runs on two "AMD EPYC" machines differed so. A retraining that
+    does not reproduce its record names these (docs/ewt-study.sh's retrain stage)."""
     import transformers
 
+    facts = {"device": str(device)}
     if device.type == "cuda":
-        name = torch.cuda.get_device_name(device)
+        facts["name"] = torch.cuda.get_device_name(device)
     else:
         cpuinfo = Path("/proc/cpuinfo")
         lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
-        name = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")),
-                    platform.processor() or "unknown CPU")
-    return {"device": str(device), "name": name, "threads": torch.get_num_threads(), "processes": processes,
-            "torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version()}
+        first = {}  # the first CPU's fields
+        for line in lines:
+            key, _, value = line.partition(":")
+            first.setdefault(key.strip(), value.strip())
+        facts["name"] = first.get("model name") or platform.processor() or "unknown CPU"
+        if "cpu family" in first and "model" in first:
+            facts["cpu_model"] = f"family {first['cpu family']} model {first['model']}"
+    return {**facts, "threads": torch.get_num_threads(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "processes": processes, "torch": torch.__version__, "transformers": transformers.__version__,
+            "python": platform.python_version()}
 
 
 def finish(trainer: Trainer, tasks: dict, cfg: DictConfig, run_dir: Path, rank: int, started: float,
