@@ -34,8 +34,9 @@
 # per ablation and seed (250); ABLATE_SENTENCES: the first N test sentences scored (200);
 # ABLATE_REFERENCE: the first N dev sentences of the mean contexts (500); ABLATE_TASKS: only these
 # tasks' held-out sets (all; two jobs can split one MTL-5 seed's five ablations, ABLATE_TASKS="pos ner
-# dep" and "con srl"); BUDGET_ABLATE_SEEDS: the seeds whose equal-sparsity sets are ablated (1); NER_LAMBDAS: the lambdas searched (0.002 0.006
-# 0.02: 10, 30 and 100 times NER's reference 0.0002); NER_LAMBDA: use this one, no search.
+# dep" and "con srl"); BUDGET_ABLATE_SEEDS: the seeds whose equal-sparsity sets are ablated (1);
+# NER_LAMBDAS: the lambdas searched (0.002 0.006 0.02: 10, 30 and 100 times NER's reference 0.0002);
+# NER_LAMBDA: use this one, no search.
 # data=ewt reads data/ewt, else ../shared/data/ewt (the first holding the corpus; from the repository
 # root, where this script runs); build it with `python -m mtl_heads ewt out=data/ewt` (README, Data).
 # Keep one folder for a whole study: its config.yaml records data.path, and compare pools runs by config.
