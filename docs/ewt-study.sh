@@ -267,9 +267,10 @@ import json, sys
 sys.exit(sorted(json.load(open(sys.argv[1]))["heads"]) != sorted(sys.argv[2].split(",")))
 EOF
 }
-weights_of() {  # the folder with the weights of run $1: itself, else its retraining that did not reproduce it
-  local side=${1%/*}/.${1##*/}.retrained
-  if [[ -f $1/model.safetensors ]]; then echo "$1"; elif [[ -f $side/model.safetensors ]]; then echo "$side"; fi
+weights_of() {  # the folder with the weights of run $1: itself, else its retraining that did not reproduce it,
+  local side=${1%/*}/.${1##*/}.retrained  # once finished (a stopped one has a model.safetensors of its best epoch so far)
+  if [[ -f $1/model.safetensors ]]; then echo "$1"
+  elif [[ -f $side/model.safetensors && -f $side/metrics.json ]]; then echo "$side"; fi
 }
 tasks_of() {  # the tasks of setting $1, one per line (its arguments start tasks=a,b,...)
   local first=${SETTING[$1]%% *}

@@ -291,7 +291,10 @@ def test_ablate_holds_each_task_out_runs_where_the_claims_look_and_names_missing
     # DEP's retraining did not reproduce its record: its weights stand in, the output goes to the record's folder
     side = root / "dep" / ".seed1.retrained"
     side.mkdir()
-    (side / "model.safetensors").write_text("weights")
+    (side / "model.safetensors").write_text("weights")  # a retraining that was stopped: not its weights yet
+    result = study(tmp_path, "ablate", SETTINGS="dep", ABLATE="dp", **fake["env"])
+    assert f"not run: {root}/dep/seed1/ablation-dp-stem-cells-without-dep needs the weights" in result.stdout
+    (side / "metrics.json").write_text("{}")  # it finished
     result = study(tmp_path, "ablate", SETTINGS="dep", ABLATE="dp", **fake["env"])
     assert f"ablating {side}: the retraining of {root}/dep/seed1, which did not reproduce its record" in result.stdout
     assert fake["log"]()[-1][:2] == ["ablate", str(side)]
@@ -342,6 +345,7 @@ def test_matched_retrains_dp_then_trains_on_at_sp_rate_and_ner_lambda_runs(tmp_p
     record_run(root / "ner" / "seed2", "ner", seed=2)  # its retraining did not reproduce it: that stands in
     (root / "ner" / ".seed2.retrained").mkdir()
     (root / "ner" / ".seed2.retrained" / "model.safetensors").write_text("weights")
+    (root / "ner" / ".seed2.retrained" / "metrics.json").write_text("{}")
     result = study(tmp_path, "nerlambda", SETTINGS="ner", SEEDS="2", FAKE_RUN=str(trained), **fake["env"])
     assert f"starts from {root}/ner/.seed2.retrained: the retraining of {root}/ner/seed2" in result.stdout
     assert f"init={root}/ner/.seed2.retrained" in fake["log"]()[-1]
