@@ -264,11 +264,8 @@ def machine_facts(device: torch.device, processes: int = 1) -> dict:
         facts["name"] = torch.cuda.get_device_name(device)
     else:
         cpuinfo = Path("/proc/cpuinfo")
-        lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
-        first = {}  # the first CPU's fields
-        for line in lines:
-            key, _, value = line.partition(":")
-            first.setdefault(key.strip(), value.strip())
+        block = cpuinfo.read_text().split("\n\n", 1)[0] if cpuinfo.exists() else ""  # the first CPU's fields
+        first = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in block.splitlines())}
         facts["name"] = first.get("model name") or platform.processor() or "unknown CPU"
         if "cpu family" in first and "model" in first:
             facts["cpu_model"] = f"family {first['cpu family']} model {first['model']}"

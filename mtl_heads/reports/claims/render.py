@@ -129,8 +129,9 @@ def since_line(claim: Claim, since: dict) -> str:
             JSON (:func:`claims_data`)}``.
 
     The line gives the verdict then and now (and the earlier answer, with its counts, where the verdict
-    changed), whether the claim's rule text differed then, the stability where it changed, every test both hold whose significance changed (its
-    Holm-adjusted p and its value, then → now), and how many tests are new or gone."""
+    changed), whether the claim's rule text differed then, the stability where it changed, every test both
+    hold whose significance changed (its Holm-adjusted p and its value, then → now), and how many tests are
+    new or gone."""
     name = since["name"]
     before = next((c for c in since["data"].get("claims", []) if c.get("id") == claim.key), None)
     if before is None:
