@@ -299,6 +299,9 @@ ablate() {
   declare -A stems=()
   while read -r kind task heads; do stems[$kind $task]=$heads; done < <(stem_cells || echo "error - -")
   [[ ! -v "stems[error -]" ]] || { echo "ablate: the stem cells of $STUDY could not be read" >&2; failed ablate; return; }
+  for task in $ABLATE_TASKS; do  # a misspelt task would ablate nothing, silently
+    [[ -v "stems[dp $task]" ]] || { echo "ablate: ABLATE_TASKS names $task, no task of $STUDY" >&2; failed ABLATE_TASKS; return; }
+  done
   for n in $SEEDS; do for s in "${ORDER[@]}"; do for kind in $ABLATE; do
     [[ $kind == budget && " $BUDGET_ABLATE_SEEDS " != *" $n "* ]] && continue
     while read -r task; do

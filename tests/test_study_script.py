@@ -284,6 +284,9 @@ def test_ablate_holds_each_task_out_runs_where_the_claims_look_and_names_missing
     assert result.returncode == 0, result.stderr
     assert [c[4] for c in fake["log"]()[6:]] == ["tasks=con"]  # srl is done; pos is not this job's
     assert not (root / "mtl5/seed1/ablation-dp-stem-cells-without-pos").exists()
+    result = study(tmp_path, "ablate", SETTINGS="mtl5", ABLATE="dp", ABLATE_TASKS="con sr", **fake["env"])
+    assert result.returncode == 1 and f"ablate: ABLATE_TASKS names sr, no task of {root}" in result.stderr
+    assert len(fake["log"]()) == 7  # nothing ablated
     assert r"ABLATE_TASKS=con\ srl" in study(tmp_path, "plan", "ablate", SETTINGS="mtl5", ABLATE_TASKS="con srl").stdout
     (out / "ablation.json").write_text(json.dumps({"run": "x", "heads": ["L0H0"], "methods": {}}))
     result = study(tmp_path, "ablate", SETTINGS="pos", ABLATE="dp", **fake["env"])
