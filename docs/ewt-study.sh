@@ -157,13 +157,18 @@ probe() {  # one probe report into $1 (skipped when written), model $2
     "${PROBE_EXTRA[@]}" out="$1" 2>&1 | sed -u "s|^|[$1] |" || failed "$1"
 }
 probes() {
+  local run weights
   mkdir -p "$STUDY/probes"
   [[ $PROBE_PRETRAINED == no ]] || job probe "$STUDY/probes/pretrained" "$PRETRAINED"
   [[ $PROBE_PRETRAINED == only ]] && return
   for n in $SEEDS; do for s in "${ORDER[@]}"; do
+    run=$STUDY/$s/seed$n weights=$(weights_of "$run")  # a retraining that did not reproduce stands in
     if [[ -f $STUDY/probes/$s-seed$n/report.json ]]; then echo "done: $STUDY/probes/$s-seed$n"
-    elif [[ -f $STUDY/$s/seed$n/model.safetensors ]]; then job probe "$STUDY/probes/$s-seed$n" "$STUDY/$s/seed$n"
-    else echo "not probed (no finished run with its weights): $STUDY/$s/seed$n"; fi
+    elif [[ -z $weights ]]; then echo "not probed (no finished run with its weights): $run"
+    else
+      [[ $weights != "$run" ]] && echo "probing $weights: the retraining of $run, which did not reproduce its record"
+      job probe "$STUDY/probes/$s-seed$n" "$weights"
+    fi
   done; done
 }
 
@@ -177,7 +182,8 @@ probes() {
 # which the claims read (the retraining's scores beside the record's, and its time).
 retrain_one() {  # setting $1, seed $2; with $3, a regime of the setting (-dp: its DP run) and its arguments after
   local s=$1 n=$2 regime=${3:-}; shift $(( $# < 3 ? $# : 3 ))
-  local dir=$STUDY/$s$regime/seed$n side=$STUDY/$s$regime/.seed$n.retrained diff
+  local dir=$STUDY/$s$regime/seed$n side diff
+  side=$(retrained_of "$dir")
   local stage=${regime#-}
   if [[ ! -f $dir/metrics.json ]]; then echo "not retrained: $dir has no record (the ${stage:-baselines} stage trains it)"
     return; fi
@@ -267,8 +273,10 @@ import json, sys
 sys.exit(sorted(json.load(open(sys.argv[1]))["heads"]) != sorted(sys.argv[2].split(",")))
 EOF
 }
+retrained_of() { echo "${1%/*}/.${1##*/}.retrained"; }  # where run $1 is trained again (retrain_one)
 weights_of() {  # the folder with the weights of run $1: itself, else its retraining that did not reproduce it,
-  local side=${1%/*}/.${1##*/}.retrained  # once finished (a stopped one has a model.safetensors of its best epoch so far)
+  local side  # once finished (a stopped one has a model.safetensors of its best epoch so far)
+  side=$(retrained_of "$1")
   if [[ -f $1/model.safetensors ]]; then echo "$1"
   elif [[ -f $side/model.safetensors && -f $side/metrics.json ]]; then echo "$side"; fi
 }

@@ -1,7 +1,7 @@
 """docs/ewt-study.sh: its checks, skips and plan, without training anything: where a stage would
 train or ablate, ``python`` is a stub on PATH that fakes ``-m mtl_heads train`` (it copies a made-up run,
 FAKE_RUN, into run_dir and adds weights) and ``-m mtl_heads ablate`` (it writes an ablation.json of the
-heads asked for), logs their arguments (FAKE_LOG) and hands anything else to the real python."""
+heads asked for) and ``-m mtl_heads probe`` (an empty report.json), logs their arguments (FAKE_LOG) and hands anything else to the real python."""
 import json
 import os
 import shutil
@@ -23,13 +23,16 @@ import json, os, shutil, sys
 from pathlib import Path
 
 args = sys.argv[1:]
-if args[:2] == ["-m", "mtl_heads"] and args[2] in ("train", "ablate"):
+if args[:2] == ["-m", "mtl_heads"] and args[2] in ("train", "ablate", "probe"):
     with open(os.environ["FAKE_LOG"], "a") as log:
         log.write(json.dumps(args[2:]) + "\\n")
     keys = dict(a.split("=", 1) for a in args[3:] if "=" in a)
     if args[2] == "train":
         shutil.copytree(os.environ["FAKE_RUN"], keys["run_dir"], dirs_exist_ok=True)
         (Path(keys["run_dir"]) / "model.safetensors").write_text("weights")
+    elif args[2] == "probe":
+        Path(keys["out"]).mkdir(parents=True)
+        (Path(keys["out"]) / "report.json").write_text("{{}}")
     else:
         Path(keys["out"]).mkdir(parents=True)
         record = {{"kind": "head ablation", "run": args[3], "heads": keys["heads"].split(","), "methods": {{}}}}
@@ -235,6 +238,30 @@ def test_retrain_moves_the_weights_only_when_the_record_is_reproduced(tmp_path, 
     assert f"did not reproduce: {root}/con/seed1 (gates.json's values differs)" in result.stdout
     shutil.rmtree(root / "con")
     assert f"not retrained: {root}/con/seed1 has no record" in study(tmp_path, "retrain", SETTINGS="con").stdout
+
+
+def test_probes_read_the_weights_that_stand_in(tmp_path, fake):
+    """The probes stage probes each unpruned run where its weights are: the record's own, else its finished
+    retraining that did not reproduce it (named); a run with neither, or a stopped retraining, is named."""
+    root = tmp_path / "study"
+    for task in ("pos", "dep", "con"):
+        record_run(root / task / "seed1", task)
+    (root / "pos" / "seed1" / "model.safetensors").write_text("weights")
+    for task in ("dep", "con"):  # both trained again without reproducing; CON's retraining was stopped
+        side = root / task / ".seed1.retrained"
+        side.mkdir()
+        (side / "model.safetensors").write_text("weights")
+    (root / "dep" / ".seed1.retrained" / "metrics.json").write_text("{}")
+    result = study(tmp_path, "probes", SETTINGS="pos dep con", PROBE_PRETRAINED="no", **fake["env"])
+    assert result.returncode == 0, result.stderr
+    probed = {call[1]: call[-1] for call in fake["log"]()}  # model=..., out=...
+    assert probed == {f"model={root}/pos/seed1": f"out={root}/probes/pos-seed1",
+                      f"model={root}/dep/.seed1.retrained": f"out={root}/probes/dep-seed1"}
+    assert (f"probing {root}/dep/.seed1.retrained: the retraining of {root}/dep/seed1, which did not reproduce "
+            "its record") in result.stdout
+    assert f"not probed (no finished run with its weights): {root}/con/seed1" in result.stdout
+    result = study(tmp_path, "probes", SETTINGS="pos dep", PROBE_PRETRAINED="no", **fake["env"])
+    assert f"done: {root}/probes/dep-seed1" in result.stdout and len(fake["log"]()) == 2
 
 
 def dp_record(root, task, gates, **kw):
