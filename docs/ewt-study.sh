@@ -217,7 +217,7 @@ out = [f"test {task} {key} {pair(a['test'].get(task, {}).get(key), b['test'].get
        for task in sorted({*a.get("test", {}), *b.get("test", {})})
        for key in sorted({*a["test"].get(task, {}), *b["test"].get(task, {})})
        if a["test"].get(task, {}).get(key) != b["test"].get(task, {}).get(key)]
-rest = lambda m: {k: v for k, v in m.items() if k not in ("test", "test_mean", "seconds", "machine")}  # noqa: E731
+rest = lambda m: {k: v for k, v in m.items() if k not in ("test", "test_mean", "seconds", "machine", "resumed")}  # noqa: E731
 out += ["metrics.json's dev scores or curve differ"] * (rest(a) != rest(b))
 out += ["labels.json differs"] * (read(old, "labels.json") != read(new, "labels.json"))
 # gates.json: the kept count and every other key exactly; the gate values and expected_l0 (float32
@@ -240,6 +240,11 @@ if out and ma != mb:
     out.append("trained on another machine: " + ", ".join(where) if ma else
                "the record does not say where it was trained (retrained on " +
                ", ".join(f"{key} {mb[key]}" for key in sorted(mb)) + ")")
+for part in b.get("resumed", []):  # a retraining stopped and resumed: where its earlier parts ran, if elsewhere
+    mp = part.get("machine") or {}
+    if out and mp != mb:
+        out.append(f"resumed: {part.get('seconds', '?')} s of it ran with " +
+                   ", ".join(f"{key} {mp.get(key, '?')}" for key in sorted({*mp, *mb}) if mp.get(key) != mb.get(key)))
 print("; ".join(out))
 EOF
 }

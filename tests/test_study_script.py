@@ -217,11 +217,12 @@ def test_retrain_moves_the_weights_only_when_the_record_is_reproduced(tmp_path, 
     # a record that says where it was trained: the difference names the machines (threads here)
     where = {"device": "cpu", "threads": 2, "torch": "2.13.0"}
     record_run(root / "ner" / "seed1", "ner", score=70.0, metrics_extra={"machine": where})
-    elsewhere = record_run(tmp_path / "trained" / "ner", "ner", score=70.5,
-                           metrics_extra={"machine": {**where, "threads": 1}})
+    elsewhere = record_run(tmp_path / "trained" / "ner", "ner", score=70.5,  # stopped once, resumed at 1 thread
+                           metrics_extra={"machine": {**where, "threads": 1},
+                                          "resumed": [{"seconds": 50.0, "machine": {**where, "threads": 2}}]})
     result = study(tmp_path, "retrain", SETTINGS="ner", FAKE_RUN=str(elsewhere), **fake["env"])
     assert (f"did not reproduce: {root}/ner/seed1 (test ner f1 70.00 -> 70.50; trained on another machine: "
-            "threads 2 -> 1)") in result.stdout
+            "threads 2 -> 1; resumed: 50.0 s of it ran with threads 2)") in result.stdout
     record_run(root / "srl" / "seed1", "srl")  # the same scores, gate values one float32 ulp apart: reproduced
     ulp = record_run(tmp_path / "trained" / "srl", "srl")
     gates = json.loads((ulp / "gates.json").read_text())

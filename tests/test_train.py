@@ -79,6 +79,11 @@ def test_killed_run_resumes_to_the_same_result(base, tmp_path):
     resumed = run(base + ["resume=true", f"run_dir={tmp_path / 'cut'}"])
     assert resumed["history"] == full["history"] and resumed["test"] == full["test"]
     assert same_weights(weights(tmp_path / "full"), weights(tmp_path / "cut"))
+    # its time is both processes': the crashed one's up to its checkpoint is kept, with where it ran
+    saved = json.loads((tmp_path / "cut" / "metrics.json").read_text())
+    (crashed,) = saved["resumed"]
+    assert crashed["machine"] == saved["machine"] and crashed["machine"]["threads"] == torch.get_num_threads()
+    assert 0 < crashed["seconds"] < saved["seconds"] and "resumed" not in full
 
 
 def test_patience_stops_when_dev_stops_improving(base, tmp_path, monkeypatch, capsys):

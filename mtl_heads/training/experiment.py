@@ -233,7 +233,8 @@ def run_config(cfg: DictConfig, given: list[str], on_step: Callable | None = Non
     parallel = make_parallel(strategy(cfg), rank, world, device, bf16=uses_bf16(device, cfg.precision))
     wrapped = parallel.wrap(model)  # to the device; DDP wrapper, or the encoder sharded in place (fsdp)
     tracker = Tracker(cfg, run_dir, enabled=rank == 0)
-    trainer = Trainer(model, tasks, examples, cfg, run_dir, device, tracker, rank, world, wrapped, on_step, parallel)
+    trainer = Trainer(model, tasks, examples, cfg, run_dir, device, tracker, rank, world, wrapped, on_step, parallel,
+                      started=started, machine=machine_facts(device, world))
     if resuming and trainer.load_checkpoint():
         log(f"resuming {run_dir} at epoch {trainer.state.epoch + 1}, step {trainer.state.step_in_epoch}")
     if trainer.sparsity.active:
@@ -244,7 +245,7 @@ def run_config(cfg: DictConfig, given: list[str], on_step: Callable | None = Non
         f"{', ' + parallel.name if world > 1 else ''}); run folder {run_dir}")
     try:
         trainer.fit()
-        metrics = finish(trainer, tasks, cfg, run_dir, rank, started, cuts)
+        metrics = finish(trainer, tasks, cfg, run_dir, rank, cuts)
     finally:
         tracker.finish()
     return metrics
@@ -270,13 +271,13 @@ def machine_facts(device: torch.device, processes: int = 1) -> dict:
         if "cpu family" in first and "model" in first:
             facts["cpu_model"] = f"family {first['cpu family']} model {first['model']}"
     return {**facts, "threads": torch.get_num_threads(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "processes": processes, "torch": torch.__version__, "transformers": transformers.__version__,
+            "processes": processes, "torch": str(torch.__version__), "transformers": transformers.__version__,
             "python": platform.python_version()}
 
 
-def finish(trainer: Trainer, tasks: dict, cfg: DictConfig, run_dir: Path, rank: int, started: float,
-           cuts: dict | None = None) -> dict:
-    """Reload the best checkpoint, evaluate dev and test, write metrics, labels and gates. ``cuts``: the
+def finish(trainer: Trainer, tasks: dict, cfg: DictConfig, run_dir: Path, rank: int, cuts: dict | None = None) -> dict:
+    """Reload the best checkpoint, evaluate dev and test, write metrics, labels and gates (``seconds``: the
+    run's wall time, every process of a resumed run, whose earlier ones are under ``resumed``). ``cuts``: the
     dev and test splits the config cut (``load_corpus``'s ``cuts``; default none), kept in the metrics
     as ``eval_cut`` and noted beside their scores."""
     import json
@@ -292,7 +293,9 @@ def finish(trainer: Trainer, tasks: dict, cfg: DictConfig, run_dir: Path, rank: 
                "seed": cfg.seed, "experiment": cfg.experiment, "prune": prune_mode(cfg),
                "heads_kept": kept_count(trainer.model.encoder.gate_values()),
                "heads_total": trainer.model.encoder.num_layers * trainer.model.encoder.num_heads,
-               "seconds": round(time.time() - started, 1), "machine": machine_facts(trainer.device, trainer.world)}
+               "seconds": round(trainer.seconds(), 1), "machine": trainer.machine}
+    if trainer.state.earlier:  # resumed: each earlier process's seconds and machine (its seconds are in the total)
+        metrics["resumed"] = trainer.state.earlier
     if cuts:
         metrics["eval_cut"] = cuts
     controller = trainer.sparsity.controller

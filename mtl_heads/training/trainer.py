@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import random
 import shutil
-from dataclasses import asdict, dataclass, field
+import time
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -41,6 +42,12 @@ class TrainState:
     best_epoch: int = -1
     history: list = field(default_factory=list)   # one dict per finished epoch
     finished: bool = False
+    # the run's time across resumes: the process that wrote the checkpoint (its wall seconds up to it
+    # and where it ran, experiment.machine_facts), and the processes before it (one {"seconds",
+    # "machine"} each, oldest first); what a process did after its last checkpoint is done again, not counted
+    seconds: float = 0.0
+    machine: dict = field(default_factory=dict)
+    earlier: list = field(default_factory=list)
 
 
 # --- state ----------------------------------------------------------------------------------
@@ -94,8 +101,14 @@ class Trainer:
 
     def __init__(self, model, tasks, examples, cfg, run_dir: Path, device: torch.device, tracker,
                  rank: int = 0, world: int = 1, wrapped: nn.Module | None = None,
-                 on_step: Callable | None = None, parallel: Replicated | None = None):
+                 on_step: Callable | None = None, parallel: Replicated | None = None,
+                 started: float | None = None, machine: dict | None = None):
+        """``started``: when this process began the run (``time.time()``; default now), from which its
+        wall time is counted; ``machine``: where it runs (``experiment.machine_facts``; default none
+        given). Both go into each checkpoint, so that a resumed run's time and machines add up."""
         self.model, self.tasks, self.examples, self.cfg = model, tasks, examples, cfg
+        self.started = time.time() if started is None else started
+        self.machine = machine or {}
         self.run_dir, self.device, self.tracker = run_dir, device, tracker
         self.rank, self.world = rank, world
         self.wrapped = wrapped if wrapped is not None else model
@@ -186,6 +199,7 @@ class Trainer:
         rngs = self._gather(rng_state())
         if self.rank != 0:
             return
+        self.state.seconds, self.state.machine = round(time.time() - self.started, 1), self.machine
         save_state({"optimizer": optimizer, "gate_optimizer": _state(self.gate_optimizer),
                     "scheduler": _state(self.scheduler), "sparsity": self.sparsity.state_dict(),
                     "rng": rngs[0], "rng_ranks": rngs, "state": asdict(self.state)}, tmp / "state.pt")
@@ -271,7 +285,9 @@ class Trainer:
             self.sparsity.load_state_dict(blob.get("sparsity", {}))
             ranks = blob.get("rng_ranks")  # absent in checkpoints written before it, or of another world size
             set_rng_state(ranks[self.rank] if isinstance(ranks, list) and len(ranks) == self.world else blob["rng"])
-            self.state = TrainState(**blob["state"])
+            saved = TrainState(**blob["state"])  # the process that wrote it joins the earlier ones (none in older files)
+            earlier = saved.earlier + ([{"seconds": saved.seconds, "machine": saved.machine}] if saved.seconds else [])
+            self.state = replace(saved, earlier=earlier, seconds=0.0, machine={})
         except (KeyError, TypeError, ValueError, RuntimeError) as err:
             detail = str(err).strip().splitlines()[-1][:300] if str(err).strip() else type(err).__name__
             raise TrainingError(f"{folder}: the checkpoint does not fit this run's model and config ({detail}); "
@@ -311,6 +327,11 @@ class Trainer:
         return result
 
     # --- training -------------------------------------------------------------------------
+    def seconds(self) -> float:
+        """The run's wall seconds so far: this process's since ``started``, plus the earlier processes' (a
+        resumed run) up to their last checkpoints."""
+        return time.time() - self.started + sum(part["seconds"] for part in self.state.earlier)
+
     def fit(self) -> TrainState:
         while self.state.epoch < self.tc.epochs and not self._patience_spent():
             self._train_epoch()
