@@ -285,7 +285,7 @@ class Trainer:
             self.sparsity.load_state_dict(blob.get("sparsity", {}))
             ranks = blob.get("rng_ranks")  # absent in checkpoints written before it, or of another world size
             set_rng_state(ranks[self.rank] if isinstance(ranks, list) and len(ranks) == self.world else blob["rng"])
-            saved = TrainState(**blob["state"])  # the process that wrote it joins the earlier ones (none in older files)
+            saved = TrainState(**blob["state"])  # its writer joins the earlier processes (older files: none)
             earlier = saved.earlier + ([{"seconds": saved.seconds, "machine": saved.machine}] if saved.seconds else [])
             self.state = replace(saved, earlier=earlier, seconds=0.0, machine={})
         except (KeyError, TypeError, ValueError, RuntimeError) as err:

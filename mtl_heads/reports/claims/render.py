@@ -206,8 +206,8 @@ def page_markdown(study: Study, claims: list[Claim], grid: str, command: str = "
     out = [f"Generated from {len(study.runs)} runs in {len(seeds)} settings, {len(study.reports)} probe reports{ablations}"
            + (f" by `{command}`" if command else "") + f"; do not edit by hand. The runs took {_hours(study.runs):.1f} hours "
            "in all (the sum of their `metrics.json` seconds: wall time with loading and evaluation, of every "
-           "process of a resumed run that lists them under `resumed`, else of its last; probes not counted)." + _other_settings_hours(study) + _ablation_hours(study)
-           + _retraining_hours(study), "",
+           "process of a resumed run that lists them under `resumed`, else of its last; probes not counted)."
+           + _other_settings_hours(study) + _ablation_hours(study) + _retraining_hours(study), "",
            "Test scores, mean ± sample standard deviation over seeds (n = seeds):", "", grid, "", TESTS, ""]
     if since is not None:
         then = since["data"].get("study") or {}
