@@ -235,8 +235,9 @@ for key, (a0, b0) in close.items():
         out.append(f"gates.json's {key} differs")
 # where each was trained (metrics.json's machine, where it says): the usual cause of last-bit differences
 ma, mb = (m.get("machine") or {} for m in (a, b))
+differing = lambda x, y: sorted(k for k in {*x, *y} if x.get(k) != y.get(k))  # noqa: E731  machine keys
 if out and ma != mb:
-    where = [f"{key} {ma.get(key, '?')} -> {mb.get(key, '?')}" for key in sorted({*ma, *mb}) if ma.get(key) != mb.get(key)]
+    where = [f"{key} {ma.get(key, '?')} -> {mb.get(key, '?')}" for key in differing(ma, mb)]
     out.append("trained on another machine: " + ", ".join(where) if ma else
                "the record does not say where it was trained (retrained on " +
                ", ".join(f"{key} {mb[key]}" for key in sorted(mb)) + ")")
@@ -244,7 +245,7 @@ for part in b.get("resumed", []):  # a retraining stopped and resumed: where its
     mp = part.get("machine") or {}
     if out and mp != mb:
         out.append(f"resumed: {part.get('seconds', '?')} s of it ran with " +
-                   ", ".join(f"{key} {mp.get(key, '?')}" for key in sorted({*mp, *mb}) if mp.get(key) != mb.get(key)))
+                   ", ".join(f"{key} {mp.get(key, '?')}" for key in differing(mp, mb)))
 print("; ".join(out))
 EOF
 }
