@@ -84,6 +84,10 @@ def test_killed_run_resumes_to_the_same_result(base, tmp_path):
     (crashed,) = saved["resumed"]
     assert crashed["machine"] == saved["machine"] and crashed["machine"]["threads"] == torch.get_num_threads()
     assert 0 < crashed["seconds"] < saved["seconds"] and "resumed" not in full
+    # resumed again, finished: its record stands (nothing trained or scored, no process added to it)
+    files = {p.name: p.read_bytes() for p in (tmp_path / "cut").iterdir() if p.is_file()}
+    assert run(base + ["resume=true", f"run_dir={tmp_path / 'cut'}"]) == saved
+    assert {p.name: p.read_bytes() for p in (tmp_path / "cut").iterdir() if p.is_file()} == files
 
 
 def test_patience_stops_when_dev_stops_improving(base, tmp_path, monkeypatch, capsys):

@@ -184,22 +184,28 @@ def run(overrides: list[str], on_step: Callable | None = None) -> dict:
 
 def run_config(cfg: DictConfig, given: list[str], on_step: Callable | None = None) -> dict:
     """Train and test with the loaded config ``cfg``, whose keys ``given`` were set by the user;
-    returns the metrics written to ``metrics.json``."""
+    returns the metrics written to ``metrics.json`` (``resume=true`` on a finished run: its record, as
+    it stands)."""
     rank, world, device = setup_distributed(cfg)
     prepared = None
     if rank == 0:
         if not cfg.resume:
             cfg = apply_init(cfg, given)
         cfg, run_dir, resuming = prepare_run_dir(cfg, given)
-        prepared = (OmegaConf.to_yaml(cfg), str(run_dir), resuming)
+        done = read_json(run_dir / "metrics.json") if resuming and (run_dir / "metrics.json").exists() else None
+        prepared = (OmegaConf.to_yaml(cfg), str(run_dir), resuming, done)
     if world > 1:  # every rank uses rank 0's run folder and config
         import torch.distributed as dist
 
         box = [prepared]
         dist.broadcast_object_list(box, src=0)
-        text, folder, resuming = box[0]
+        text, folder, resuming, done = box[0]
         cfg, run_dir = OmegaConf.create(text), Path(folder)
     log = print if rank == 0 else (lambda *_: None)
+    if done is not None:  # resume=true on a finished run: its record stands, as a finished seed is skipped
+        log(f"finished already ({run_dir}): nothing trained or scored again; "
+            f"python -m mtl_heads evaluate {run_dir} scores it again")
+        return done
     check_strategy(strategy(cfg), world)  # e.g. fsdp without a distributed launch: before any file is written
     started = time.time()
     # everything that can fail on bad input runs before the run folder is written
