@@ -161,6 +161,56 @@ def test_round1_numbers_written_by_hand_are_round1s():
         f"numbers of docs/ewt-results.md's '{heading}' not in {ROUND1}"
 
 
+def quoted_from(number: str, source: str) -> bool:
+    """``number`` (a decimal as text, ``-1.5`` or ``1.5``) is a number of ``source``: written the same, or one
+    with more decimals that rounds to it (``-`` and the minus sign ``\u2212`` alike; an unsigned ``number``
+    may quote a negative one's size, as "drops 3.3" quotes a difference of -3.3)."""
+    import re
+
+    places = len(number.split(".")[1])
+    for found in re.findall(r"[-+]?\d+\.\d+", source.replace("\u2212", "-")):
+        value = float(found) if number[0] in "+-" else abs(float(found))
+        if len(found.split(".")[1]) >= places and f"{value:.{places}f}" == f"{float(number):.{places}f}":
+            return True
+    return False
+
+
+def test_quoted_from_reads_a_rounding_not_a_neighbour():
+    assert quoted_from("11.1", "drop 11.07 (by seed") and quoted_from("-15.6", "difference \u221215.62")
+    assert quoted_from("3.3", "difference -3.31") and not quoted_from("-3.3", "difference 3.31")
+    assert not quoted_from("11.1", "drop 11.17") and not quoted_from("0.088", "p 0.0886")
+    assert quoted_from("0.088", "p 0.0877") and not quoted_from("2.80", "2.8") and quoted_from("2.8", "2.8x")
+
+
+def test_round1_own_rule_changes_quote_round1s_generated_claims():
+    """docs/ewt-results.md's hand paragraph on round 1's own rule changes (from its heading to the claims
+    block) quotes round 1's generated claims blocks, which no code of today writes again: they are kept in
+    docs/ewt-study/round1-own-rules-claims.md, each the claims block of docs/ewt-results.md at the commit
+    its heading names (checked where git has the commit), and every decimal of the paragraph is in one."""
+    import re
+    import shutil
+
+    text = (REPO / "docs" / "ewt-results.md").read_text()
+    heading = "**Round 1's own rule changes**"
+    assert heading in text, f"docs/ewt-results.md has no {heading}"
+    section = text[text.index(heading):text.index("<!-- claims:begin -->")]
+    kept = (REPO / STUDY / "round1-own-rules-claims.md").read_text()
+    blocks = re.findall(r"^## At ([0-9a-f]{7,40}) .*?\n\n(<!-- claims:begin -->.*?<!-- claims:end -->)", kept, re.S | re.M)
+    assert len(blocks) == 3, "round1-own-rules-claims.md: expected three '## At <commit>' claims blocks"
+    for commit, block in blocks:
+        git = shutil.which("git")
+        known = git and subprocess.run([git, "cat-file", "-e", f"{commit}^{{commit}}"], cwd=REPO,
+                                       capture_output=True).returncode == 0
+        if known:  # a shallow clone may lack it: the numbers are still checked against the kept text
+            then = subprocess.run([git, "show", f"{commit}:docs/ewt-results.md"], cwd=REPO, capture_output=True,
+                                  text=True, check=True).stdout
+            assert block in then, f"round1-own-rules-claims.md: the block under {commit} is not that commit's"
+    quoted = re.findall(r"[-+]?\d+\.\d+", section)
+    source = "\n".join(block for _, block in blocks)
+    assert len(quoted) > 30 and [n for n in quoted if not quoted_from(n, source)] == [], \
+        "numbers of docs/ewt-results.md's round 1 rule changes not in docs/ewt-study/round1-own-rules-claims.md"
+
+
 def test_json_comparison_ignores_only_the_last_digits_of_floats():
     """The round-1 file's check lets a float's last digits differ (BLAS), nothing else."""
     old = {"a": [1, "x", {"value": 0.44327712760282845}], "b": None}
