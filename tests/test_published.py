@@ -182,6 +182,22 @@ def test_quoted_from_reads_a_rounding_not_a_neighbour():
     assert quoted_from("0.088", "p 0.0877") and not quoted_from("2.80", "2.8") and quoted_from("2.8", "2.8x")
 
 
+def test_round2_so_far_quotes_only_the_claims_block():
+    """docs/ewt-results.md's hand paragraph **Round 2 so far** says it gives no numbers of its own: every
+    decimal in it is in the generated claims block (which the claims test checks against the records)."""
+    import re
+
+    text = (REPO / "docs" / "ewt-results.md").read_text()
+    heading = "**Round 2 so far**"
+    assert heading in text, f"docs/ewt-results.md has no {heading}"
+    section = text[text.index(heading):]
+    section = section[:section.index("\n**", 1)]
+    block = text[text.index("<!-- claims:begin -->"):text.index("<!-- claims:end -->")]
+    quoted = re.findall(r"[-+]?\d+\.\d+", section)
+    assert [n for n in quoted if not quoted_from(n, block)] == [], \
+        f"numbers of docs/ewt-results.md's '{heading}' not in its claims block"
+
+
 def test_round1_own_rule_changes_quote_round1s_generated_claims():
     """docs/ewt-results.md's hand paragraph on round 1's own rule changes (from its heading to the claims
     block) quotes round 1's generated claims blocks, which no code of today writes again: they are kept in
