@@ -142,21 +142,30 @@ def test_peers_section_is_generated_from_its_results_file():
                               "docs/peers.md)")
 
 
+DECIMAL = r"[-+]?\d+\.\d+"  # a number as the hand paragraphs quote it
+
+
+def hand_numbers(heading: str, end: str = "\n**") -> list[str]:
+    """The decimals of docs/ewt-results.md's hand paragraph that starts at ``heading`` and runs to the first
+    ``end`` after it (default: the next bold heading)."""
+    import re
+
+    text = (REPO / "docs" / "ewt-results.md").read_text()
+    assert heading in text, f"docs/ewt-results.md has no {heading}"
+    section = text[text.index(heading):]
+    return re.findall(DECIMAL, section[:section.index(end, 1)])
+
+
 def test_round1_numbers_written_by_hand_are_round1s():
     """The hand-written comparison of round 2's rules with round 1's, on round 1's runs (docs/ewt-results.md,
     from its heading to the next bold heading), quotes no number of its own: every decimal in it is in a line
     or an answer of docs/ewt-study/round1-claims.json (round 1's runs under round 2's rules)."""
     import json
-    import re
 
-    text = (REPO / "docs" / "ewt-results.md").read_text()
     heading = "**What round 2's rules change, on round 1's runs**"
-    assert heading in text, f"docs/ewt-results.md has no {heading}"
-    section = text[text.index(heading):]
-    section = section[:section.index("\n**", 1)]
+    quoted = hand_numbers(heading)
     claims = json.loads((REPO / ROUND1).read_text())["claims"]
     written = " ".join(line for claim in claims for line in [*claim["lines"], claim["answer"]])
-    quoted = re.findall(r"[-+]?\d+\.\d+", section)
     assert len(quoted) > 10 and [n for n in quoted if n not in written] == [], \
         f"numbers of docs/ewt-results.md's '{heading}' not in {ROUND1}"
 
@@ -168,7 +177,7 @@ def quoted_from(number: str, source: str) -> bool:
     import re
 
     places = len(number.split(".")[1])
-    for found in re.findall(r"[-+]?\d+\.\d+", source.replace("\u2212", "-")):
+    for found in re.findall(DECIMAL, source.replace("\u2212", "-")):
         value = float(found) if number[0] in "+-" else abs(float(found))
         if len(found.split(".")[1]) >= places and f"{value:.{places}f}" == f"{float(number):.{places}f}":
             return True
@@ -185,15 +194,10 @@ def test_quoted_from_reads_a_rounding_not_a_neighbour():
 def test_round2_so_far_quotes_only_the_claims_block():
     """docs/ewt-results.md's hand paragraph **Round 2 so far** says it gives no numbers of its own: every
     decimal in it is in the generated claims block (which the claims test checks against the records)."""
-    import re
-
-    text = (REPO / "docs" / "ewt-results.md").read_text()
     heading = "**Round 2 so far**"
-    assert heading in text, f"docs/ewt-results.md has no {heading}"
-    section = text[text.index(heading):]
-    section = section[:section.index("\n**", 1)]
+    quoted = hand_numbers(heading)
+    text = (REPO / "docs" / "ewt-results.md").read_text()
     block = text[text.index("<!-- claims:begin -->"):text.index("<!-- claims:end -->")]
-    quoted = re.findall(r"[-+]?\d+\.\d+", section)
     assert [n for n in quoted if not quoted_from(n, block)] == [], \
         f"numbers of docs/ewt-results.md's '{heading}' not in its claims block"
 
@@ -205,14 +209,10 @@ def test_round1_own_rule_changes_quote_round1s_generated_claims():
     its heading names (checked where git has the history), and every decimal of the paragraph is in one."""
     import re
 
-    text = (REPO / "docs" / "ewt-results.md").read_text()
-    heading = "**Round 1's own rule changes**"
-    assert heading in text, f"docs/ewt-results.md has no {heading}"
-    section = text[text.index(heading):text.index("<!-- claims:begin -->")]
+    quoted = hand_numbers("**Round 1's own rule changes**", end="<!-- claims:begin -->")
     kept = (REPO / STUDY / "round1-own-rules-claims.md").read_text()
     blocks = re.findall(r"^## At ([0-9a-f]{7,40}) .*?\n\n(<!-- claims:begin -->.*?<!-- claims:end -->)", kept, re.S | re.M)
     assert len(blocks) == 3, "round1-own-rules-claims.md: expected three '## At <commit>' claims blocks"
-    quoted = re.findall(r"[-+]?\d+\.\d+", section)
     source = "\n".join(block for _, block in blocks)
     assert len(quoted) > 30 and [n for n in quoted if not quoted_from(n, source)] == [], \
         "numbers of docs/ewt-results.md's round 1 rule changes not in docs/ewt-study/round1-own-rules-claims.md"
