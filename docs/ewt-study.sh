@@ -179,7 +179,18 @@ probes() {
 # curve) and its gates.json. Identical: the weights move into the record ("reproduced"). Not: the new
 # run stays where it is and the record is left as it was ("did not reproduce", with the differences).
 # Either way the record's folder keeps a copy of the new run's metrics.json, retraining.metrics.json,
-# which the claims read (the retraining's scores beside the record's, and its time).
+# which the claims read (the retraining's scores beside the record's, and its time); a run trained
+# again once more (its weights lost with a machine) moves the earlier, other copy to
+# retraining.<k>.metrics.json (k = 1, 2, ...: the first retraining first), since what read the earlier
+# weights (an ablation names the digest of the metrics.json it read) is scored on them.
+keep_retraining() {  # the record's folder $1 keeps the metrics.json of the retraining in $2
+  local dir=$1 side=$2 k=1
+  if [[ -f $dir/retraining.metrics.json ]] && ! cmp -s "$side/metrics.json" "$dir/retraining.metrics.json"; then
+    while [[ -e $dir/retraining.$k.metrics.json ]]; do k=$((k + 1)); done
+    mv "$dir/retraining.metrics.json" "$dir/retraining.$k.metrics.json" || return 1
+  fi
+  cp "$side/metrics.json" "$dir/retraining.metrics.json"
+}
 retrain_one() {  # setting $1, seed $2; with $3, a regime of the setting (-dp: its DP run) and its arguments after
   local s=$1 n=$2 regime=${3:-}; shift $(( $# < 3 ? $# : 3 ))
   local dir=$STUDY/$s$regime/seed$n side diff
@@ -191,7 +202,7 @@ retrain_one() {  # setting $1, seed $2; with $3, a regime of the setting (-dp: i
   run "$side" ${SETTING[$s]} "$@" seed="$n" experiment="$s$regime"
   [[ -f $side/metrics.json ]] || return 0  # it failed: run() named it
   diff=$(differences "$dir" "$side") || { failed "$dir (retrained, not compared)"; return; }
-  cp "$side/metrics.json" "$dir/retraining.metrics.json" || failed "$dir (its retraining's metrics not kept)"
+  keep_retraining "$dir" "$side" || failed "$dir (its retraining's metrics not kept)"
   if [[ -z $diff ]]; then
     if mv "$side/model.safetensors" "$dir/model.safetensors" && rm -r "$side"; then echo "reproduced: $dir"
     else failed "$dir (reproduced; its weights not moved from $side)"; fi

@@ -13,6 +13,7 @@ target, so that a crash at any moment leaves either the old file or the new one,
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pickle
@@ -24,7 +25,7 @@ from mtl_heads.config import ConfigError
 
 __all__ = ["UnreadableFile", "RefusedFile", "STATE_GLOBALS", "atomic_write_text", "write_json", "read_json", "save_tensors",
            "load_tensors", "save_weights", "load_weights", "save_state", "load_state", "load_numpy", "fsync_dir",
-           "is_load_error", "unreadable"]
+           "is_load_error", "unreadable", "file_sha256"]
 
 STATE_GLOBALS: tuple = ()
 """Classes the resumable state may name besides tensors and plain Python values. Empty: the numpy
@@ -131,6 +132,15 @@ def read_json(path: Path) -> dict | None:
         raise UnreadableFile(f"{path}: not UTF-8 text (byte {err.start}); expected JSON") from None
     except OSError as err:
         raise UnreadableFile(f"{path}: cannot be read ({err.strerror or err})") from None
+
+
+def file_sha256(path: Path) -> str:
+    """The hex SHA-256 of a file's bytes, read a megabyte at a time (weights too)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def load_tensors(path: Path, device: str = "cpu") -> dict:

@@ -1,4 +1,5 @@
 """He & Choi's claims on a made-up study: verdicts and numbers checked against hand computations."""
+import hashlib
 import json
 import math
 import shutil
@@ -460,6 +461,63 @@ def test_a_retraining_kept_in_the_record_gives_its_scores_and_hours(study_dir):
     assert list(study.retrainings.values()) == [5400.0]
     assert any(n.startswith(f"{study_dir / 'ner' / 'seed1' / 'retraining.metrics.json'}:1: not valid JSON")
                and n.endswith(": not used") for n in study.notes)
+
+
+def test_a_run_trained_again_twice_names_what_read_each_retraining(study_dir):
+    """A record trained again twice (the first retraining's weights lost with a machine) keeps both
+    retrainings' metrics (retraining.1.metrics.json, then retraining.metrics.json): the note gives each
+    one's scores and time and the ablations that name its weights (run_metrics_sha256, the digest of the
+    metrics.json they read), those that name weights it does not keep, and those that name none; the
+    header counts both retrainings' hours."""
+    from mtl_heads.reports.claims.render import _retraining_hours
+
+    folder = study_dir / "pos" / "seed2"
+    record = json.loads((folder / "metrics.json").read_text())
+    first = json.dumps({**record, "test": {"pos": {"accuracy": 96.125}}, "seconds": 3600.0})
+    latest = json.dumps({**record, "test": {"pos": {"accuracy": 95.5}}, "seconds": 1800.0})
+    (folder / "retraining.1.metrics.json").write_text(first)
+    (folder / "retraining.metrics.json").write_text(latest)
+    digest = lambda text: hashlib.sha256(text.encode()).hexdigest()  # noqa: E731
+    for name, sha in [("ablation-a", digest(first)), ("ablation-b", digest(latest)), ("ablation-c", None),
+                      ("ablation-d", digest("other weights")), ("ablation-e", digest(latest))]:
+        write_ablation(folder / name, study_dir / "pos" / ".seed2.retrained", sorted(STEM), {"zero": {"pos": 1.0}},
+                       {"zero": {"pos": [0.0, 0.5]}})
+        ablation = json.loads((folder / name / "ablation.json").read_text())
+        (folder / name / "ablation.json").write_text(json.dumps({**ablation, "run_metrics_sha256": sha}))
+    study = read_study([str(study_dir)])
+    note, = [n for n in study.notes if n.startswith(f"{folder}: trained again")]
+    old = record["test"]["pos"]["accuracy"]
+    assert note == (f"{folder}: trained again 2 times for its weights (.seed2.retrained: same config and seed), not "
+                    "reproducing the record's files; the record's scores are the first training's. Retraining 1 "
+                    f"(retraining.1.metrics.json): test scores pos accuracy 96.12 (the record: {old:.2f}); it took "
+                    "1.0 hours; 1 ablation (ablation-a) read its weights. Retraining 2 (retraining.metrics.json): test "
+                    f"scores pos accuracy 95.50 (the record: {old:.2f}); it took 0.5 hours; 2 ablations (ablation-b, "
+                    "ablation-e) read its weights. 1 ablation (ablation-d) read weights whose metrics.json the record "
+                    "does not keep (their run_metrics_sha256 is none of these). 1 ablation (ablation-c) read the weights of "
+                    "one of them, not named (ablations name them, by run_metrics_sha256, since 28 November 2026; runs "
+                    "started from one do not).")
+    assert study.retrainings == {str(folder): 5400.0} and study.earlier_retrainings == 1
+    assert _retraining_hours(study) == (" The 1 run trained again for its weights took 1.5 hours (the sum of the "
+                                        "seconds of their `retraining.metrics.json` and of the 1 earlier retraining "
+                                        "of the same run, whose weights were lost, `retraining.<k>.metrics.json`, "
+                                        "which the record keeps since 27 November 2026).")
+    # one retraining kept: an ablation naming it, or naming nothing (older), reads as before; one naming
+    # other weights says so
+    (folder / "retraining.1.metrics.json").unlink()
+    for name in ("ablation-a", "ablation-d"):
+        shutil.rmtree(folder / name)
+    note, = [n for n in read_study([str(study_dir)]).notes if n.startswith(f"{folder}:")]
+    assert note.startswith(f"{folder}: 3 ablations (ablation-b, ablation-c, ablation-e) read the weights of its "
+                           "retraining (.seed2.retrained: same config and seed), which did not reproduce"), note
+    write_ablation(folder / "ablation-d", study_dir / "pos" / ".seed2.retrained", sorted(STEM),
+                   {"zero": {"pos": 1.0}}, {"zero": {"pos": [0.0, 0.5]}})
+    ablation = json.loads((folder / "ablation-d" / "ablation.json").read_text())
+    (folder / "ablation-d" / "ablation.json").write_text(json.dumps({**ablation, "run_metrics_sha256": "0" * 64}))
+    note, = [n for n in read_study([str(study_dir)]).notes if n.startswith(f"{folder}:")]
+    assert note.startswith(f"{folder}: trained again for its weights (.seed2.retrained") and (
+        "Retraining 1 (retraining.metrics.json): test scores pos accuracy 95.50" in note
+        and "3 ablations (ablation-b, ablation-c, ablation-e) read its weights." in note
+        and "1 ablation (ablation-d) read weights whose metrics.json the record does not keep" in note), note
 
 
 def test_score_grid(study_dir):

@@ -214,6 +214,18 @@ def test_retrain_moves_the_weights_only_when_the_record_is_reproduced(tmp_path, 
     assert not (root / "dep" / "seed1" / "model.safetensors").exists()
     assert (root / "dep" / ".seed1.retrained" / "model.safetensors").is_file()
     assert len(fake["log"]()) == 2
+    # its weights lost with a machine, trained again once more to other files: the first retraining's
+    # metrics stay kept (what read its weights is scored on them), as retraining.1.metrics.json
+    first = (root / "dep" / "seed1" / "retraining.metrics.json").read_bytes()
+    shutil.rmtree(root / "dep" / ".seed1.retrained")
+    again = record_run(tmp_path / "trained" / "dep-again", "dep", score=87.7)
+    for _ in range(2):  # the second time: the same retraining compared again, nothing more kept
+        study(tmp_path, "retrain", SETTINGS="dep", FAKE_RUN=str(again), **fake["env"])
+        assert (root / "dep" / "seed1" / "retraining.1.metrics.json").read_bytes() == first
+        assert ((root / "dep" / "seed1" / "retraining.metrics.json").read_bytes()
+                == (again / "metrics.json").read_bytes())
+        assert not (root / "dep" / "seed1" / "retraining.2.metrics.json").exists()
+    assert len(fake["log"]()) == 3
     # a record that says where it was trained: the difference names the machines (threads here)
     where = {"device": "cpu", "threads": 2, "torch": "2.13.0"}
     record_run(root / "ner" / "seed1", "ner", score=70.0, metrics_extra={"machine": where})

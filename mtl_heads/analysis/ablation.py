@@ -45,6 +45,7 @@ from mtl_heads.config import ConfigError
 from mtl_heads.data.batching import Example, prepare_examples
 from mtl_heads.data.corpus import ROLES, load_corpus
 from mtl_heads.data.errors import DataError
+from mtl_heads.files import file_sha256
 from mtl_heads.model.headsets import head_name, head_names, layer_matched_sets, parse_head
 from mtl_heads.model.precision import autocast
 from mtl_heads.progress import progress_bar
@@ -335,9 +336,14 @@ def run_ablation(loaded_run, chosen: np.ndarray, methods: Sequence[str] = METHOD
         run: the run folder as the user gave it (default ``loaded_run.path``).
         log: where data reports go (default the module logger).
 
-    The record's ``seconds`` is the wall-clock time of the whole study (the compute a study reports).
+    The record's ``seconds`` is the wall-clock time of the whole study (the compute a study reports);
+    its ``run_metrics_sha256``, the SHA-256 of the run folder's ``metrics.json`` as it was read (None
+    where it has none), names the training whose weights were ablated: a run trained again into the
+    same folder has other weights and another ``metrics.json``, and a copy of it keeps the digest.
     """
     started = time.perf_counter()
+    metrics = Path(loaded_run.path) / "metrics.json"
+    run_metrics_sha256 = file_sha256(metrics) if metrics.is_file() else None
     model, encoder = loaded_run.model, loaded_run.model.encoder
     chosen = np.asarray(chosen, dtype=bool)
     if chosen.shape != (encoder.num_layers, encoder.num_heads) or not chosen.any():
@@ -365,7 +371,8 @@ def run_ablation(loaded_run, chosen: np.ndarray, methods: Sequence[str] = METHOD
         f"sets on {split} ({', '.join(f'{t} {len(ex)}' for t, ex in examples.items())} sentences)")
     study = ablation_study(model, groups, chosen, methods, random_sets, seed, block, means, precision, progress)
     record = {"kind": "head ablation", "run": str(run if run is not None else loaded_run.path),
-              "run_resolved": str(Path(loaded_run.path).resolve()), "tasks": tasks, "heads": head_names(chosen),
+              "run_resolved": str(Path(loaded_run.path).resolve()), "run_metrics_sha256": run_metrics_sha256,
+              "tasks": tasks, "heads": head_names(chosen),
               "source": source, "label": label, "split": split, "sentences": {t: len(ex) for t, ex in examples.items()},
               "random_sets": random_sets, "seed": seed, "matched": "layer", "gate_groups": encoder.gate_groups,
               "heads_per_layer": [int(k) for k in chosen.sum(1)], **study}

@@ -20,6 +20,7 @@ import nltk
 
 from mtl_heads.data.conll2012 import write_conll2012
 from mtl_heads.data.sentence import Sentence
+from mtl_heads.files import file_sha256
 
 DEMO_VERSION = 1  # bump when the grammar changes: cached corpora are then regenerated
 DEMO_SIZES = {"train": 1200, "dev": 200, "test": 200}
@@ -178,7 +179,7 @@ def ensure_demo_corpus(
     for split, size in sizes.items():
         sentences = generate_demo(size, split_seed(seed, split))
         write_conll2012(sentences, paths[split], doc_id=f"demo/{split}")
-        hashes[split] = _sha256(paths[split])
+        hashes[split] = file_sha256(paths[split])
     _write_json(folder / "manifest.json", {**wanted, "sha256": hashes})
     return paths
 
@@ -197,12 +198,7 @@ def _manifest_matches(manifest: Path, wanted: dict, paths: dict[str, Path]) -> b
     if {key: recorded.get(key) for key in wanted} != wanted:
         return False
     hashes = recorded.get("sha256", {})
-    return all(path.is_file() and hashes.get(split) == _sha256(path) for split, path in paths.items())
-
-
-def _sha256(path: Path) -> str:
-    """Hex SHA-256 of a file's bytes."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    return all(path.is_file() and hashes.get(split) == file_sha256(path) for split, path in paths.items())
 
 
 def _write_json(path: Path, data: dict) -> None:

@@ -36,6 +36,7 @@ from typing import Callable
 
 from mtl_heads.data.errors import DataError, MissingDataError
 from mtl_heads.data.ewt_align import REPOS, source_files
+from mtl_heads.files import file_sha256
 from mtl_heads.progress import progress_bar
 
 # Content digests of the files the build reads, per REPOS key, at the pinned commits (see above).
@@ -62,14 +63,6 @@ def content_digest(name: str, root: Path) -> str:
         except FileNotFoundError:
             raise MissingDataError(f"{root / rel}: no such file; the build of the EWT corpus reads it") from None
     return hashlib.sha256("".join(sorted(lines)).encode()).hexdigest()
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(CHUNK):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def folder_sources(folder: Path, check: bool = True, digests: dict[str, str] | None = None,

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from mtl_heads.files import UnreadableFile, read_json
+from mtl_heads.files import UnreadableFile, file_sha256, read_json
 from mtl_heads.folders import is_probe_report, shown
 from mtl_heads.reports.claims.rules import ALPHA, REPLICATION, TOO_FEW
 from mtl_heads.reports.curves import main_metric
@@ -23,7 +23,7 @@ from mtl_heads.reports.probe_report import read_report
 from mtl_heads.reports.runs import read_yaml, walk_runs
 from mtl_heads.reports.significance import format_p
 
-__all__ = ["REGIMES", "REGIME_NAMES", "RETRAINED", "RETRAINING_METRICS", "ABLATION_FILE", "regime", "holm", "Test",
+__all__ = ["REGIMES", "REGIME_NAMES", "RETRAINED", "RETRAINING_METRICS", "EARLIER_RETRAINING", "ABLATION_FILE", "regime", "holm", "Test",
            "Claim", "test_text",
            "too_few_text", "unreachable", "Study", "as_number", "read_ablations", "build_study", "mean_std", "heads_text",
            "metric_name", "listed", "task_name", "mtl_name", "setting_name", "runs_of", "run_folders", "config_of",
@@ -34,8 +34,10 @@ REGIME_NAMES = {"none": "unpruned", "dp": "dynamic pruning (DP)", "budget": "DP 
                 "sp": "static pruning (SP)"}
 RETRAINED = re.compile(r"(^|/)\.seed\d+\.retrained/?$")  # docs/ewt-study.sh's retrain stage: a run trained again
 # ... and, in the record's folder, that retraining's metrics.json (its scores and time; kept whether it
-# reproduced the record or not)
+# reproduced the record or not); an earlier retraining of the same record, whose weights were lost,
+# keeps its copy as retraining.<k>.metrics.json (k = 1 the first)
 RETRAINING_METRICS = "retraining.metrics.json"
+EARLIER_RETRAINING = re.compile(r"retraining\.(\d+)\.metrics\.json")
 ABLATION_FILE = "ablation.json"  # what python -m mtl_heads ablate writes
 SLOT = re.compile(r"\{([^{}]+)\}")  # a test's place in a line: its key in braces
 
@@ -246,7 +248,9 @@ class Study:
     encoder); ablations: ``[(path, record)]`` of ``ablation.json`` files (:func:`read_ablations`);
     notes: what was found and not used, and why; left_out: the seed left out (stability), or None;
     retrainings: ``{run folder: seconds}`` of the runs trained again for their weights whose record's
-    folder keeps the retraining's metrics (:data:`RETRAINING_METRICS`).
+    folder keeps the retraining's metrics (:data:`RETRAINING_METRICS`, and :data:`EARLIER_RETRAINING`
+    where it was trained again more than once: the seconds of all of them); earlier_retrainings: how
+    many such earlier retrainings the record keeps in all.
     """
 
     runs: pd.DataFrame
@@ -257,7 +261,8 @@ class Study:
     ablations: list = field(default_factory=list)
     left_out: int | None = None
     gates: dict = field(default_factory=dict, repr=False)  # run folder -> RunGates, read once
-    retrainings: dict = field(default_factory=dict)  # run folder -> seconds of its retraining
+    retrainings: dict = field(default_factory=dict)  # run folder -> seconds of its retrainings
+    earlier_retrainings: int = 0
 
     def setting(self, tasks: str | None, kind: str) -> str | None:
         setting = self.cells.get((tasks, kind)) if tasks else None
@@ -383,24 +388,41 @@ def build_study(runs: pd.DataFrame, notes: list[str], specs: list[str]) -> Study
         else:
             study.ablations.append((path, record))
             if RETRAINED.search(str(record["run"])):
-                stand_ins.setdefault(str(row["run"]), (Path(str(record["run"])).name, [], []))[1].append(path)
-    kept = {}  # run folder -> its retraining's metrics, where the record's folder keeps them
+                stand_ins.setdefault(str(row["run"]), (Path(str(record["run"])).name, [], []))[1].append(
+                    (path, record.get("run_metrics_sha256")))
+    kept = {}  # run folder -> [(file, metrics, digest)] of its retrainings that the record's folder keeps
     for run in map(Path, study.runs["run"]):
         # a run that started from a retraining's weights (claim 5's matched DP): the table's init reads seed*
         init = str(read_yaml(run / "config.yaml").get("init") or "") if (run / "config.yaml").is_file() else ""
         row = study.run_row(init) if RETRAINED.search(init) else None
         if row is not None:
             stand_ins.setdefault(str(row["run"]), (Path(init).name, [], []))[2].append(run)
-        try:
-            kept[run] = read_json(run / RETRAINING_METRICS) or {}
-        except UnreadableFile as err:
-            study.notes.append(f"{err}: not used")
-        seconds = as_number(kept.get(run, {}).get("seconds"))
-        if seconds is not None:
-            study.retrainings[str(run)] = seconds
-    study.notes += [_retraining_note(Path(run), retraining, paths, started, kept.get(Path(run), {}))
+        kept[run] = kept_retrainings(run, study.notes)
+        seconds = [s for s in (as_number(metrics.get("seconds")) for _, metrics, _ in kept[run]) if s is not None]
+        if seconds:
+            study.retrainings[str(run)] = sum(seconds)
+        study.earlier_retrainings += max(len(kept[run]) - 1, 0)
+    study.notes += [_retraining_note(Path(run), retraining, paths, started, kept.get(Path(run), []))
                     for run, (retraining, paths, started) in stand_ins.items()]
     return study
+
+
+def kept_retrainings(run: Path, notes: list[str]) -> list[tuple[str, dict, str]]:
+    """``[(file name, metrics, SHA-256 of the file)]`` of the retrainings of a run whose record's folder
+    keeps their metrics.json, the first first: :data:`EARLIER_RETRAINING` by number, then
+    :data:`RETRAINING_METRICS` (the latest). A file that cannot be read is a note in ``notes``."""
+    earlier = sorted((int(m.group(1)), f) for f in (run.iterdir() if run.is_dir() else [])
+                     if (m := EARLIER_RETRAINING.fullmatch(f.name)))
+    kept = []
+    for path in [f for _, f in earlier] + [run / RETRAINING_METRICS]:
+        try:
+            metrics = read_json(path)
+        except UnreadableFile as err:
+            notes.append(f"{err}: not used")
+            continue
+        if metrics is not None:
+            kept.append((path.name, metrics, file_sha256(path)))
+    return kept
 
 
 def as_number(value) -> float | None:
@@ -408,30 +430,83 @@ def as_number(value) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _retraining_note(run: Path, retraining: str, paths: list[Path], started: list[Path], again: dict) -> str:
-    """The note of a run whose ablations (``paths``, their ablation.json) read a retraining's weights
+def _retraining_note(run: Path, retraining: str, paths: list[tuple[Path, str | None]], started: list[Path],
+                     kept: list[tuple[str, dict, str]]) -> str:
+    """The note of a run whose ablations (``paths``: each ablation.json with the digest of the metrics.json
+    whose weights it read, ``run_metrics_sha256``, None in records older than it) read a retraining's weights
     (``<setting>/.seed<N>.retrained``), or whose weights other runs (``started``: claim 5's DP on SP's
-    schedule) started from, with the retraining's test scores (``again``: its metrics, which the record's
-    folder keeps as :data:`RETRAINING_METRICS`; ``{}`` where it does not) against the record's.
+    schedule) started from, with the retrainings' test scores (``kept``: :func:`kept_retrainings`, ``[]``
+    where the record's folder keeps none) against the record's.
 
     It says the retraining did not reproduce the record only on evidence the record keeps: an ablation of
     it (docs/ewt-study.sh ablates a retraining only when it did not reproduce, else the record's folder
     holds its weights) or a test score of the kept metrics that differs from the record's. A run started
-    from a retraining with neither (an earlier comparison's, since relaxed) gets no such word."""
-    what = []
-    if paths:
-        what.append(f"{len(paths)} ablation{'s' if len(paths) != 1 else ''} "
-                    f"({', '.join(path.parent.name for path in paths)}) read")
-    if started:
-        what.append(f"{len(started)} run{'s' if len(started) != 1 else ''} "
-                    f"({', '.join(shown(r) for r in started)}) started from")
-    record, scores, differs = (read_json(run / "metrics.json") or {}) if again else {}, [], False
+    from a retraining with neither (an earlier comparison's, since relaxed) gets no such word. A run trained
+    again more than once (its weights lost with a machine), or an ablation whose digest is not the kept
+    retraining's, gets one sentence per retraining, naming what read its weights."""
+    record = (read_json(run / "metrics.json") or {}) if kept else {}
+    digests = [digest for _, _, digest in kept]
+    named = {}  # which retraining's weights (an index of kept; -1 one it does not keep; None not named) -> ablations
+    for path, digest in paths:
+        if digest is None:  # an older record: where one retraining is kept, the one it read
+            key = 0 if len(kept) == 1 else None
+        else:
+            key = digests.index(digest) if digest in digests else -1
+        named.setdefault(key, []).append(path)
+    if not kept or (len(kept) == 1 and set(named) <= {0}):
+        return _one_retraining_note(run, retraining, [path for path, _ in paths], started,
+                                    kept[0][1] if kept else {}, record)
+    differs = any(_scores(record, again)[1] for _, again, _ in kept)
+    times = f" {len(kept)} times" if len(kept) > 1 else ""
+    note = (f"{shown(run)}: trained again{times} for its weights ({retraining}: same config and seed)"
+            + (", not reproducing the record's files" if paths or differs else "")
+            + "; the record's scores are the first training's.")
+    for index, (name, again, _) in enumerate(kept):
+        seconds = as_number(again.get("seconds"))
+        read = named.get(index, [])
+        note += (f" Retraining {index + 1} ({name}): test scores " + (", ".join(_scores(record, again)[0]) or "none")
+                 + (f"; it took {seconds / 3600:.1f} hours" if seconds is not None else "")
+                 + (f"; {_ablations(read)} read its weights." if read else "; no ablation names its weights."))
+    if named.get(-1):
+        note += (f" {_ablations(named[-1])} read weights whose metrics.json the record does not keep (their "
+                 "run_metrics_sha256 is none of these).")
+    unnamed = [f"{_ablations(named[None])} read"] if named.get(None) else []
+    unnamed += [f"{len(started)} run{'s' if len(started) != 1 else ''} ({', '.join(shown(r) for r in started)}) "
+                "started from"] if started else []
+    if unnamed:
+        note += (f" {' and '.join(unnamed)} the weights of one of them, not named (ablations name them, by "
+                 "run_metrics_sha256, since 28 November 2026; runs started from one do not).")
+    return note
+
+
+def _ablations(paths: list[Path]) -> str:
+    """``2 ablations (a, b)``: the folders of ablation.json files."""
+    return (f"{len(paths)} ablation{'s' if len(paths) != 1 else ''} "
+            f"({', '.join(path.parent.name for path in paths)})")
+
+
+def _scores(record: dict, again: dict) -> tuple[list[str], bool]:
+    """``(["pos accuracy 96.12 (the record: 95.80)", ...], differs)``: a retraining's test scores
+    (``again``: its metrics) against the record's (``record``: its metrics.json), and whether one differs."""
+    scores, differs = [], False
     for task, new in (again.get("test") or {}).items():
         metric = main_metric(task, new)
         old = as_number((record.get("test") or {}).get(task, {}).get(metric))
         if metric is not None and as_number(new.get(metric)) is not None and old is not None:
             scores.append(f"{task} {metric} {new[metric]:.2f} (the record: {old:.2f})")
             differs |= new[metric] != old
+    return scores, differs
+
+
+def _one_retraining_note(run: Path, retraining: str, paths: list[Path], started: list[Path], again: dict,
+                         record: dict) -> str:
+    """:func:`_retraining_note` where the record keeps one retraining's metrics (``again``) or none
+    (``{}``), and every ablation read that one."""
+    what = [f"{_ablations(paths)} read"] if paths else []
+    if started:
+        what.append(f"{len(started)} run{'s' if len(started) != 1 else ''} "
+                    f"({', '.join(shown(r) for r in started)}) started from")
+    scores, differs = _scores(record, again)
     note = f"{shown(run)}: {' and '.join(what)} the weights of its retraining ({retraining}: same config and seed)"
     if paths or differs:
         note += ", which did not reproduce the record's files; the record's scores are the first training's"

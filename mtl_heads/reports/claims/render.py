@@ -190,10 +190,13 @@ def _retraining_hours(study: Study) -> str:
     """`` The N retrainings ... took H hours`` from :attr:`Study.retrainings`; ``""`` when there is none."""
     if not study.retrainings:
         return ""
-    count = len(study.retrainings)
+    count, earlier = len(study.retrainings), study.earlier_retrainings
+    kept = ("`retraining.metrics.json`" if not earlier else "`retraining.metrics.json` and of the "
+            f"{earlier} earlier retraining{'s' if earlier != 1 else ''} of the same run{'s' if earlier != 1 else ''}, "
+            "whose weights were lost, `retraining.<k>.metrics.json`")
     return (f" The {count} run{'s' if count != 1 else ''} trained again for {'their' if count != 1 else 'its'} "
             f"weights took {sum(study.retrainings.values()) / 3600:.1f} hours (the sum of the seconds of their "
-            "`retraining.metrics.json`, which the record keeps since 27 November 2026).")
+            f"{kept}, which the record keeps since 27 November 2026).")
 
 
 def page_markdown(study: Study, claims: list[Claim], grid: str, command: str = "", since: dict | None = None) -> str:
