@@ -493,8 +493,8 @@ def test_a_run_trained_again_twice_names_what_read_each_retraining(study_dir):
                     "1.0 hours; 1 ablation (ablation-a) read its weights. Retraining 2 (retraining.metrics.json): test "
                     f"scores pos accuracy 95.50 (the record: {old:.2f}); it took 0.5 hours; 2 ablations (ablation-b, "
                     "ablation-e) read its weights. 1 ablation (ablation-d) read weights whose metrics.json the record "
-                    "does not keep (their run_metrics_sha256 is none of these). 1 ablation (ablation-c) read the weights of "
-                    "one of them, not named (ablations name them, by run_metrics_sha256, since 28 November 2026; runs "
+                    "does not keep (their run_metrics_sha256 is none of these). 1 ablation (ablation-c) read the weights "
+                    "of one of them, not named (ablations name them, by run_metrics_sha256, since 28 November 2026; runs "
                     "started from one do not).")
     assert study.retrainings == {str(folder): 5400.0} and study.earlier_retrainings == 1
     assert _retraining_hours(study) == (" The 1 run trained again for its weights took 1.5 hours (the sum of the "

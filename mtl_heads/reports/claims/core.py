@@ -23,11 +23,11 @@ from mtl_heads.reports.probe_report import read_report
 from mtl_heads.reports.runs import read_yaml, walk_runs
 from mtl_heads.reports.significance import format_p
 
-__all__ = ["REGIMES", "REGIME_NAMES", "RETRAINED", "RETRAINING_METRICS", "EARLIER_RETRAINING", "ABLATION_FILE", "regime", "holm", "Test",
-           "Claim", "test_text",
-           "too_few_text", "unreachable", "Study", "as_number", "read_ablations", "build_study", "mean_std", "heads_text",
-           "metric_name", "listed", "task_name", "mtl_name", "setting_name", "runs_of", "run_folders", "config_of",
-           "score_column", "majority", "share"]
+__all__ = ["REGIMES", "REGIME_NAMES", "RETRAINED", "RETRAINING_METRICS", "EARLIER_RETRAINING", "ABLATION_FILE",
+           "regime", "holm", "Test", "Claim", "test_text", "too_few_text", "unreachable", "Study", "as_number",
+           "kept_retrainings", "read_ablations", "build_study", "mean_std", "heads_text", "metric_name", "listed",
+           "task_name", "mtl_name", "setting_name", "runs_of", "run_folders", "config_of", "score_column", "majority",
+           "share"]
 
 REGIMES = ("dp", "budget", "sp")  # the paper's regime (DP) first: gate verdicts read the first one present
 REGIME_NAMES = {"none": "unpruned", "dp": "dynamic pruning (DP)", "budget": "DP at equal sparsity",
