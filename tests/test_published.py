@@ -191,10 +191,10 @@ def test_quoted_from_reads_a_rounding_not_a_neighbour():
     assert quoted_from("0.088", "p 0.0877") and not quoted_from("2.80", "2.8") and quoted_from("2.8", "2.8x")
 
 
-def test_round2_so_far_quotes_only_the_claims_block():
-    """docs/ewt-results.md's hand paragraph **Round 2 so far** says it gives no numbers of its own: every
+def test_round2_quotes_only_the_claims_block():
+    """docs/ewt-results.md's hand paragraph **Round 2** says it gives no numbers of its own: every
     decimal in it is in the generated claims block (which the claims test checks against the records)."""
-    heading = "**Round 2 so far**"
+    heading = "**Round 2**"
     quoted = hand_numbers(heading)
     text = (REPO / "docs" / "ewt-results.md").read_text()
     block = text[text.index("<!-- claims:begin -->"):text.index("<!-- claims:end -->")]
