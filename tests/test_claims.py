@@ -455,7 +455,13 @@ def test_a_retraining_kept_in_the_record_gives_its_scores_and_hours(study_dir):
     study = read_study([str(study_dir)])
     assert sorted(study.retrainings.values()) == [1800.0, 5400.0]
     assert len([n for n in study.notes if "read the weights of its retraining" in n]) == 1
-    assert _retraining_hours(study).startswith(" The 2 runs trained again for their weights took 2.0 hours")
+    assert _retraining_hours(study).startswith(" The 2 runs trained again for their weights took 2.0 hours (the sum")
+    # runs of two regimes trained again (the baselines, and DP runs for claim 5's schedule): hours of each
+    (study_dir / "pos-dp" / "seed1" / "retraining.metrics.json").write_text(json.dumps({**again, "seconds": 3600}))
+    assert _retraining_hours(read_study([str(study_dir)])).startswith(
+        " The 3 runs trained again for their weights took 3.0 hours (unpruned 2.0 hours, 2 runs; dynamic pruning (DP) "
+        "1.0 hours, 1 run; the sum of the seconds of their `retraining.metrics.json`")
+    (study_dir / "pos-dp" / "seed1" / "retraining.metrics.json").unlink()
     (study_dir / "ner" / "seed1" / "retraining.metrics.json").write_text("{not json")  # broken: a note names it
     study = read_study([str(study_dir)])
     assert list(study.retrainings.values()) == [5400.0]

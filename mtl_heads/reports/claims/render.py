@@ -194,9 +194,16 @@ def _retraining_hours(study: Study) -> str:
     kept = ("`retraining.metrics.json`" if not earlier else "`retraining.metrics.json` and of the "
             f"{earlier} earlier retraining{'s' if earlier != 1 else ''} of the same run{'s' if earlier != 1 else ''}, "
             "whose weights were lost, `retraining.<k>.metrics.json`")
+    by_regime: dict[str, list[float]] = {}  # the runs' regimes (the study's stages: baselines, DP for claim 5)
+    for run, seconds in study.retrainings.items():
+        row = study.run_row(run)
+        by_regime.setdefault(REGIME_NAMES.get(row["regime"], row["regime"]) if row is not None else "other",
+                             []).append(seconds)
+    split = "".join(f"{name} {sum(times) / 3600:.1f} hours, {len(times)} run{'s' if len(times) != 1 else ''}; "
+                    for name, times in by_regime.items()) if len(by_regime) > 1 else ""
     return (f" The {count} run{'s' if count != 1 else ''} trained again for {'their' if count != 1 else 'its'} "
-            f"weights took {sum(study.retrainings.values()) / 3600:.1f} hours (the sum of the seconds of their "
-            f"{kept}, which the record keeps since 27 November 2026).")
+            f"weights took {sum(study.retrainings.values()) / 3600:.1f} hours ({split}the sum of the seconds of "
+            f"their {kept}, which the record keeps since 27 November 2026).")
 
 
 def page_markdown(study: Study, claims: list[Claim], grid: str, command: str = "", since: dict | None = None) -> str:
