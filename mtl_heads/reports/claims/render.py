@@ -187,7 +187,9 @@ def _ablation_hours(study: Study) -> str:
 
 
 def _retraining_hours(study: Study) -> str:
-    """`` The N retrainings ... took H hours`` from :attr:`Study.retrainings`; ``""`` when there is none."""
+    """`` The N runs trained again ... took H hours (...)`` from :attr:`Study.retrainings`, with the hours of
+    each regime where the runs trained again have several and the earlier retrainings counted in; ``""``
+    when there is none."""
     if not study.retrainings:
         return ""
     count, earlier = len(study.retrainings), study.earlier_retrainings
