@@ -471,8 +471,7 @@ def _retraining_note(run: Path, retraining: str, paths: list[tuple[Path, str | N
         note += (f" {_ablations(named[-1])} read weights whose metrics.json the record does not keep (their "
                  "run_metrics_sha256 is none of these).")
     unnamed = [f"{_ablations(named[None])} read"] if named.get(None) else []
-    unnamed += [f"{len(started)} run{'s' if len(started) != 1 else ''} ({', '.join(shown(r) for r in started)}) "
-                "started from"] if started else []
+    unnamed += [f"{_started(started)} started from"] if started else []
     if unnamed:
         note += (f" {' and '.join(unnamed)} the weights of one of them, not named (ablations name them, by "
                  "run_metrics_sha256, since 28 November 2026; runs started from one do not).")
@@ -483,6 +482,11 @@ def _ablations(paths: list[Path]) -> str:
     """``2 ablations (a, b)``: the folders of ablation.json files."""
     return (f"{len(paths)} ablation{'s' if len(paths) != 1 else ''} "
             f"({', '.join(path.parent.name for path in paths)})")
+
+
+def _started(runs: list[Path]) -> str:
+    """``2 runs (a, b)``: the runs that started from a retraining's weights."""
+    return f"{len(runs)} run{'s' if len(runs) != 1 else ''} ({', '.join(shown(r) for r in runs)})"
 
 
 def _scores(record: dict, again: dict) -> tuple[list[str], bool]:
@@ -504,8 +508,7 @@ def _one_retraining_note(run: Path, retraining: str, paths: list[Path], started:
     (``{}``), and every ablation read that one."""
     what = [f"{_ablations(paths)} read"] if paths else []
     if started:
-        what.append(f"{len(started)} run{'s' if len(started) != 1 else ''} "
-                    f"({', '.join(shown(r) for r in started)}) started from")
+        what.append(f"{_started(started)} started from")
     scores, differs = _scores(record, again)
     note = f"{shown(run)}: {' and '.join(what)} the weights of its retraining ({retraining}: same config and seed)"
     if paths or differs:
