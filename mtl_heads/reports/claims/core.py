@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from mtl_heads.config import ConfigError
 from mtl_heads.files import UnreadableFile, file_sha256, read_json
 from mtl_heads.folders import is_probe_report, shown
 from mtl_heads.reports.claims.rules import ALPHA, REPLICATION, TOO_FEW
@@ -25,7 +26,8 @@ from mtl_heads.reports.significance import format_p
 
 __all__ = ["REGIMES", "REGIME_NAMES", "RETRAINED", "RETRAINING_METRICS", "EARLIER_RETRAINING", "ABLATION_FILE",
            "regime", "holm", "Test", "Claim", "test_text", "too_few_text", "unreachable", "Study", "as_number",
-           "kept_retrainings", "read_ablations", "build_study", "mean_std", "heads_text", "metric_name", "listed",
+           "kept_retrainings", "read_ablations", "folder_of", "one_encoder", "build_study", "mean_std", "heads_text",
+           "metric_name", "listed",
            "task_name", "mtl_name", "setting_name", "runs_of", "run_folders", "config_of", "score_column", "majority",
            "share"]
 
@@ -347,14 +349,39 @@ def read_ablations(specs: list[str]) -> tuple[list[tuple[Path, dict]], list[str]
 
 
 def folder_of(runs: pd.DataFrame, setting: str) -> str:
-    """The folder holding a setting's first run (``dep-dp-matched``), which names it better than the run
-    table's generic ``dep (dynamic) #3``."""
-    return Path(str(runs.loc[runs["setting"] == setting, "run"].iloc[0])).parent.name
+    """What names a setting's runs better than the run table's generic ``dep (dynamic) #3``: the folder
+    holding them (``dep-dp-matched``) when it holds no other setting's runs, else the run folders themselves
+    (``runs/tour, runs/llama``: runs side by side in one folder).
+
+    Args:
+        runs: the run table (one row per run, with ``run`` and ``setting``): every setting, so that a
+            folder shared with another setting is seen.
+        setting: the setting to name.
+    """
+    folders = runs["run"].map(lambda run: Path(str(run)))
+    mine = folders[runs["setting"] == setting]
+    parents = set(mine.map(lambda path: path.parent))
+    if len(parents) == 1 and not folders[runs["setting"] != setting].map(lambda path: path.parent).isin(parents).any():
+        return next(iter(parents)).name
+    return ", ".join(shown(path) for path in mine)
+
+
+def one_encoder(runs: pd.DataFrame) -> None:
+    """Refuse a study whose runs fine-tuned different encoders (their ``encoder.name``): the claims compare
+    the settings of one encoder, and runs of another would take a cell of the score grid in their place.
+    The ConfigError names each encoder with its runs (``runs``: the run table, with ``run``)."""
+    if "encoder.name" not in runs or runs["encoder.name"].nunique(dropna=False) < 2:
+        return
+    found = "; ".join(f"{name}: {heads_text([shown(run) for run in group], 8)}"
+                      for name, group in runs.groupby("encoder.name", sort=False, dropna=False)["run"])
+    raise ConfigError(f"runs of {runs['encoder.name'].nunique(dropna=False)} encoders (encoder.name), and the claims "
+                      f"compare the settings of one encoder: {found}; name the folders of one encoder's runs")
 
 
 def build_study(runs: pd.DataFrame, notes: list[str], specs: list[str]) -> Study:
     """The study of a run table (``compare_runs(specs).runs``, whose ``notes`` are kept): each run's regime
     and cell, the MTL setting, and the probe reports and head ablations found in ``specs``."""
+    one_encoder(runs)
     runs = runs.copy()
     runs["regime"] = [regime(p, b) for p, b in zip(runs["prune"], _budget(runs))]
     cells, notes = {}, [str(n) for n in notes]
@@ -363,13 +390,17 @@ def build_study(runs: pd.DataFrame, notes: list[str], specs: list[str]) -> Study
         chosen = max(settings, key=lambda s: _cell_preference(group[group["setting"] == s], kind))
         cells[(tasks, kind)] = chosen
         if len(settings) > 1:  # each named with its runs' folder too (dep-dp-matched), which says what it is
-            named = [f"{s} [{folder_of(group, s)}]" for s in settings]
+            named = [f"{s} [{folder_of(runs, s)}]" for s in settings]
             notes.append(f"{tasks}, {REGIME_NAMES.get(kind, kind)}: several settings ({', '.join(named)}); "
                          f"the claims use '{chosen}' (the reference lambda, trained from the pretrained encoder "
                          "unless static, then the most seeds); the others are compared in claim 5 where they pair "
                          "with SP")
     multi = [t for t, k in cells if "+" in t and k == "none"] or [t for t, _ in cells if "+" in t]
     mtl = max(multi, key=lambda t: t.count("+")) if multi else None
+    for (tasks, kind), setting in cells.items():  # the grid and the claims read single-task settings and MTL's
+        if "+" in tasks and tasks != mtl:
+            notes.append(f"{setting} [{folder_of(runs, setting)}]: a multi-task setting of other tasks than MTL "
+                         f"({mtl}, the unpruned setting with the most tasks); not in the score grid or the claims")
     reports = []
     for spec in map(Path, specs):
         found = walk_runs(spec, is_run=is_probe_report, is_unfinished=lambda p: False)[0] if spec.is_dir() else []

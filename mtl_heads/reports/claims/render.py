@@ -170,8 +170,8 @@ def _other_settings_hours(study: Study) -> str:
     others = study.runs[~study.runs["setting"].isin(set(study.cells.values()))]
     if others.empty or "seconds" not in others:
         return ""
-    parts = [f"{setting} [{folder_of(group, setting)}] {_hours(group):.1f} ({len(group)} run{'s' if len(group) != 1 else ''})"
-             for setting, group in others.groupby("setting", sort=False)]
+    parts = [f"{setting} [{folder_of(study.runs, setting)}] {_hours(group):.1f} "
+             f"({len(group)} run{'s' if len(group) != 1 else ''})" for setting, group in others.groupby("setting", sort=False)]
     return (f" Of those, the settings no claim's cell uses (compared in claim 5 where they pair with SP) took "
             f"{_hours(others):.1f} hours: " + "; ".join(parts) + ".")
 
