@@ -16,21 +16,23 @@ from omegaconf import DictConfig, OmegaConf
 
 from mtl_heads.config import ConfigError, pick
 from mtl_heads.data.corpus import ROLES, load_corpus
-from mtl_heads.folders import is_probe_report, is_run_dir
+from mtl_heads.folders import is_probe_report, is_pruned_dir, is_run_dir
 from mtl_heads.training.build import load_run, pick_device
 from mtl_heads.model.encoder import EncoderNotFound, GatedEncoder
 from mtl_heads.model.gating import KEPT_AT, kept_count
 from mtl_heads.model.precision import autocast
+from mtl_heads.model.removal import read_heads
+from mtl_heads.reports.claims.core import heads_text
 from mtl_heads.reports.probe_compare import compare_reports, group_reports
-from mtl_heads.reports.probe_report import read_report, safe_name, write_report
+from mtl_heads.reports.probe_report import closed_best, head_name, read_report, safe_name, write_report
 from mtl_heads.training.tracking import resolve_mode, start_run
 from probes.base import Probe, ProbeContext, RunProbeAdapter, first_token_name
 from probes.runner import examples_for, run_probes
 from probes.samples import AttentionSamples
 from probes.sink import SinkProbe
 
-__all__ = ["REPORTS", "ADDED", "probe_classes", "with_sink", "file_probes", "load_model", "build_probes",
-           "needed_layers", "probe_model", "run_compare", "log_to_wandb", "check_config"]
+__all__ = ["REPORTS", "ADDED", "probe_classes", "with_sink", "file_probes", "load_model", "closed_heads",
+           "build_probes", "needed_layers", "probe_model", "run_compare", "log_to_wandb", "check_config"]
 
 REPORTS = Path("probe-reports")
 
@@ -71,7 +73,8 @@ def load_model(spec: str, device: torch.device) -> tuple[GatedEncoder, object | 
         kept = kept_count(values)
         info = {"model_kind": "run", "model_name": Path(spec).resolve().name, "encoder": loaded.cfg.encoder.name,
                 "run_tasks": list(loaded.cfg.tasks), "gates_text": f"{type(encoder.gate).__name__ if encoder.gate is not None else 'none'}"
-                f" (eval values), kept {kept} of {values.numel()} (>= {KEPT_AT:g})"}
+                f" (eval values), kept {kept} of {values.numel()} (>= {KEPT_AT:g})",
+                "closed_heads": closed_heads(values, Path(spec))}
         return encoder, loaded, info
     if Path(spec).is_dir() and (Path(spec) / "config.yaml").exists() and not (Path(spec) / "config.json").exists():
         raise ConfigError(f"config key 'model': {spec} is a run folder without a finished model "
@@ -88,6 +91,26 @@ def load_model(spec: str, device: torch.device) -> tuple[GatedEncoder, object | 
     kind = "pretrained decoder-only LM" if encoder.causal else "pretrained encoder"
     return encoder.to(device).eval(), None, {"model_kind": kind, "model_name": name,
                                              "encoder": spec, "gates_text": "none (every head open)"}
+
+
+def closed_heads(values: torch.Tensor, run: Path) -> dict[str, str]:
+    """``{head name: why}`` for the heads of a run that add nothing to its output, which a probe report marks
+    wherever it names them as best: ``gate closed`` (its eval gate below :data:`KEPT_AT`, as the run's
+    ``gates.json`` records), ``gate closed, removed in pruned/`` where ``python -m mtl_heads prune`` also
+    took it out of the run's ``pruned/`` model.
+
+    Args:
+        values: the run's eval gate values, ``[layers, heads]``.
+        run: the run folder (its ``pruned/`` is read when present).
+    """
+    removed = set()
+    if is_pruned_dir(run / "pruned"):
+        heads = read_heads(run / "pruned")
+        removed = {(layer, head) for layer, (kept, zeroed) in
+                   enumerate(zip(heads["kept_heads"], heads.get("zeroed_heads") or [[] for _ in heads["kept_heads"]]))
+                   for head in range(heads["heads"]) if head not in kept or head in zeroed}
+    return {head_name(layer, head): "gate closed" + (", removed in pruned/" if (layer, head) in removed else "")
+            for layer, head in (values < KEPT_AT).nonzero().tolist()}
 
 
 def build_probes(cfg: DictConfig, classes: dict, encoder: GatedEncoder, device: torch.device, loaded) -> dict:
@@ -163,6 +186,9 @@ def probe_model(cfg: DictConfig, spec: str, out: Path | None, registry: dict, lo
     drawn = time.time()
     for line in written["meta"]["caveats"]:  # a causal model: what its numbers mean, in words
         log(f"causal: {line}")
+    marked = closed_best(written["summaries"], info.get("closed_heads") or {})
+    if marked:
+        log(f"{len(marked)} best head(s) are closed in the run (marked in report.md): {heads_text(marked, 8)}")
     sink = written["meta"].get("attention_sink")
     if sink:
         log(f"attention sink: {sink['mean']:.1f}% of attention on the first token ({sink['first_token']}) on average, "

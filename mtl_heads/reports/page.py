@@ -555,7 +555,7 @@ def probe_section(report, index: int, panels: int = PANELS) -> str:
                                  f"the {len(maps)} most frequent labels, layer (rows) x head (columns); hover a cell "
                                  "for its value, red border = best head</p>"
                                  f"<div class=\"heatmaps\">{''.join(maps)}</div>")
-        text, numbers = summary_cells(summary)
+        text, numbers = summary_cells(summary, meta.get("closed_heads") or {})
         parts.append(f"<details><summary>{_e(name)}: best head per label ({len(text)} labels)</summary>"
                      f"{html_table(text, numbers, f'probe-{index}-{name}')}</details>")
     return "\n".join(parts)

@@ -44,7 +44,8 @@ import pandas as pd
 from mtl_heads.config import ConfigError
 from mtl_heads.files import read_json
 from mtl_heads.reports.probe_report import (Report, choice_conflicts, choices_text, draw_heatmaps, head_name,
-                                             heatmap_grid, markdown_table, read_report, report_choices, safe_name)
+                                             heatmap_grid, markdown_table, marked_head, read_report, report_choices,
+                                             safe_name)
 from mtl_heads.reports.runs import flatten_config, read_yaml, setting_config
 from mtl_heads.reports.significance import welch
 
@@ -153,14 +154,16 @@ def group_reports(reports: list[Report], names: list[str] | None = None, pool: s
 
 
 # --- one column per report ----------------------------------------------------------------------
-def side_by_side(summaries: list[pd.DataFrame], names: list[str]) -> pd.DataFrame:
+def side_by_side(summaries: list[pd.DataFrame], names: list[str], closed: list[dict] | None = None) -> pd.DataFrame:
     """Per label: count (from the first model that has it), each model's best score and head, and
-    the delta of every later model against the first. Labels by decreasing count."""
+    the delta of every later model against the first. Labels by decreasing count. ``closed``: per model,
+    ``{head name: why}`` of the heads its run does not use (report.json's ``closed_heads``; default none),
+    marked where one is best."""
     merged = None
-    for summary, name in zip(summaries, names):
+    for summary, name, shut in zip(summaries, names, closed or [{} for _ in names]):
         part = pd.DataFrame({"label": summary["label"].astype(str), f"count:{name}": summary["count"],
                              f"score:{name}": summary["score"],
-                             f"head:{name}": [head_name(l, h) for l, h in zip(summary["layer"], summary["head"])]})
+                             f"head:{name}": [marked_head(l, h, shut) for l, h in zip(summary["layer"], summary["head"])]})
         merged = part if merged is None else merged.merge(part, on="label", how="outer")
     merged = _one_count(merged, names)
     for name in names[1:]:
@@ -291,7 +294,8 @@ def compare_reports(reports: list[Report], out: Path, probes: list[str] | None =
         if pooled:
             table = pooled_side_by_side([[r.summaries[probe] for r in g.reports] for g in groups], [g.name for g in groups])
         else:
-            table = side_by_side([r.summaries[probe] for r in reports], names)
+            table = side_by_side([r.summaries[probe] for r in reports], names,
+                                 [r.meta.get("closed_heads") or {} for r in reports])
         table.to_csv(out / f"compare-{probe}.csv", index=False)
         tables[probe] = table
         for family, info in reports[0].meta.get("families", {}).get(probe, {}).items():
@@ -328,7 +332,8 @@ def _title(report: Report, probe: str, name: str, label: str) -> str:
     if row.empty:
         return f"{name}: {label}"
     row = row.iloc[0]
-    return f"{name}: {label}\nbest {head_name(row['layer'], row['head'])} {row['score']:.3g}"
+    return (f"{name}: {label}\nbest {marked_head(row['layer'], row['head'], report.meta.get('closed_heads') or {})} "
+            f"{row['score']:.3g}")
 
 
 def _grid(report: Report, probe: str, label: str):

@@ -31,7 +31,8 @@ from mtl_heads.reports.runs import MAX_DEPTH, SKIP_DIRS, folder_kind
 from probes.texts import CAUSAL_NOTE, NO_START_TOKEN, RELATION_TEXT, ROOT_TEXT
 
 __all__ = ["write_report", "read_report", "Report", "heatmap_grid", "draw_heatmaps", "markdown_table",
-           "head_name", "safe_name", "report_choices", "pos_tagset", "relation_labels", "choices_text", "choice_conflicts",
+           "head_name", "marked_head", "closed_best", "safe_name", "report_choices", "pos_tagset", "relation_labels",
+           "choices_text", "choice_conflicts",
            "CHOICE_PROBES", "causal_caveats", "probe_families", "summary_cells",
            "PROBE_KINDS", "split_specs"]
 
@@ -127,6 +128,25 @@ def head_name(layer, head) -> str:
     return f"L{int(layer)}H{int(head)}"
 
 
+def marked_head(layer, head, closed: dict[str, str]) -> str:
+    """``L<layer>H<head>``, with ``(gate closed)`` (or what else ``closed`` says of it) when the probed run's
+    model does not use that head; ``closed``: ``{head name: why}`` (report.json's ``closed_heads``)."""
+    name = head_name(layer, head)
+    return f"{name} ({closed[name]})" if name in closed else name
+
+
+def closed_best(summaries: dict[str, pd.DataFrame], closed: dict[str, str]) -> list[str]:
+    """``dep ccomp L0H1`` for every label whose best head the probed run does not use.
+
+    Args:
+        summaries: ``{probe: its best-head-per-label table}`` (``label``, ``layer``, ``head``).
+        closed: ``{head name: why}`` (report.json's ``closed_heads``; empty for a model without gates).
+    """
+    return [f"{name} {row.label} {head_name(row.layer, row.head)}" for name, summary in summaries.items()
+            if {"label", "layer", "head"} <= set(summary.columns)
+            for row in summary.itertuples(index=False) if head_name(row.layer, row.head) in closed]
+
+
 def safe_name(text: str) -> str:
     """A file-name-safe version of ``text``."""
     return re.sub(r"[^A-Za-z0-9._-]+", "_", str(text)).strip("_") or "x"
@@ -220,13 +240,13 @@ def draw_heatmaps(panels: list[list[tuple[str, np.ndarray]]], unit: str, path: P
     return path
 
 
-def _panel_title(summary: pd.DataFrame, label: str, unit: str) -> str:
+def _panel_title(summary: pd.DataFrame, label: str, unit: str, closed: dict[str, str]) -> str:
     row = summary[summary["label"] == label]
     if row.empty:
         return label
     row = row.iloc[0]
     value = f"{row.score:.1f}" if unit == "%" else f"{row.score:.3g}"
-    return f"{label} (n={int(row['count'])})\nbest {head_name(row.layer, row['head'])} {value}"
+    return f"{label} (n={int(row['count'])})\nbest {marked_head(row.layer, row['head'], closed)} {value}"
 
 
 def write_report(folder: Path, probes: dict, meta: dict, panels: int = 16) -> dict:
@@ -255,7 +275,8 @@ def write_report(folder: Path, probes: dict, meta: dict, panels: int = 16) -> di
             families[name][family] = {"labels": labels, "unit": unit}
             if not labels:
                 continue
-            grids = [(_panel_title(summary, x, unit), heatmap_grid(table, x, probe.layers, probe.heads)) for x in labels]
+            grids = [(_panel_title(summary, x, unit, meta.get("closed_heads") or {}),
+                      heatmap_grid(table, x, probe.layers, probe.heads)) for x in labels]
             cols = min(4, len(grids))
             rows = [grids[i:i + cols] for i in range(0, len(grids), cols)]
             path = folder / f"{name}-{safe_name(family)}.png"
@@ -275,9 +296,9 @@ def write_report(folder: Path, probes: dict, meta: dict, panels: int = 16) -> di
     return {"tables": tables, "summaries": summaries, "images": images, "meta": meta}
 
 
-def _summary_columns(summary: pd.DataFrame) -> pd.DataFrame:
+def _summary_columns(summary: pd.DataFrame, closed: dict[str, str]) -> pd.DataFrame:
     out = summary.copy()
-    out["best head"] = [head_name(l, h) for l, h in zip(out["layer"], out["head"])]
+    out["best head"] = [marked_head(l, h, closed) for l, h in zip(out["layer"], out["head"])]
     first = ["label", "count", "best head", "score"]
     return out[first + [c for c in out.columns if c not in first + ["layer", "head"]]]
 
@@ -317,7 +338,7 @@ def report_markdown(meta: dict, summaries: dict, images: dict, probes: dict) -> 
         if summary.empty:
             lines += ["(no units in this split)", ""]
             continue
-        lines += [markdown_table(_summary_columns(summary)), ""]
+        lines += [markdown_table(_summary_columns(summary, meta.get("closed_heads") or {})), ""]
         for key, path in images.items():
             if key.startswith(f"{name}/"):
                 lines += [f"![{key}]({path.name})", ""]
@@ -334,6 +355,9 @@ def _meta_rows(meta: dict) -> list[tuple[str, str]]:
             ("encoder", f"{meta.get('encoder')}: {meta.get('layers')} layers x {meta.get('heads')} heads"),
             *attention,
             ("gates", meta.get("gates_text", "none")),
+            *([("closed heads", f"{', '.join(f'{n} ({why})' for n, why in meta['closed_heads'].items())}: they add "
+                                "nothing to the run's output; a best head among them is marked")]
+              if meta.get("closed_heads") else []),
             ("data", data_text), ("split", meta.get("split")),
             ("sentences", meta.get("sentences")), ("tokens (words)", meta.get("words")),
             ("sub-words", meta.get("subwords")),
@@ -408,13 +432,15 @@ def probe_families(report: Report, name: str, summary: pd.DataFrame) -> dict:
     return {"labels": {"labels": labels, "unit": "%"}}
 
 
-def summary_cells(summary: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+def summary_cells(summary: pd.DataFrame, closed: dict[str, str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(cell texts, numbers) of a probe's best-head-per-label table (``<probe>_summary.csv``) for the
     HTML page, columns as in report.md (label, count, best head ``L<l>H<h>``, score, the rest); integers
-    as such, other numbers with one decimal from 1 up, three significant digits below."""
+    as such, other numbers with one decimal from 1 up, three significant digits below. ``closed``:
+    ``{head name: why}`` of the heads the probed run does not use (report.json's ``closed_heads``; default
+    none), marked where one is best."""
     shown = summary.copy()
     if {"layer", "head"} <= set(shown.columns):  # label, count, best head, score, ...
-        shown["best head"] = [f"L{int(l)}H{int(h)}" for l, h in zip(shown["layer"], shown["head"])]
+        shown["best head"] = [marked_head(l, h, closed or {}) for l, h in zip(shown["layer"], shown["head"])]
         first = [c for c in ("label", "count", "best head", "score") if c in shown]
         shown = shown[first + [c for c in shown.columns if c not in first + ["layer", "head"]]]
     numbers = shown.select_dtypes("number")
