@@ -4,6 +4,7 @@ bad input, and a pruned folder. One tiny five-task run, trained once for the mod
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import nltk
@@ -248,8 +249,12 @@ def test_readers(tmp_path):
 
     conllu = tmp_path / "in.conllu"
     conllu.write_text("# sent_id = 1\n1-2\tdon't\t_\t_\t_\t_\t_\t_\t_\t_\n1\tdo\t_\t_\t_\t_\t_\t_\t_\t_\n"
-                      "2\tn't\t_\t_\t_\t_\t_\t_\t_\t_\n3\tgo\t_\t_\t_\t_\t_\t_\t_\t_\n\n1\tYes\n", encoding="utf-8")
+                      "2\tn't\t_\t_\t_\t_\t_\t_\t_\t_\n3\tgo\t_\t_\t_\t_\t_\t_\t_\t_\n\n1\tYes" + "\t_" * 8 + "\n",
+                      encoding="utf-8")
     assert [s.words for s in read_conllu_words(conllu)] == [["do", "n't", "go"], ["Yes"]]
+    conllu.write_text("# c\n1\tThe\tthe\tDET\n2\tcat\tcat\tNOUN\n", encoding="utf-8")  # issue 53, item 3
+    with pytest.raises(DataError, match=f"^{re.escape(str(conllu))}:2: line has 4 tab-separated columns; expected 10$"):
+        read_conllu_words(conllu)
 
     jsonl = tmp_path / "in.jsonl"
     jsonl.write_text('{"words": ["A", "b"]}\n\n{"text": "Raw (text)."}\n', encoding="utf-8")
@@ -358,6 +363,7 @@ def test_cli_bad_input_exits_2_naming_the_spot(run_dir, tmp_path, capsys):
     (tmp_path / "nowords.jsonl").write_text('{"tokens": ["a"]}\n', encoding="utf-8")
     (tmp_path / "noform.conllu").write_text("# c\n1\t_\t_\t_\t_\t_\t_\t_\t_\t_\n2\t_\t_\t_\t_\t_\t_\t_\t_\t_\n",
                                             encoding="utf-8")
+    (tmp_path / "four.conllu").write_text("1\tThe\tthe\tDET\n2\tcat\tcat\tNOUN\n", encoding="utf-8")
     pos_only = tmp_path / "pos-run"
     shutil.copytree(run_dir, pos_only, ignore=shutil.ignore_patterns("checkpoint*"))
     saved = OmegaConf.load(pos_only / "config.yaml")
@@ -371,6 +377,8 @@ def test_cli_bad_input_exits_2_naming_the_spot(run_dir, tmp_path, capsys):
         ([run_dir, f"input={tmp_path / 'bad.jsonl'}", out], f"{tmp_path / 'bad.jsonl'}:2: not valid JSON"),
         ([run_dir, f"input={tmp_path / 'nowords.jsonl'}", out], f"{tmp_path / 'nowords.jsonl'}:1: no key 'words'"),
         ([run_dir, f"input={tmp_path / 'noform.conllu'}", out], f"{tmp_path / 'noform.conllu'}:2: sentence has no words"),
+        ([run_dir, f"input={tmp_path / 'four.conllu'}", out],
+         f"{tmp_path / 'four.conllu'}:1: line has 4 tab-separated columns; expected 10"),
         ([pos_only, f"input={good}", out, "tasks=pos,dep"], "config key 'tasks'"),
         ([run_dir, f"input={good}", out, "tasks=pos,chunk"], "config key 'tasks'"),
         ([run_dir, f"input={good}", f"out={tmp_path / 'no' / 'such' / 'o.conll'}"], "config key 'out'"),

@@ -86,11 +86,20 @@ def read_conllu(path: str | os.PathLike, pos: str = "upos", deprel: str = "full"
     path = Path(path)
     if not path.is_file():
         raise MissingDataError(f"{path}:1: no such file; expected a CoNLL-U file")
-    blocks = [_word_rows(path, rows) for rows in _row_blocks(path)]
+    blocks = word_rows(path)
     if not blocks:
         raise data_error(f"{path}:1", "no sentences found; expected CoNLL-U word lines of "
                                       f"{N_COLUMNS} tab-separated columns")
     return [_sentence(path, words, pos, deprel) for words in blocks]
+
+
+def word_rows(path: str | os.PathLike) -> list[list[Row]]:
+    """The word lines of each sentence of a CoNLL-U file (``path``), as (line number, columns): ranges and
+    empty nodes dropped; every line of 10 tab-separated columns, ids 1..n, a FORM; else a DataError at the
+    line. What :func:`read_conllu` reads its layers from, and prediction (:func:`mtl_heads.data.text.read_conllu_words`)
+    its words."""
+    path = Path(path)
+    return [_word_rows(path, rows) for rows in _row_blocks(path)]
 
 
 def _row_blocks(path: Path) -> list[list[Row]]:

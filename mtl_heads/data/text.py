@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 
 import nltk
 
+from mtl_heads.data.conllu import FORM, word_rows
 from mtl_heads.data.errors import DataError, data_error, read_lines
 from mtl_heads.data.sentence import Sentence
 from mtl_heads.data.trees import MAX_TREE_DEPTH, ptb_line, too_deep
@@ -96,40 +96,19 @@ def read_text(path: str | os.PathLike, tokenized: bool = False) -> list[Sentence
 # ---------------------------------------------------------------- CoNLL-U words
 
 
-_NOT_A_WORD = re.compile(r"\d+-\d+|\d+\.\d+")  # multi-word token range, enhanced empty node
-
-
 def read_conllu_words(path: str | os.PathLike) -> list[Sentence]:
-    """The words (FORM, column 2) of each sentence of a CoNLL-U file, for prediction: the other
-    columns may be anything (``_`` heads too) and are not read. Multi-word token ranges (``1-2``)
-    and empty nodes (``8.1``) are skipped, as :func:`~mtl_heads.data.conllu.read_conllu` skips
-    them. A sentence whose every FORM is ``_`` (a treebank distributed without its text) has no
-    words to predict on: a DataError at its first line, as are bad ids and missing columns."""
+    """The words (FORM, column 2) of each sentence of a CoNLL-U file, for prediction: the lines are checked
+    as the training reader checks them (:func:`~mtl_heads.data.conllu.word_rows`: 10 tab-separated columns,
+    ids 1..n; multi-word token ranges ``1-2`` and empty nodes ``8.1`` skipped), the other columns may hold
+    anything (``_`` heads too) and are not read. A sentence whose every FORM is ``_`` (a treebank
+    distributed without its text) has no words to predict on: a DataError at its first line, as are bad
+    lines and a FORM with whitespace."""
     sentences: list[Sentence] = []
-    words: list[str] = []
-    first = None
-    lines = read_lines(path, "CoNLL-U file")
-    for number, line in enumerate(lines + [""], start=1):
-        if not line.strip():
-            if first is not None:
-                sentences.append(_conllu_sentence(path, first, words))
-            words, first = [], None
-            continue
-        if line.startswith("#"):
-            continue
-        where = f"{path}:{number}"
-        first = first or number
-        cols = line.split("\t")
-        if len(cols) < 2:
-            raise data_error(where, "line has no tab; expected tab-separated CoNLL-U columns ID, FORM, ...")
-        if _NOT_A_WORD.fullmatch(cols[0]):
-            continue
-        if cols[0] != str(len(words) + 1):
-            raise data_error(where, f"word id {_show(cols[0])}; expected {len(words) + 1} (ids run 1..n in order)")
-        form = cols[1]
-        if not form or any(ch.isspace() for ch in form):
-            raise data_error(where, f"FORM {_show(form)} is empty or holds whitespace; expected a word")
-        words.append(form)
+    for words in word_rows(path):
+        for number, cols in words:
+            if any(ch.isspace() for ch in cols[FORM]):
+                raise data_error(f"{path}:{number}", f"FORM {_show(cols[FORM])} holds whitespace; expected a word")
+        sentences.append(_conllu_sentence(path, words[0][0], [cols[FORM] for _, cols in words]))
     if not sentences:
         raise _no_sentence(path, "CoNLL-U word lines (ID, FORM, ... tab-separated)")
     return sentences
@@ -137,9 +116,6 @@ def read_conllu_words(path: str | os.PathLike) -> list[Sentence]:
 
 def _conllu_sentence(path, first: int, words: list[str]) -> Sentence:
     where = f"{path}:{first}"
-    if not words:
-        raise data_error(where, "sentence has no word line (only multi-word ranges or empty nodes); expected "
-                                "word lines with ids 1..n")
     if all(word == "_" for word in words):
         raise data_error(where, "sentence has no words: every FORM (column 2) is '_' (a treebank distributed "
                                 "without its text?); expected the words to predict on")
