@@ -231,6 +231,25 @@ def test_a_budget_run_says_how_far_it_ended_from_the_budget(base, tmp_path, caps
     plain = run(base + ["tasks=pos", "prune=dynamic", f"run_dir={tmp_path / 'lambda'}"])
     out = capsys.readouterr().out  # a lambda run has no budget
     assert "budget" not in plain and "budget 2 heads" not in out and "(budget" not in out
+    assert plain["heads_kept"] == plain["heads_total"] == 8  # issue 53, item 4: a lambda that closed nothing says so
+    assert "no head pruned (8/8 kept): the L0 weight prune.lambda=0.01 (auto: the reference value for these tasks) " \
+           "closed no gate" in out
+
+
+def test_the_nothing_pruned_line_names_the_keys_that_prune():
+    from omegaconf import OmegaConf
+
+    from mtl_heads.model.sparsity import nothing_pruned_line
+
+    cfg = OmegaConf.create({"train": {"epochs": 3, "lr_gate": 0.05}, "prune": {"lambda": "auto"}})
+    assert nothing_pruned_line(0.001, 72, cfg) == (
+        "no head pruned (72/72 kept): the L0 weight prune.lambda=0.001 (auto: the reference value for these tasks) "
+        "closed no gate in 3 epoch(s); to prune, raise prune.lambda (e.g. 0.01), train longer (train.epochs, now 3) "
+        "or let the gates move faster (train.lr_gate, now 0.05), or ask for a head count with prune.budget (e.g. "
+        "prune.budget=36)")
+    cfg.prune["lambda"] = 0.0
+    assert "prune.lambda=0 closed no gate" in nothing_pruned_line(0.0, 8, cfg)
+    assert "(e.g. 0.001)" in nothing_pruned_line(0.0, 8, cfg)
 
 
 def test_the_budget_line_names_the_keys_that_close_the_gap():

@@ -27,7 +27,7 @@ from mtl_heads.config import PRUNE_MODES, ConfigError
 from mtl_heads.model.precision import fp32
 
 __all__ = ["LAMBDA_DEFAULTS", "MTL_LAMBDA", "LagrangianBudget", "resolve_lambda", "resolve_budget", "Sparsity",
-           "sparsity_from_config", "PRUNE_MODES", "prune_mode", "budget_gap", "budget_line"]
+           "sparsity_from_config", "PRUNE_MODES", "prune_mode", "budget_gap", "budget_line", "nothing_pruned_line"]
 
 # task -> L0 weight used by He & Choi (2021)'s reference scripts for head pruning
 LAMBDA_DEFAULTS: dict[str, float] = {"pos": 0.01, "dep": 0.01, "con": 0.01, "srl": 0.001, "ner": 0.0002}
@@ -220,3 +220,22 @@ def budget_line(gap: dict[str, int], kept_per_epoch: list[int], cfg) -> str:
     return (f"{head}: the gates were still {'closing' if off > 0 else 'opening'} when training ended; what closes "
             f"the gap: {steps}, a larger prune.lr_lagrangian (now {lr_lagrangian}: how fast the budget's pull grows) "
             f"or train.lr_gate (now {lr_gate}: how fast the gates follow)")
+
+
+def nothing_pruned_line(weight: float, heads: int, cfg) -> str:
+    """One line for the end of a pruning run with an L0 weight (no budget) that kept every head: why (the
+    weight's pull did not close a gate in the steps it had) and what to change, naming the run's own values.
+
+    Args:
+        weight: the L0 weight lambda the run used (:func:`resolve_lambda` of ``prune.lambda``).
+        heads: the heads of the encoder, all kept.
+        cfg: the run config (its ``prune.lambda``, ``train.epochs`` and ``train.lr_gate`` are named).
+    """
+    from omegaconf import OmegaConf
+
+    given, epochs, lr_gate = (OmegaConf.select(cfg, key) for key in ("prune.lambda", "train.epochs", "train.lr_gate"))
+    source = " (auto: the reference value for these tasks)" if str(given).strip().lower() == "auto" else ""
+    return (f"no head pruned ({heads}/{heads} kept): the L0 weight prune.lambda={weight:g}{source} closed no gate in "
+            f"{epochs} epoch(s); to prune, raise prune.lambda (e.g. {weight * 10 if weight else MTL_LAMBDA:g}), train "
+            f"longer (train.epochs, now {epochs}) or let the gates move faster (train.lr_gate, now {lr_gate}), or ask for a head count with "
+            f"prune.budget (e.g. prune.budget={max(heads // 2, 1)})")

@@ -25,7 +25,7 @@ from mtl_heads.model.model import MultiTaskModel
 from mtl_heads.training.parallel import check_strategy, make_parallel
 from mtl_heads.model.precision import uses_bf16
 from mtl_heads.folders import check_run_dir, seed_dir
-from mtl_heads.model.sparsity import budget_gap, budget_line, prune_mode
+from mtl_heads.model.sparsity import budget_gap, budget_line, nothing_pruned_line, prune_mode
 from mtl_heads.training.tracking import Tracker
 from mtl_heads.training.trainer import Trainer, format_scores, mean_score, seed_everything, selection_tasks
 
@@ -318,6 +318,8 @@ def finish(trainer: Trainer, tasks: dict, cfg: DictConfig, run_dir: Path, rank: 
         if "budget" in metrics:
             print(budget_line(metrics["budget"], [r["heads_kept"] for r in trainer.state.history if "heads_kept" in r],
                               cfg))
+        elif trainer.sparsity.active and metrics["heads_kept"] == metrics["heads_total"]:  # lambda closed nothing
+            print(nothing_pruned_line(trainer.sparsity.weight, metrics["heads_total"], cfg))
         trained_on = tuple(set(tasks) - set(selection_tasks(cfg, tasks)))
         cut = {role: f" [on {cut_note(c)}]" for role, c in (cuts or {}).items()}
         print(f"dev  {format_scores(results['dev'], tasks, trained_on)}{cut.get('dev', '')}")
