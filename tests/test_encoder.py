@@ -303,6 +303,24 @@ def test_encoder_not_found_offline(monkeypatch):
     assert isinstance(err.value, ValueError)
 
 
+@pytest.mark.parametrize("name, message", [
+    ("runs/nope", "no such folder: runs/nope (no nope in runs/)"),  # a mistyped run folder beside runs/
+    ("./nope", "no such folder: ./nope (no nope in ./)"),
+    ("runs/tour/seed1/x", "no such folder: runs/tour/seed1/x (no tour in runs/)"),
+])
+def test_a_name_that_looks_like_a_path_is_not_tried_on_the_hub(name, message, tmp_path, monkeypatch):
+    """Issue 53, item 6: ``model=runs/nope`` went to the hub (5 retries, 48 s) before failing."""
+    import mtl_heads.model.encoder as encoder
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    monkeypatch.setattr(encoder, "_hub_offline", lambda: False)  # online, as a user's machine is
+    with pytest.raises(EncoderNotFound) as err:
+        GatedEncoder.from_pretrained(name)
+    assert str(err.value).startswith(f"{message}; a name that looks like a path is not looked up on the hub")
+    assert "hf download" not in str(err.value)
+
+
 def _save_tiny_bert(folder):
     words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "##s", "on", "mat"]
     (folder / "vocab.txt").write_text("\n".join(words) + "\n")

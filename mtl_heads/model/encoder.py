@@ -20,6 +20,7 @@ import logging
 import os
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterator, Sequence
 
 import torch
@@ -551,7 +552,7 @@ def _load(loader, name: str, path: str, local_only: bool, **kwargs):
     try:
         return loader(path, local_files_only=True, **kwargs)
     except _NOT_FOUND_ERRORS as local_error:
-        if local_only or _hub_offline():
+        if local_only or _hub_offline() or _looks_like_path(name):
             if os.path.isdir(path):
                 raise  # a real folder with a broken or missing file: show the real error
             raise EncoderNotFound(_not_found_message(name)) from local_error
@@ -569,7 +570,27 @@ def _weights_file(path: str) -> str:
     return path
 
 
+def _looks_like_path(name: str) -> bool:
+    """Whether ``name`` is meant as a folder, not a hub repository id (``owner/name``): it starts with
+    ``.``, ``~`` or a separator, holds a backslash or more than one ``/``, or its first part is a folder
+    here (``runs/nope`` beside ``runs/``). A hub model cached under such a name still loads (the cache is
+    read first); only the hub is not tried."""
+    if name.startswith((".", "~", "/", os.sep)) or "\\" in name or name.count("/") > 1:
+        return True
+    return "/" in name and os.path.isdir(name.split("/")[0])
+
+
+def _missing_folder(name: str) -> str:
+    """Where ``name``, a path that is not there, stops existing: ``runs/nope (runs/ has no nope)``."""
+    path = Path(os.path.expanduser(name))
+    parent = next((p for p in path.parents if p.is_dir()), None)
+    return f"{name} (no {path.relative_to(parent).parts[0]} in {parent}/)" if parent is not None else name
+
+
 def _not_found_message(name: str) -> str:
+    if _looks_like_path(name):
+        return (f"no such folder: {_missing_folder(name)}; a name that looks like a path is not looked up on the "
+                "hub. Pass the folder of a run or of a model (config.json and the weights)")
     return (
         f"encoder {name!r} is neither a local folder nor in the Hugging Face cache"
         + (" (HF_HUB_OFFLINE is set, so the hub was not tried)" if _hub_offline() else " nor reachable on the hub")
