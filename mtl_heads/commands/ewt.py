@@ -8,8 +8,11 @@ propbank/propbank-release, UniversalDependencies/UD_English-EWT and UniversalNER
 
     python -m mtl_heads ewt                                               # download, build data/ewt
     python -m mtl_heads ewt sources=../shared/data/ewt-sources            # offline, from local files
+    python -m mtl_heads ewt sources=tests/fixtures/ewt-sources check=false # offline in a clone: a small real corpus
     python -m mtl_heads ewt out=/data/ewt sources=~/clones check=false force=true
 
+The last builds a small real corpus (67 sentences of 6 documents) from the excerpts of the three sources
+that the tests use: enough to run the whole pipeline on real text offline, not to measure anything.
 Without ``sources=``, the repositories' archives are downloaded from GitHub over HTTPS into
 ``$MTL_HEADS_CACHE/ewt-sources`` (default ``~/.cache/mtl_heads``) and reused from there. Every
 repository's files are checked against a pinned content digest (``mtl_heads.data.ewt_sources``).
@@ -42,7 +45,8 @@ KEYS = {  # key: (default, what it means): the command's whole configuration, an
     "out": ("data/ewt", ("the corpus folder written (its parent folders are created); where data=ewt looks "
                          "first")),
     "sources": ("", ("a folder holding propbank-release/, UD_English-EWT/ and UNER_English-EWT/: "
-                     "../shared/data/ewt-sources or git clones; empty: download the pinned commits' archives")),
+                     "../shared/data/ewt-sources or git clones (tests/fixtures/ewt-sources with check=false: a small "
+                     "real corpus); empty: download the pinned commits' archives")),
     "check": (True, ("a sources folder whose files differ from the pinned commits' is an error; false: "
                      "a warning, and the build goes on (a newer clone, on purpose)")),
     "force": (False, "replace a non-empty out (only once the new corpus is built)"),

@@ -18,6 +18,7 @@ from mtl_heads.config import EWT_BUILD, EWT_FOLDERS, UD_FORMATS, ConfigError, fi
 from mtl_heads.data.conll2012 import read_conll2012
 from mtl_heads.data.conllu import attach_conllu, read_conllu
 from mtl_heads.data.demo import ensure_demo_corpus
+from mtl_heads.data.ewt_sources import small_corpus_command
 from mtl_heads.data.headrules import tree_to_dependencies
 from mtl_heads.data.sentence import Sentence
 
@@ -157,7 +158,8 @@ def _conll2012(data, role: str, split: str) -> list[Sentence]:
 def _ewt(data, role: str, split: str) -> list[Sentence]:
     if not data.path:  # none of EWT_FOLDERS holds it (mtl_heads.config.locate_ewt)
         raise ConfigError(f"config key 'data.path': no EWT corpus in {' or '.join(EWT_FOLDERS)}; build it from its "
-                          f"public sources with `{EWT_BUILD}`, or give data.path=<folder of en_ewt.*>")
+                          f"public sources with `{EWT_BUILD}` (offline, a small real corpus: `{small_corpus_command()}`), "
+                          "or give data.path=<folder of en_ewt.*>")
     folder = resolve_path(data.path, "data.path")
     conll = folder / f"en_ewt.{split}.gold_conll"
     if not conll.exists():

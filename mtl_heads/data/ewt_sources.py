@@ -37,6 +37,7 @@ from typing import Callable
 from mtl_heads.data.errors import DataError, MissingDataError
 from mtl_heads.data.ewt_align import REPOS, source_files
 from mtl_heads.files import file_sha256
+from mtl_heads.folders import shown
 from mtl_heads.progress import progress_bar
 
 # Content digests of the files the build reads, per REPOS key, at the pinned commits (see above).
@@ -48,8 +49,21 @@ DIGESTS = {
 ARCHIVE_URL = "https://codeload.github.com/{github}/tar.gz/{commit}"
 TIMEOUT = 60  # seconds without a byte before a download gives up
 CHUNK = 1 << 20
-LOCAL = ("build without a network from a folder holding propbank-release, UD_English-EWT and UNER_English-EWT: "
-         "sources=../shared/data/ewt-sources (the files the build reads), or sources=<folder of git clones>")
+EXCERPTS = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "ewt-sources"  # in a clone
+
+
+def small_corpus_command() -> str:
+    """The command that builds a small real corpus offline, from the excerpts of the three sources that the
+    tests use (:data:`EXCERPTS`, named relative to the working folder when below it; ``check=false``: they
+    are excerpts, not the pinned repositories)."""
+    return f"python -m mtl_heads ewt sources={shown(EXCERPTS)} check=false"
+
+
+def offline_hint() -> str:
+    """What to do when the sources cannot be downloaded: a folder of clones, or the small real corpus."""
+    return ("build without a network from a folder holding propbank-release, UD_English-EWT and UNER_English-EWT "
+            "(git clones at the pinned commits): sources=<folder>; or, to try the pipeline on real text, a small "
+            f"corpus (67 sentences, from the tests' excerpts of the sources): {small_corpus_command()}")
 
 
 def content_digest(name: str, root: Path) -> str:
@@ -176,14 +190,14 @@ def download(url: str, folder: Path, label: str, progress: bool, log: Callable[[
                     bar.update(len(block))
             if size is not None and got < size:  # read(n) returns b"" where the connection closed
                 raise DataError(f"{url}: cannot download it (the transfer broke off after {got} of {size} bytes); "
-                                f"try again, or {LOCAL}")
+                                f"try again, or {offline_hint()}")
     except urllib.error.HTTPError as err:
         part.unlink(missing_ok=True)
-        raise DataError(f"{url}: cannot download it (HTTP {err.code} {err.reason}); {LOCAL}") from None
+        raise DataError(f"{url}: cannot download it (HTTP {err.code} {err.reason}); {offline_hint()}") from None
     except (urllib.error.URLError, http.client.HTTPException, OSError) as err:
         part.unlink(missing_ok=True)
         reason = getattr(err, "reason", None) or err
-        raise DataError(f"{url}: cannot download it ({reason}; offline?); {LOCAL}") from None
+        raise DataError(f"{url}: cannot download it ({reason}; offline?); {offline_hint()}") from None
     except BaseException:
         part.unlink(missing_ok=True)
         raise
