@@ -11,15 +11,17 @@ printed too.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
+import itertools
 import statistics
 import time
 
 import torch
+from torch import nn
 
 from mtl_heads.model.encoder import GatedEncoder
 from mtl_heads.model.gating import HardConcreteGate
+from mtl_heads.model.precision import autocast
 
 
 def parse_args(argv=None):
@@ -46,22 +48,58 @@ def make_batch(vocab_size: int, batch: int, length: int, device: torch.device):
     return ids.masked_fill(mask == 0, 0).to(device), mask.to(device)
 
 
-def make_step(forward, params, device):
-    """One training step: forward, mean-square loss of the last layer, backward, AdamW."""
+def make_step(forward, params, device, precision: str = "auto"):
+    """One training step: forward, mean-square loss of the last layer, backward, AdamW.
+
+    Args:
+        forward: called with no argument, returns the last hidden layer ``[batch, seq, hidden]``.
+        params: the parameters AdamW (lr 1e-5) updates.
+        device: where the model runs.
+        precision: ``auto`` (default: bf16 autocast on CUDA, none on CPU), ``fp32`` or ``bf16``, as
+            the ``precision`` key of a run (``mtl_heads.model.precision.autocast``).
+
+    The returned step keeps its optimiser as ``step.optimizer`` (its moments count in memory figures).
+    """
     optimizer = torch.optim.AdamW(params, lr=1e-5)
-    autocast = (
-        torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
-    )
 
     def step():
         optimizer.zero_grad(set_to_none=True)
-        with autocast:
+        with autocast(device, precision):
             hidden = forward()
         loss = hidden.float().pow(2).mean()
         loss.backward()
         optimizer.step()
 
+    step.optimizer = optimizer
     return step
+
+
+def plain_and_gated(encoder: GatedEncoder, device: torch.device) -> tuple[nn.Module, GatedEncoder]:
+    """The bare model of ``encoder`` (a copy: no hooks) and the same weights behind Hard Concrete gates
+    (a fresh ``HardConcreteGate``, default init), both on ``device`` in training mode. ``encoder``'s
+    bare model becomes the gated one's: do not use ``encoder`` afterwards."""
+    plain = copy.deepcopy(encoder.model).to(device).train()  # the same weights, no hooks
+    gated = GatedEncoder(encoder.model, HardConcreteGate(encoder.num_layers, encoder.num_heads))
+    return plain, gated.to(device).train()
+
+
+def training_steps(plain: nn.Module, gated: GatedEncoder, batches: list, device: torch.device,
+                   precision: str = "auto") -> dict:
+    """``{"plain": step, "gated": step}`` (:func:`make_step`): each call trains on the next
+    ``(ids, mask)`` of ``batches``, cycling, so that both models see the same batches in the same
+    order when they take as many steps. ``precision``: see :func:`make_step` (default auto)."""
+    plain_batches, gated_batches = itertools.cycle(batches), itertools.cycle(batches)
+
+    def plain_forward():
+        ids, mask = next(plain_batches)
+        return plain(input_ids=ids, attention_mask=mask).last_hidden_state
+
+    def gated_forward():
+        ids, mask = next(gated_batches)
+        return gated(ids, mask).hidden
+
+    return {"plain": make_step(plain_forward, plain.parameters(), device, precision),
+            "gated": make_step(gated_forward, gated.parameters(), device, precision)}
 
 
 def timed(step, n: int, device: torch.device) -> float:
@@ -76,6 +114,26 @@ def timed(step, n: int, device: torch.device) -> float:
     return (time.perf_counter() - start) / n
 
 
+def interleaved(steps: dict, device: torch.device, warmup: int, rounds: int, n: int) -> dict[str, list[float]]:
+    """Seconds per step of each of ``steps`` (``{name: step}``) in each of ``rounds`` rounds of ``n``
+    steps, after ``warmup`` untimed steps each. The order flips every round (plain then gated, gated
+    then plain, ...), so that drifts in clock speed or load hit every step alike."""
+    for step in steps.values():
+        timed(step, warmup, device)
+    times = {name: [] for name in steps}
+    names = list(steps)
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else names[::-1]:  # cancel order effects
+            times[name].append(timed(steps[name], n, device))
+    return times
+
+
+def paired_ratio(times: dict[str, list[float]]) -> float:
+    """The median over rounds of gated / plain step time (:func:`interleaved`'s ``times``): the ratio
+    of neighbouring measurements, robust to slow drifts in machine load."""
+    return statistics.median(g / p for g, p in zip(times["gated"], times["plain"]))
+
+
 def main(argv=None):
     args = parse_args(argv)
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
@@ -83,28 +141,12 @@ def main(argv=None):
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    gated = GatedEncoder.from_pretrained(args.encoder, gate="none", attn_implementation=args.attn)
-    plain_model = copy.deepcopy(gated.model).to(device).train()  # the same weights, no hooks
-    gated = GatedEncoder(gated.model, HardConcreteGate(gated.num_layers, gated.num_heads)).to(device).train()
-    ids, mask = make_batch(plain_model.config.vocab_size, args.batch, args.length, device)
-
-    steps = {
-        "plain": make_step(
-            lambda: plain_model(input_ids=ids, attention_mask=mask).last_hidden_state,
-            plain_model.parameters(),
-            device,
-        ),
-        "gated": make_step(lambda: gated(ids, mask).hidden, gated.parameters(), device),
-    }
-    for step in steps.values():
-        timed(step, args.warmup, device)
-    times = {name: [] for name in steps}
-    for r in range(args.rounds):
-        order = ["plain", "gated"] if r % 2 == 0 else ["gated", "plain"]  # cancel order effects
-        for name in order:
-            times[name].append(timed(steps[name], args.steps, device))
-    # ratio of neighbouring measurements: robust to slow drifts in machine load
-    paired = statistics.median(g / p for g, p in zip(times["gated"], times["plain"]))
+    plain_model, gated = plain_and_gated(
+        GatedEncoder.from_pretrained(args.encoder, gate="none", attn_implementation=args.attn), device)
+    batch = make_batch(plain_model.config.vocab_size, args.batch, args.length, device)
+    times = interleaved(training_steps(plain_model, gated, [batch], device), device, args.warmup, args.rounds,
+                        args.steps)
+    paired = paired_ratio(times)
 
     plain, gate = statistics.median(times["plain"]), statistics.median(times["gated"])
     print(

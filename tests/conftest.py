@@ -37,10 +37,18 @@ def tiny_encoder_dir(tmp_path_factory) -> Path:
 
 @pytest.hookimpl(tryfirst=True)  # before -m selects on the markers
 def pytest_collection_modifyitems(items):
-    """Every test that uses ../shared/data (through a fixture of ``DATA_FIXTURES``) is an integration test."""
+    """Every test that uses ../shared/data (through a fixture of ``DATA_FIXTURES``) is an integration test;
+    a test marked ``cuda`` is skipped where torch sees no CUDA device."""
     for item in items:
         if any(name in getattr(item, "fixturenames", ()) for name in DATA_FIXTURES):
             item.add_marker(pytest.mark.integration)
+    cuda = [item for item in items if item.get_closest_marker("cuda")]
+    if cuda:
+        import torch
+
+        if not torch.cuda.is_available():
+            for item in cuda:
+                item.add_marker(pytest.mark.skip(reason="needs a CUDA device: torch.cuda.is_available() is False"))
 
 
 @pytest.fixture(scope="session")
