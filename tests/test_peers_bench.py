@@ -187,14 +187,15 @@ def test_render_pairs_seeds_and_says_what_speed_is_made_of(tables):
                 "train_cpu": wall, "predict_sentences": 50, "predict_wall": wall / 10, "predict_cpu": wall / 10,
                 "sorted_wall": float("nan"), "sorted_cpu": float("nan"),
                 "subwords": {"train": [slots, real], "predict": [slots, real]}, "settings": {}, "error": None,
-                "note": None, "machine": "2026-11-27 10:00, 2 cores (CPU)", "size": {"train": 1000}}
+                "note": None, "machine": "2026-11-27 10:00, 2 cores (CPU)", "size": {"train": 1000},
+                "updates": 126 if system == "mtl-heads" else 250}
 
     peer = tables.PEERS["pos"]
     results = {"records": [record("mtl-heads", "ours", s, 90.0 + s, 10.0, 1100, 1000) for s in (1, 2, 3)]
                + [record(peer, "equal", s, 88.5 + s, 20.0, 2200, 1000) for s in (1, 2, 3)]}
     text = tables.render(results)
     assert "| pos | equal | accuracy | 3 | 92.00 ± 1.00 | 90.50 ± 1.00 | +1.50 ± 0.00 |" in text
-    assert "| better | 2.0, 2.0 |" in text
+    assert "| better | 2.0, 2.0 | 126, 250 |" in text  # the epochs to the best, the optimiser updates
     # ours 10 s, the peer 20 s for the same real sub-words, over 1100 and 2200 slots: twice as fast per real
     # sub-word, all of it padding (the same work per slot)
     assert "ours faster per real sub-word (2.00x wall, 2.00x CPU) = padding 2.00x x work per slot 1.00x" in text
@@ -248,7 +249,7 @@ def test_seeds_the_rule_asks(tables):
     assert tables.seeds_asked({1: 1.2, 2: 0.9, 3: 1.2, 4: -9.0}) == (1, 2, 3)
 
 
-def test_bench_runs_supar_in_a_fresh_process_and_starts_a_stopped_try_again(peers, ewt, tmp_path):
+def test_bench_runs_supar_in_a_fresh_process_and_starts_a_stopped_try_again(peers, tables, ewt, tmp_path):
     """The bench's DEP pair, tiny, in a process that has loaded no model before supar's: supar's
     ``Parser.train`` gets its ``AdamW`` although loading the encoder replaced the ``transformers``
     module (it failed so when our side did not run first); and our side's folder left by a stopped
@@ -269,19 +270,25 @@ def test_bench_runs_supar_in_a_fresh_process_and_starts_a_stopped_try_again(peer
     assert [len(r["dev_curve"]) for r in records] == [1, 1], [(r["system"], r["dev_curve"]) for r in records]
     assert "an unfinished try, started again" in (tmp_path / "work" / "peers.log").read_text()
     assert all(r["seconds"] > 0 for r in records)
+    # the optimiser updates each side counted are those bench/peers.py --count-updates works out for a record
+    # that kept none (round 2's), from its data and batch settings: supar's own sampler, our batches
+    args = peers.parse_args(["--tasks", "dep", "--train", "12", "--dev", "6", "--test", "6"])
+    kept = {tables.record_key(r): r.pop("updates") for r in records}
+    assert all(kept.values()) and peers.count_updates({"records": records}, args, tmp_path / "count") == kept
 
 
 def test_the_bench_runs_the_seeds_the_rule_asks(peers, tables, tmp_path, monkeypatch):
     """``--seeds rule`` (the default): seeds 1 to 3 of each side, then 4 and 5 only for a task whose mean
     difference over seeds 1 to 3 is within 1 point; finished records are skipped on a rerun."""
-    gap = {"pos": 0.4, "ner": 3.0}  # ours - peer: POS close (seeds 4 and 5), NER not
+    gap = {"pos": 0.4, "ner": 3.0, "dep": 0.1}  # ours - peer: POS close (seeds 4 and 5), NER not
     ran = []
 
-    def fake_side(task, recipe, seed, args, work, corpus, gold_test, log):
+    def fake_side(task, recipe, system, seed, args, work, corpus, gold_test, log):
         ran.append((task, recipe, seed))
-        score = 90.0 + (gap[task] if recipe == "ours" else 0.0) + 0.01 * seed
-        return peers.Side(task, recipe, seed, "mtl-heads" if recipe == "ours" else tables.PEERS[task],
-                          scores={tables.METRICS[task]: score}, dev_curve=[score], best_epoch=1)
+        assert system != "mtl-heads" or recipe in ("ours", "own-full")  # ours' records: round 2's one, round 3's
+        score = 90.0 + (gap[task] if system == "mtl-heads" else 0.0) + 0.01 * seed
+        return peers.Side(task, recipe, seed, system, scores={tables.METRICS[task]: score}, dev_curve=[score],
+                          best_epoch=1)
 
     monkeypatch.setattr(peers, "run_side", fake_side)
     monkeypatch.setattr(peers, "corpus_of", lambda task, args: {"train": [], "dev": [], "test": []})
@@ -296,3 +303,162 @@ def test_the_bench_runs_the_seeds_the_rule_asks(peers, tables, tmp_path, monkeyp
     # the careful-user speed runs: seeds 1 to 3, not 4 and 5 (those are a close verdict's, and speed runs have none)
     peers.main(["--tasks", "pos", "--by-length", "--json", str(results), "--workdir", str(tmp_path / "work")])
     assert ran == [("pos", "equal+by-length", s) for s in (1, 2, 3)]
+    # round 3: seeds 1 to 3 whatever the differences (POS is close here), ours' records its own recipe's; and one
+    # (task, seed, side) per invocation, for a background job
+    ran.clear()
+    peers.main(["--tasks", "pos", "--recipe", "own-full", "--json", str(results), "--workdir", str(tmp_path / "work")])
+    assert ran == [("pos", "own-full", s) for s in (1, 2, 3) for _ in range(2)]
+    ran.clear()
+    for side in ("peer", "ours", "peer"):
+        peers.main(["--tasks", "dep", "--recipe", "own-full", "--seeds", "2", "--side", side, "--json", str(results),
+                    "--workdir", str(tmp_path / "work")])
+    assert ran == [("dep", "own-full", 2)] * 2  # the second peer call finds its record
+    systems = {(r["task"], r["recipe"], r["seed"], r["system"]) for r in json.loads(results.read_text())["records"]}
+    assert {("dep", "own-full", 2, "mtl-heads"), ("dep", "own-full", 2, tables.PEERS["dep"])} <= systems
+    with pytest.raises(SystemExit, match="ner not in own-full"):
+        peers.main(["--tasks", "ner", "--recipe", "own-full", "--json", str(results)])
+
+
+# supar's -c file for the tests: the keys its documented commands' flags set must be in it (supar reads a flag it
+# does not register through the file's keys), and warmup, which its Parser.train needs for a transformer encoder
+SUPAR_INI = """[Network]
+n_bert_layers = 4
+mix_dropout = .0
+bert_pooling = 'mean'
+encoder_dropout = .1
+[Optimizer]
+lr = 1e-3
+lr_rate = 1
+clip = 5.0
+warmup = .1
+[Run]
+batch_size = 2000
+buckets = 8
+epochs = 10
+update_steps = 1
+min_freq = 2
+fix_len = 20
+"""
+
+
+def test_supar_command_builds_its_arguments_as_its_command_line_does(bench, tmp_path):
+    """Round 3 runs supar's documented command: the -c file's values, the command's flags over them (lr, lr-rate,
+    batch size, update steps), the command's own defaults over those (buckets 32; CON without --mbr); and a
+    missing -c file is refused with where it comes from."""
+    conf = tmp_path / "dep.ini"
+    conf.write_text(SUPAR_INI)
+    argv = ["train", "-b", "-c", str(conf), "-p", str(tmp_path / "model"), *bench.SUPAR_FLAGS, "--bert=some-encoder"]
+    dep = bench.supar_command("dep", argv)
+    assert (dep.lr, dep.lr_rate, dep.batch_size, dep.update_steps, dep.epochs) == (5e-5, 20, 5000, 4, 10)
+    assert (dep.encoder_dropout, dep.warmup, dep.buckets, dep.encoder, dep.bert) == (0.1, 0.1, 32, "bert", "some-encoder")
+    assert (dep.tree, dep.proj, dep.Parser.__name__) == (False, False, "BiaffineDependencyParser")
+    con = bench.supar_command("con", argv)
+    assert con.mbr is False and con.Parser.__name__ == "CRFConstituencyParser"
+    with pytest.raises(FileNotFoundError, match="ptb.crf.con.roberta.ini .*-c crf-con-roberta-en.*--supar-conf"):
+        bench.supar_conf("con", None)
+    with pytest.raises(FileNotFoundError, match="is not there"):
+        bench.supar_conf("dep", tmp_path)
+    (tmp_path / "ptb.biaffine.dep.roberta.ini").write_text(SUPAR_INI)
+    assert bench.supar_conf("dep", tmp_path) == tmp_path / "ptb.biaffine.dep.roberta.ini"
+
+
+def test_round3_runs_each_peer_at_its_own_recipe_and_counts_updates(peers, bench, tables, ewt, tmp_path):
+    """Round 3 (``--recipe own-full``), tiny: DEP through supar's documented command with its -c file, POS with the
+    Trainer's documented defaults (no early stop, the last epoch kept), ours at its defaults for the same epochs.
+    Every record keeps its dev curve and the optimiser updates it counted, supar's its file's sha256 and values;
+    the counts are those worked out from the data and batch settings (supar's own sampler, 4 batches an update)."""
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "ptb.biaffine.dep.roberta.ini").write_text(SUPAR_INI)
+    results = tmp_path / "peers.json"
+    sizes = ["--train", "40", "--dev", "6", "--test", "6"]
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "peers.py"), "--tasks", "dep,pos", "--recipe", "own-full", "--seeds", "1",
+         *sizes, "--cap", "2", "--threads", "1", "--supar-conf", str(conf), "--json", str(results),
+         "--workdir", str(tmp_path / "work")],
+        cwd=REPO, capture_output=True, text=True, timeout=900, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = {(r["task"], r["system"]): r for r in json.loads(results.read_text())["records"]}
+    assert len(records) == 4 and all(r["recipe"] == "own-full" and r["error"] is None for r in records.values()), \
+        done.stdout[-3000:]
+    assert all(len(r["dev_curve"]) == 2 and r["updates"] > 0 for r in records.values())
+    supar = records[("dep", tables.PEERS["dep"])]["settings"]
+    from mtl_heads.files import file_sha256
+
+    assert supar["conf sha256"] == file_sha256(conf / "ptb.biaffine.dep.roberta.ini")
+    assert supar["conf values"]["encoder_dropout"] == 0.1 and supar["conf values"]["lr"] == 1e-3
+    assert (supar["lr"], supar["update_steps"], supar["buckets"], supar["epochs"]) == (5e-5, 4, 32, 2)
+    assert supar["predict"] == {"tree": True, "proj": True, "batch_size": 5000, "buckets": 8}
+    hf = records[("pos", tables.PEERS["pos"])]
+    assert (hf["settings"]["kept"], hf["settings"]["patience"], hf["settings"]["sentences a step"]) == ("last", None, 8)
+    assert (hf["settings"]["lr"], hf["settings"]["warmup"], hf["settings"]["clip"]) == (5e-5, 0, 1.0)
+    ours = records[("pos", "mtl-heads")]
+    assert ours["settings"]["patience"] is None and ours["size"]["train"] == 40
+    args = peers.parse_args(["--recipe", "own-full", *sizes, "--cap", "2", "--supar-conf", str(conf)])
+    kept = {tables.record_key(r): r.pop("updates") for r in records.values()}
+    assert peers.count_updates({"records": list(records.values())}, args, tmp_path / "count") == kept
+    assert kept[tables.record_key(hf)] == 2 * -(-40 // 8)  # 5 steps of 8 sentences an epoch
+    text = tables.render({"records": [{**r, "updates": kept[tables.record_key(r)]} for r in records.values()]})
+    assert "| dep | own-full | las | 1 |" in text and "- dep own-full mtl-heads:" in text
+
+
+def test_answer_says_where_ours_stands_and_what_early_stops_do(tables):
+    """docs/peers.md's opening, generated: per pair the verdict, the mean difference and the seeds ours is below
+    on; each early stop (a side that ran fewer epochs than its cap), the verdict over the seeds without one when
+    it differs (CON at equal knobs turned on one), the seeds where both sides stopped alike; what to pick."""
+    def record(system, seed, score, epochs, slots=1100):
+        return {"task": "con", "recipe": "ours" if system == "mtl-heads" else "equal", "seed": seed, "system": system,
+                "scores": {"f1": score}, "dev_curve": [70.0] * epochs, "best_epoch": epochs, "train_sentences": 100,
+                "train_wall": 10.0, "train_cpu": 10.0, "predict_sentences": 50, "predict_wall": 1.0,
+                "predict_cpu": 1.0, "sorted_wall": float("nan"), "sorted_cpu": float("nan"),
+                "subwords": {"train": [slots, 1000], "predict": [slots, 1000]}, "settings": {"cap": 10},
+                "error": None, "note": None, "updates": 630, "size": {"train": 1000}}
+
+    peer = tables.PEERS["con"]
+    seeds = {1: (80.5, 81.0, 10), 2: (80.7, 81.1, 10), 3: (80.6, 80.9, 10), 4: (80.5, 80.9, 10), 5: (80.5, 79.5, 7)}
+    results = {"records": [r for s, (o, p, e) in seeds.items()
+                           for r in (record("mtl-heads", s, o, 10), record(peer, s, p, e, slots=1400))]}
+    text = tables.answer(results)
+    assert "- **CON** against supar's CRF parser: *not resolved*, -0.12 (95% -0.90 to 0.66) F1" in text
+    assert "ours below on 4 of 5 seeds. Early stops (the shared patience of 2): supar on seed 5 (7 of 10 epochs)." in text
+    assert "Over the 4 seeds where neither side stopped early it reads *worse*" in text
+    assert "the verdict turns on that early stop." in text
+    assert "mtl-heads leads on no pair" in text and "CON: for accuracy, supar, not settled (ours below on 4 of 5" in text
+    # the same rates per real sub-word: about equal; 1.4 slots per real sub-word against 1.1: all padding
+    assert "training about equal (1.00x, 1.00x a sentence; 1.00x, 1.00x a real sub-word)" in text
+    # both sides stopped after as many epochs: the difference there is said, whatever the verdict
+    results["records"] = [dict(r, dev_curve=[70.0] * 9) if r["seed"] == 3 else r for r in results["records"]]
+    assert "On seed 3 both sides stopped after 9 epochs, and ours is 0.30 lower." in tables.answer(results)
+    assert "Round 3, each peer's own recipe on the whole EWT splits, has no run yet" in text
+
+
+def test_round3_rule_gives_the_corpus_sizes(ewt):
+    """The Round 3 rule's split sizes are those of the corpus the bench reads (each split's sentences)."""
+    text = (REPO / "docs" / "peers.md").read_text()
+    rule = text[text.index("## Round 3 rule"):].split("\n## ", 1)[0]
+    for split in ("train", "dev", "test"):
+        n = (ewt / f"en_ewt.{split}.conllu").read_text().count("\n# sent_id")
+        assert f"{n:,}" in rule, f"the Round 3 rule does not give the {split} split's {n:,} sentences"
+
+
+def test_committed_update_counts_are_worked_out_from_the_data(peers, ewt, tmp_path):
+    """docs/peers.json's ``updates`` section (round 2's records kept no update counts) is what ``--count-updates``
+    works out from their data and batch settings; the test above checks that against counted runs."""
+    path = REPO / "docs" / "peers.json"
+    results = json.loads(path.read_text())
+    counts = peers.count_updates({"records": results["records"]}, peers.parse_args([]), tmp_path)
+    assert counts == results["updates"]
+
+
+def test_a_record_joins_what_other_jobs_wrote_meanwhile(peers, tmp_path):
+    """Round 3 runs one (task, seed, side) per job: a job's record is added to the results file as it is on disk
+    then (another job's records kept), and replaces a failed try of the same side."""
+    path = tmp_path / "peers.json"
+    mine = {"records": []}
+    other = peers.Side("pos", "own-full", 2, "mtl-heads", scores={"accuracy": 90.0})
+    peers.add_record(path, {"records": []}, other, "machine", {"train": 1})  # another job, after this one read the file
+    failed = peers.Side("dep", "own-full", 1, "mtl-heads", error="ValueError: stopped")
+    peers.add_record(path, mine, failed, "machine", {"train": 1})
+    peers.add_record(path, mine, peers.Side("dep", "own-full", 1, "mtl-heads", scores={"las": 80.0}), "m", {"train": 1})
+    records = json.loads(path.read_text())["records"]
+    assert [(r["task"], r["seed"], r["error"]) for r in records] == [("dep", 1, None), ("pos", 2, None)]

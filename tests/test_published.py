@@ -119,8 +119,10 @@ def test_round1_claims_are_generated_from_round1s_record(tmp_path):
                 f"format=json out=$OLDPWD/{ROUND1}")
 
 
-def test_peers_section_is_generated_from_its_results_file():
-    """docs/peers.md's second comparison is what ``python bench/peers.py --render docs/peers.json`` writes."""
+@pytest.fixture(scope="module")
+def peers_blocks() -> dict[str, str]:
+    """docs/peers.md's generated blocks as bench/peers.py writes them from docs/peers.json: ``peers2`` (the
+    tables, ``--render``) and ``answer`` (the opening, ``--answer``), by their markers' names."""
     import importlib.util
     import sys
 
@@ -130,16 +132,52 @@ def test_peers_section_is_generated_from_its_results_file():
     sys.modules[spec.name] = bench  # its dataclass looks its module up while the class is made
     try:
         spec.loader.exec_module(bench)
-        generated = bench.render(bench.read_results(REPO / "docs" / "peers.json"))
+        results = bench.read_results(REPO / "docs" / "peers.json")
+        return {"peers2": bench.render(results), "answer": bench.answer(results)}
     finally:
         sys.modules.pop(spec.name, None)
+
+
+@pytest.mark.parametrize("block, flag", [("peers2", "--render"), ("answer", "--answer")])
+def test_peers_blocks_are_generated_from_the_results_file(peers_blocks, block, flag):
+    """docs/peers.md's tables and its opening answer are what ``python bench/peers.py --render`` and ``--answer``
+    write from docs/peers.json; the answer stands within the doc's first 30 lines."""
     doc = REPO / "docs" / "peers.md"
     text = doc.read_text()
-    begin, end = "<!-- peers2:begin -->", "<!-- peers2:end -->"
-    assert begin in text and end in text, "docs/peers.md has no <!-- peers2:begin/end --> block"
-    spliced = text[:text.index(begin) + len(begin)] + "\n" + generated + "\n" + text[text.index(end):]
-    assert_same(doc, spliced, "python bench/peers.py --render docs/peers.json (between the peers2 markers of "
+    begin, end = f"<!-- {block}:begin -->", f"<!-- {block}:end -->"
+    assert begin in text and end in text, f"docs/peers.md has no <!-- {block}:begin/end --> block"
+    spliced = text[:text.index(begin) + len(begin)] + "\n" + peers_blocks[block] + "\n" + text[text.index(end):]
+    assert_same(doc, spliced, f"python bench/peers.py {flag} docs/peers.json (between the {block} markers of "
                               "docs/peers.md)")
+    if block == "answer":
+        assert text[:text.index(end)].count("\n") < 30, "docs/peers.md's answer ends after its first 30 lines"
+
+
+def test_peers_hand_paragraphs_quote_the_generated_blocks(peers_blocks):
+    """The hand-written prose of docs/peers.md about the results (the introduction under the answer, and round 2's
+    reading up to round 3's rule) quotes no number of its own: each decimal in it is one of the generated blocks,
+    which the test above checks against the records."""
+    import re
+
+    text = (REPO / "docs" / "peers.md").read_text()
+    prose = (text[text.index("<!-- answer:end -->"):text.index("## Running it")]
+             + text[text.index("**Reading it** (round 2"):text.index("## Round 3 rule")])
+    quoted = re.findall(DECIMAL, prose)
+    source = peers_blocks["answer"] + peers_blocks["peers2"]
+    assert quoted and [n for n in quoted if not quoted_from(n, source)] == [], \
+        "numbers of docs/peers.md's hand paragraphs not in its generated blocks"
+
+
+def test_peers_round3_rule_is_unchanged_since_the_commit_the_doc_quotes():
+    """docs/peers.md's Round 3 rule, committed before any run of round 3, is the text of the commit the doc quotes
+    (``round3-rule-commit: ``), so that a rule changed after the runs cannot pass unnoticed."""
+    text = (REPO / "docs" / "peers.md").read_text()
+    marker = "round3-rule-commit: "
+    assert marker in text, f"docs/peers.md quotes no '{marker}<sha>'"
+    commit = text.split(marker, 1)[1].split()[0].strip("`.,;)")
+    rule = lambda doc: doc[doc.index("## Round 3 rule"):].split("\n## ", 1)[0]  # noqa: E731
+    then = git_or_skip(["show", f"{commit}:docs/peers.md"], commit).stdout
+    assert rule(then) == rule(text), f"docs/peers.md's Round 3 rule changed since {commit}, the commit it quotes"
 
 
 DECIMAL = r"[-+]?\d+\.\d+"  # a number as the hand paragraphs quote it
