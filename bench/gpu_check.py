@@ -119,6 +119,8 @@ def parse_args(argv=None):
                    help="seconds for the whole check (default 480; --dry-run 120); a larger one scales each section's limit")
     p.add_argument("--only", help=f"comma-separated sections to run (default all: {','.join(SECTIONS)})")
     p.add_argument("--keep", action="store_true", help="keep the work folder (run folders, weights) and name it")
+    p.add_argument("--encoder", help=f"the encoder instead of the packaged {PACKAGED} (a local folder; --dry-run: "
+                                     "instead of the tiny random BERT)")
     # internal: one section in a child process, or one DDP worker under torchrun
     p.add_argument("--section", choices=SECTIONS, help=argparse.SUPPRESS)
     p.add_argument("--ddp-worker", action="store_true", help=argparse.SUPPRESS)
@@ -127,6 +129,19 @@ def parse_args(argv=None):
     p.add_argument("--deadline", type=float, help=argparse.SUPPRESS)
     p.add_argument("--worlds", help=argparse.SUPPRESS)
     return p.parse_args(argv)
+
+
+def plan_of(args) -> dict:
+    """``PLANS["dry"]`` or ``PLANS["real"]`` for ``args`` (``--dry-run``), with ``--encoder`` when given."""
+    plan = dict(PLANS["dry" if args.dry_run else "real"])
+    if args.encoder:
+        plan["encoder"] = args.encoder
+    return plan
+
+
+def passed_on(args) -> list[str]:
+    """The options a section's process and a DDP worker get from the check's command line."""
+    return (["--dry-run"] if args.dry_run else []) + (["--encoder", args.encoder] if args.encoder else [])
 
 
 # --- what a section gets ------------------------------------------------------------------------
@@ -349,6 +364,8 @@ def cuda_tests(ctx: Context) -> dict:
     result = {"command": " ".join(cmd[1:]), "exit_code": code, "counts": counts, "tests": cases,
               "summary": ", ".join(f"{n} {k}" for k, n in counts.items() if n) or "no test ran"}
     bad = [c["test"] for c in cases if c["outcome"] in ("failed", "error")]
+    if not ctx.dry and not bad and code == 0 and not counts["passed"]:
+        raise SectionFailed(f"no CUDA test ran: {result['summary']} (see the messages)", result)
     if bad or code != 0 or not cases:
         raise SectionFailed(f"{len(bad)} CUDA test(s) failed: {', '.join(bad)}" if bad
                             else "pytest ran out of time" if code is None else f"pytest exited {code}", result)
@@ -396,14 +413,18 @@ def throughput(ctx: Context) -> dict:
     overhead = bench_module("gate_overhead")
     plan = ctx.plan["throughput"]
     device = pick_device("auto")
-    cfg = load_config(setting(ctx, ctx.plan["corpus"]))
+    corpus = ctx.plan["corpus"]
+    cfg = load_config(setting(ctx, corpus))
+    if corpus == "ewt" and not cfg.data.path:  # data=ewt found no corpus: the demo's sentences, said so
+        corpus = "demo (no EWT corpus in data/ewt or ../shared/data/ewt)"
+        cfg = load_config(setting(ctx, "demo"))
     pretrained = GatedEncoder.from_pretrained(cfg.encoder.name, gate="none", attn_implementation="sdpa")
     _, examples = mtl_data(cfg, pretrained)
     batches, drawn = batch_mix(examples["train"], cfg.train.batch_size, cfg.train.sampling_alpha, plan["batches"],
                                pretrained.tokenizer.pad_token_id, device)
     per_step = sum(len(ids) for ids, _ in batches) / len(batches)
     result = {"device": str(device), "precision": "bf16 autocast" if device.type == "cuda" else "fp32 (CPU)",
-              "batch_mix": {"corpus": ctx.plan["corpus"], "batches": len(batches), "sentences_per_step": per_step,
+              "batch_mix": {"corpus": corpus, "batches": len(batches), "sentences_per_step": per_step,
                             "positions_per_step": sum(ids.numel() for ids, _ in batches) / len(batches),
                             "tasks": {t: drawn.count(t) for t in sorted(set(drawn))}},
               "steps": {k: plan[k] for k in ("warmup", "rounds", "steps")}, "goal": THROUGHPUT_GOAL, "sizes": []}
@@ -488,7 +509,8 @@ def ddp(ctx: Context) -> dict:
     for world in worlds:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}",
                str(Path(__file__).resolve()), "--ddp-worker", "--work", str(ctx.work), "--worlds",
-               ",".join(map(str, worlds))] + (["--dry-run"] if ctx.dry else [])
+               ",".join(map(str, worlds))] + (["--dry-run"] if ctx.dry else []) + (
+                   ["--encoder", ctx.plan["encoder"]] if ctx.plan["encoder"] else [])
         print(" ".join(cmd), flush=True)
         code = run_group(cmd, ctx.left(), env)
         ended = "ran out of time" if code is None else f"exited {code}"
@@ -577,7 +599,7 @@ def ddp_worker(args) -> int:
     from mtl_heads.training.experiment import setup_distributed
     from mtl_heads.training.parallel import make_parallel
 
-    ctx = Context(args.dry_run, Path(args.work), float("inf"), PLANS["dry" if args.dry_run else "real"], Path(os.devnull))
+    ctx = Context(args.dry_run, Path(args.work), float("inf"), plan_of(args), Path(os.devnull))
     cfg = load_config(setting(ctx, "demo"))
     rank, world, device = setup_distributed(cfg)  # joins a group (NCCL on CUDA, gloo on CPU) when world > 1
     if device.type == "cuda" and device.index is None:
@@ -766,8 +788,7 @@ FUNCTIONS: dict[str, Callable[[Context], dict]] = {
 
 def run_section(args) -> int:
     """Child process: run one section, write its record (status, result, error) to ``args.result``."""
-    ctx = Context(args.dry_run, Path(args.work), args.deadline, PLANS["dry" if args.dry_run else "real"],
-                  Path(args.result))
+    ctx = Context(args.dry_run, Path(args.work), args.deadline, plan_of(args), Path(args.result))
     try:
         payload = {"status": "ok", "result": FUNCTIONS[args.section](ctx)}
     except SectionFailed as err:
@@ -811,7 +832,7 @@ def launch(name: str, args, work: Path, logs: Path, limit: float, env: dict) -> 
     result_file, log = work / f"{name}.result.json", logs / f"{name}.log"
     deadline = time.time() + max(limit - 5.0, 0.8 * limit)  # the child's own stop: before the kill
     cmd = [sys.executable, str(Path(__file__).resolve()), "--section", name, "--work", str(work),
-           "--result", str(result_file), "--deadline", f"{deadline:.3f}"] + (["--dry-run"] if args.dry_run else [])
+           "--result", str(result_file), "--deadline", f"{deadline:.3f}", *passed_on(args)]
     started = time.time()
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -904,7 +925,12 @@ def main(argv=None) -> int:
             cap = plan["limits"][name]
             limit = end - time.time() - later
             limit = limit if cap is None else min(scale * cap, limit)
-            if limit < 5:
+            no_cuda = not args.dry_run and (record["sections"].get("environment", {}).get("result") or {}).get(
+                "cuda_available") is False
+            if no_cuda:
+                record["sections"][name] = {"status": "skipped", "seconds": 0.0,
+                                            "error": "torch sees no CUDA device (--dry-run checks the CPU path)"}
+            elif limit < 5:
                 record["sections"][name] = {"status": "skipped", "seconds": 0.0, "error": "no time left in the budget"}
             else:
                 print(f"[{time.time() - started:5.0f} s] {name} (at most {limit:.0f} s) ...", flush=True)

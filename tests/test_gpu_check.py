@@ -70,11 +70,17 @@ def test_dry_run_fills_every_section(tmp_path):
     assert seed1["epochs"] == 2 and set(seed1["dev_after_epoch_1"]) == TASKS and seed1["dev_mean_after_epoch_1"] > 50
 
 
-def test_no_time_left_skips_every_section_and_still_writes_the_record(tmp_path):
-    proc, record, _ = gpu_check(tmp_path, "--dry-run", "--budget", "1")
+def test_no_time_left_or_no_cuda_skips_sections_and_still_writes_the_record(tmp_path):
+    proc, record, _ = gpu_check(tmp_path / "no-time", "--dry-run", "--budget", "1")
     assert proc.returncode == 1
     assert list(record["sections"]) == SECTIONS
     assert all(e["status"] == "skipped" and "no time left" in e["error"] for e in record["sections"].values())
+    # the real check on a machine without CUDA: the environment says so, the rest is skipped
+    proc, record, _ = gpu_check(tmp_path / "no-cuda", "--only", "environment,throughput")
+    assert proc.returncode == 1 and list(record["sections"]) == ["environment", "throughput"]
+    assert record["sections"]["environment"]["status"] == "ok"
+    assert record["sections"]["throughput"]["status"] == "skipped"
+    assert "no CUDA device" in record["sections"]["throughput"]["error"]
     proc = subprocess.run([sys.executable, "bench/gpu_check.py", "--only", "nonsense"], cwd=REPO,
                           env={**os.environ, "OUT": str(tmp_path / "bad")}, capture_output=True, text=True)
     assert proc.returncode == 2 and "unknown section(s) nonsense" in proc.stderr
