@@ -76,6 +76,14 @@ def test_display_and_files(runs_dir, tmp_path, capsys):
     assert len(pd.read_csv(out / "compare-runs.csv")) == 5
     md = (out / "compare.md").read_text()
     assert "| pos | 3 | 91.00 ± 0.00 |" in md and "| pos+ner | 2 |" in md
+    # pos beside pos+ner: no mean over a run's tasks in the tables shown, and a line says why (issue 53, item 12)
+    table = md[:md.index("## Runs")]
+    assert "test score" not in table.split("\n\n")[2] and "test score" not in printed.split("\n")[0]
+    note = ("dev score and test score (a run's mean over its tasks) not shown: the settings train different tasks "
+            "(pos; pos+ner), and a mean over one task set's metrics does not compare with a mean over another's; "
+            "each task's columns compare")
+    assert f"\n{note}.\n" in md and " ".join(printed.split()).count(note) == 1
+    assert "test score mean" in saved  # compare.csv keeps every number
 
 
 def test_experiment_name_resolves_to_its_seeds(runs_dir, tmp_path):

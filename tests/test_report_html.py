@@ -445,6 +445,32 @@ def test_significance_section_holds_the_numbers_of_significance_table(pruned_run
     assert "exact permutation test" in section and '<a href="#significance">' in page
 
 
+def test_no_testable_pair_is_one_line_not_an_empty_table_and_mean_scores_only_over_one_task_set(tmp_path):
+    """Issue 53, item 12: "14 test(s), 0 testable" over an empty table; a test score column that averaged
+    POS accuracy with NER F1 across settings of different tasks."""
+    root = tmp_path / "runs"
+    make_run(root / "pos" / "seed1", ("pos",), 1, test={"pos": 95.0})
+    make_run(root / "ner" / "seed1", ("ner",), 1, test={"ner": 60.0})
+    make_run(root / "pos-ner" / "seed1", ("pos", "ner"), 1, test={"pos": 94.0, "ner": 58.0})
+    make_run(root / "pos-ner-dp" / "seed1", ("pos", "ner"), 1, test={"pos": 93.0, "ner": 55.0}, heads_kept=40,
+             prune={"mode": "dynamic", "lambda": "auto"})
+    page = build_page([str(root)], [], tests=["all"])
+    section = page[page.index('<section id="significance">'):]
+    section = section[:section.index("</section>")]
+    assert "<table" not in section and 'data-table="significance-table"' not in section
+    assert ("14 test(s) between 5 pair(s) of settings, none testable: 14 with fewer than 2 seeds in a setting (a "
+            "test needs 2 seeds of each setting: seeds=1,2,3 trains three).") in section
+    assert "14 test(s) that cannot be tested, by reason" in section  # each still named, by reason
+    comparison = page[page.index('<section id="comparison">'):page.index("</section>", page.index('id="comparison"'))]
+    headers = [h for h in re.findall(r"<th[^>]*>(.*?)</th>", comparison)]
+    assert not any("test score" in h or "dev score" in h for h in headers), headers
+    assert ("dev score and test score (a run&#x27;s mean over its tasks) not shown: the settings train different "
+            "tasks (ner; pos; pos+ner), and a mean over one task set&#x27;s metrics does not compare") in comparison
+    assert "each task&#x27;s test score against heads kept, one point per run and task" in comparison
+    same = build_page([str(root / "pos-ner"), str(root / "pos-ner-dp")], [])  # one task set: the mean is shown
+    assert "test score" in same[same.index('<section id="comparison">'):] and "not shown: the settings" not in same
+
+
 def test_no_significance_section_without_test(pruned_runs):
     page = build_page([str(pruned_runs)], [])
     assert 'id="significance"' not in page and "Welch" not in page

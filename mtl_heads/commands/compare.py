@@ -8,7 +8,9 @@ files, folders without runs, globs matching nothing) is one ``note: not used: <p
 
 Runs whose configs are identical apart from seed, folders, W&B, resume and progress bars form one
 *setting*; the table has one row per setting, each number as mean and sample standard deviation over
-its seeds (what the columns and names are: :mod:`mtl_heads.reports.comparison`). Under the table, per
+its seeds (what the columns and names are: :mod:`mtl_heads.reports.comparison`); the mean scores over a
+run's tasks (``dev score``, ``test score``) only where every setting trains the same tasks (else a line
+under the table says why they are left out). Under the table, per
 setting, the config keys that differ between settings (only those not at their usual value when some
 setting holds each key's most common value; else, as with two runs, every key that differs), then the
 config that all runs share.

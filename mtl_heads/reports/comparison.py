@@ -10,7 +10,8 @@ pooled. The table has one row per setting:
   (``pos #2``);
 - ``n``: the number of runs (seeds); per task ``dev <task> <metric>`` and ``test <task> <metric>``
   (the task's main metric: pos accuracy, ner f1, dep las, con f1, srl f1); ``dev score`` and
-  ``test score`` (the run's mean over its tasks); ``heads kept`` and ``seconds`` (training time);
+  ``test score`` (the run's mean over its tasks; the tables shown leave them out, saying why, where the
+  settings train different tasks: :func:`mixed_tasks`); ``heads kept`` and ``seconds`` (training time);
   ``pruned heads`` and ``pruned params`` when a run has a ``pruned/`` folder (``python -m mtl_heads prune``);
 - each number as mean and sample standard deviation (ddof 1; blank with one seed);
 - then the config keys (dotted, e.g. ``train.lr_encoder``) whose values differ between settings; the
@@ -55,7 +56,7 @@ from mtl_heads.reports.runs import (RUNS, Note, find_runs, flatten_config, is_nu
 from mtl_heads.reports.significance import TESTS_TEXT, format_significance, resolve_pairs, significance_table
 
 __all__ = ["Comparison", "read_run_row", "USUAL", "usual_values", "config_legend", "legend_title", "shared_text",
-           "run_table", "summarise", "format_summary",
+           "run_table", "MEAN_SCORES", "mixed_tasks", "scores_note", "summarise", "format_summary",
            "number_columns", "numbers_shown", "runs_shown", "short_run_names", "markdown", "text_table",
            "terminal_table", "legend_text", "compare_runs", "add_significance", "significance_lines",
            "write_comparison", "plot_score_vs_heads", "plot_dev_curves", "gate_settings", "plot_gate_correlation",
@@ -285,9 +286,35 @@ def number_columns(runs: pd.DataFrame) -> list[str]:
     return [c for c in runs.columns if c not in identity and runs[c].notna().any()]
 
 
+MEAN_SCORES = ("dev score", "test score")  # each run's mean over its own tasks
+
+
+def mixed_tasks(runs: pd.DataFrame) -> str:
+    """Why the :data:`MEAN_SCORES` of ``runs`` (a run table, with ``tasks``) do not compare, or ``""`` when
+    every run trains the same tasks: the settings train different tasks, so one run's mean is another
+    task set's metrics than the next one's (POS accuracy against the mean of POS accuracy and NER F1)."""
+    if "tasks" not in runs:
+        return ""
+    task_sets: dict[frozenset, str] = {}  # each set once, as first written (pos+ner and ner+pos are one)
+    for tasks in runs["tasks"]:
+        task_sets.setdefault(frozenset(str(tasks).split("+")), str(tasks))
+    if len(task_sets) < 2:
+        return ""
+    return (f"the settings train different tasks ({'; '.join(task_sets.values())}), and a mean over one task set's "
+            "metrics does not compare with a mean over another's")
+
+
+def scores_note(runs: pd.DataFrame) -> str:
+    """The line a table says in place of the :data:`MEAN_SCORES` it leaves out (:func:`mixed_tasks`), or ``""``."""
+    why = mixed_tasks(runs)
+    return f"dev score and test score (a run's mean over its tasks) not shown: {why}; each task's columns compare" \
+        if why else ""
+
+
 def summarise(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per setting: ``setting``, its config columns, ``n`` (runs), ``seeds`` and, for each
-    number of :func:`run_table`, ``<column> mean`` and ``<column> std`` (sample std, ddof 1)."""
+    number of :func:`run_table`, ``<column> mean`` and ``<column> std`` (sample std, ddof 1).
+    ``attrs["scores_note"]``: :func:`scores_note` (the display leaves the mean scores out when set)."""
     config_columns = runs.attrs.get("config_columns", [])
     numbers = number_columns(runs)
     groups = runs.groupby("setting", sort=False)
@@ -297,7 +324,7 @@ def summarise(runs: pd.DataFrame) -> pd.DataFrame:
     stats = groups[numbers].agg(["mean", "std"])  # columns: (number, mean|std)
     stats.columns = [f"{column} {stat}" for column, stat in stats.columns]
     summary = summary.join(stats).reset_index()
-    summary.attrs.update(runs.attrs, numbers=numbers)
+    summary.attrs.update(runs.attrs, numbers=numbers, scores_note=scores_note(runs))
     return summary
 
 
@@ -316,16 +343,19 @@ def _digits(column: str) -> int:
 
 def format_summary(summary: pd.DataFrame) -> pd.DataFrame:
     """The summary as display strings: ``setting``, ``n``, ``mean ± std`` per number (two decimals for
-    scores), then the config keys that differ between settings."""
+    scores; the :data:`MEAN_SCORES` left out where ``attrs["scores_note"]`` says why, a note that
+    ``attrs["scores_note"]`` of the result carries on), then the config keys that differ between settings."""
     config_columns = summary.attrs.get("config_columns", [])
+    note = summary.attrs.get("scores_note", "")
     shown = summary[["setting", "n"]].copy()
-    for column in summary.attrs["numbers"]:
+    for column in [c for c in summary.attrs["numbers"] if not (note and c in MEAN_SCORES)]:
         shown[column] = [_format(m, s, _digits(column))
                          for m, s in zip(summary[f"{column} mean"], summary[f"{column} std"])]
     for column in config_columns:
         shown[column] = ["" if is_null(v) else value_text(v) for v in summary[column]]
     shown = shown.fillna("").astype(str)
     shown.attrs["config_columns"] = list(config_columns)
+    shown.attrs["scores_note"] = note
     return shown
 
 
@@ -380,7 +410,9 @@ def text_table(frame: pd.DataFrame, width: int = 12) -> str:
 
 def numbers_shown(shown: pd.DataFrame) -> pd.DataFrame:
     """The display table without its config columns (they go to the legend)."""
-    return shown[[c for c in shown.columns if c not in shown.attrs.get("config_columns", [])]]
+    frame = shown[[c for c in shown.columns if c not in shown.attrs.get("config_columns", [])]]
+    frame.attrs["scores_note"] = shown.attrs.get("scores_note", "")
+    return frame
 
 
 def legend_text(summary: pd.DataFrame, width: int = 100) -> list[str]:
@@ -463,6 +495,8 @@ def write_comparison(comparison: Comparison, out: str | Path) -> dict[str, Path]
     text = [f"# Comparison of {len(comparison.runs)} runs in {len(comparison.summary)} settings", "",
             "Mean ± sample standard deviation over the runs (seeds) of each setting; scores in %.", "",
             markdown(numbers_shown(comparison.shown)), ""]
+    if comparison.shown.attrs.get("scores_note"):
+        text += [comparison.shown.attrs["scores_note"] + ".", ""]
     legend = config_legend(comparison.summary)
     if legend:
         frame = pd.DataFrame({"setting": [n for n, _ in legend], "config keys that differ": [p for _, p in legend]})
@@ -498,9 +532,10 @@ def short_run_names(runs: list[str]) -> list[str]:
 def runs_shown(runs: pd.DataFrame) -> pd.DataFrame:
     """The run table as display strings: setting, seed, the numbers (scores with two decimals), and
     the run folder relative to the runs' common parent (the full path is in ``compare-runs.csv``)."""
-    columns = ["setting", "seed", *number_columns(runs), "run"]
+    numbers = [c for c in number_columns(runs) if not (c in MEAN_SCORES and mixed_tasks(runs))]
+    columns = ["setting", "seed", *numbers, "run"]
     shown = runs[columns].copy()
-    for column in number_columns(runs):
+    for column in numbers:
         shown[column] = [_format(v, math.nan, _digits(column)) for v in runs[column]]
     shown["seed"] = [str(int(s)) if isinstance(s, (int, float)) and not pd.isna(s) else "" for s in runs["seed"]]
     shown["run"] = short_run_names(list(runs["run"]))
@@ -510,7 +545,14 @@ def runs_shown(runs: pd.DataFrame) -> pd.DataFrame:
 # --- figures -----------------------------------------------------------------------------------
 def plot_score_vs_heads(runs: pd.DataFrame, path: Path, score: str = "test score") -> Path:
     """Scatter of ``score`` (default the test score) against heads kept: one point per run, one colour
-    (and marker) per setting, the legend under the axes (it never squeezes them, however many settings)."""
+    (and marker) per setting, the legend under the axes (it never squeezes them, however many settings).
+    Where the settings train different tasks (:func:`mixed_tasks`), the test score (a run's mean over its
+    tasks) is not drawn: each run is a point per task at that task's own test score, one marker per task."""
+    from matplotlib.lines import Line2D
+
+    scores = [score]
+    if score == "test score" and mixed_tasks(runs):
+        scores = [c for c in runs.columns if c.startswith("test ") and c != score and runs[c].notna().any()]
     groups = list(runs.groupby("setting", sort=False))
     labels = [wrap_label(f"{setting} ({len(group)})", 30) for setting, group in groups]
     columns = 3 if len(groups) > 4 else max(1, len(groups))
@@ -520,14 +562,22 @@ def plot_score_vs_heads(runs: pd.DataFrame, path: Path, score: str = "test score
     ax = fig.add_subplot()
     markers = "osD^vP*Xh<>"
     for i, ((setting, group), label) in enumerate(zip(groups, labels)):
-        ax.scatter(group["heads kept"], group[score], s=48, color=f"C{i % 10}", marker=markers[i // 10 % len(markers)],
-                   label=label, edgecolors="black", linewidths=0.5, zorder=3)
+        for j, column in enumerate(scores):  # several: one marker per task's column
+            marker = markers[j % len(markers)] if len(scores) > 1 else markers[i // 10 % len(markers)]
+            ax.scatter(group["heads kept"], group[column], s=48, color=f"C{i % 10}", marker=marker,
+                       label=label if j == 0 else None, edgecolors="black", linewidths=0.5, zorder=3)
     total = runs["heads total"].max()
     if pd.notna(total):
         ax.set_xlim(-1, total + 2)
     ax.set_xlabel("heads kept")
-    ax.set_ylabel(f"{score} (%)")
-    ax.set_title(f"{score} against heads kept, one point per run", fontsize=10)
+    what = score if len(scores) == 1 else "each task's test score"
+    if len(scores) > 1:
+        ax.legend(handles=[Line2D([], [], marker=markers[j % len(markers)], linestyle="", color="#bbb",
+                                  markeredgecolor="black", label=column.removeprefix("test "))
+                           for j, column in enumerate(scores)], fontsize=8, title="task", title_fontsize=8)
+    ax.set_ylabel(f"{what} (%)")
+    ax.set_title(f"{what} against heads kept, one point per run" + (" and task" if len(scores) > 1 else ""),
+                 fontsize=10)
     ax.grid(alpha=0.3)
     fig.legend(loc="outside lower center", ncols=columns, fontsize=9, title="setting (runs)", title_fontsize=9,
                frameon=False)
@@ -635,6 +685,8 @@ def terminal_table(comparison: Comparison, out: str | Path, columns: int | None 
         text = text_table(frame.drop(columns=dev))
         text += (f"\n(per-task dev columns left out to fit {columns} columns; all columns are in "
                  f"{Path(out) / 'compare.md'})")
+    if frame.attrs.get("scores_note"):
+        text += "\n" + textwrap.fill(f"({frame.attrs['scores_note']})", 100)
     return text
 
 

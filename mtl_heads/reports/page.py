@@ -47,8 +47,8 @@ from mtl_heads.config import ConfigError
 from mtl_heads.model.gating import KEPT_AT
 from mtl_heads.reports.attention_view import attention_section
 from mtl_heads.reports.comparison import (Comparison, add_significance, compare_runs, config_legend, legend_title,
-                                          number_columns, numbers_shown, plot_dev_curves, plot_score_vs_heads,
-                                          runs_shown)
+                                          mixed_tasks, number_columns, numbers_shown, plot_dev_curves,
+                                          plot_score_vs_heads, runs_shown)
 from mtl_heads.reports.gates import (DIAGONAL_TEXT, PERMUTATION_TEXT, group_settings, moved_flags,
                                      read_run, stem_cell_lines, stem_settings, still_settings, write_report)
 from mtl_heads.reports.probe_compare import (best_head_cells, compared_folders, compared_reports, group_indices,
@@ -319,6 +319,8 @@ def comparison_section(comparison: Comparison, folder: Path, folded: bool = Fals
              "config keys that set it apart.</p>",
              f"<details><summary>the settings, seeds pooled ({len(summary)})</summary>{table}</details>"
              if folded else table]
+    if comparison.shown.attrs.get("scores_note"):
+        parts.append(f'<p class="note">{_e(comparison.shown.attrs["scores_note"])}.</p>')
     if legend:
         frame = pd.DataFrame({"setting": list(legend), legend_title(entries): list(legend.values())})
         parts.append(fold("Settings" if not folded else f"the settings' config keys ({len(legend)})",
@@ -333,7 +335,9 @@ def comparison_section(comparison: Comparison, folder: Path, folded: bool = Fals
     figures = []
     if not folded and runs["heads kept"].notna().any() and runs["test score"].notna().any() and number_columns(runs):
         path = plot_score_vs_heads(runs, folder / "score-vs-heads.png")
-        figures.append(_figure(path, "test score against heads kept, one point per run"))
+        figures.append(_figure(path, "each task's test score against heads kept, one point per run and task (the "
+                                     "settings train different tasks)" if mixed_tasks(runs) else
+                               "test score against heads kept, one point per run"))
     curves = plot_dev_curves(runs, folder)
     if curves:
         figures.append(_figure(curves["dev_curves"], "dev score per epoch (each task's main metric), mean over the "
@@ -351,7 +355,8 @@ def significance_section(table: pd.DataFrame, folded: bool = False) -> str:
     :func:`mtl_heads.reports.significance.format_significance` (the columns as
     ``python -m mtl_heads compare test=`` prints them; means, the difference and the p values sort
     as numbers) of the pairs that could be tested, with a filter box (rows naming a setting or a task);
-    the pairs that cannot be tested are one line per reason (how many, which), not rows.
+    the pairs that cannot be tested are one line per reason (how many, which), not rows. When none can
+    be tested there is no table: one line says how many tests and why none is testable.
 
     Args:
         table: :func:`mtl_heads.reports.significance.significance_table` of the pairs asked for
@@ -363,19 +368,16 @@ def significance_section(table: pd.DataFrame, folded: bool = False) -> str:
             f'<p class="meta">Is a difference more than seed noise? {_e(TESTS_TEXT)}</p>')
     if table.empty:
         return head + '<p class="note">No two settings share a task: nothing to test.</p></section>'
-    untestable = table["welch p"].isna() & table["permutation p"].isna()
+    untestable = _no_p(table)
     tested = table[~untestable].reset_index(drop=True)
+    if tested.empty:  # no table to draw: one line says why, the tests are listed by reason below it
+        return head + f'<p class="note">{_e(_none_testable(table))}</p>' + _untestable_list(table) + "</section>"
     shown = format_significance(tested)
     values = pd.DataFrame({"A mean ± std (n)": tested["mean A"], "B mean ± std (n)": tested["mean B"],
                            "B - A": tested["difference"], "welch p": tested["welch p"],
                            "permutation p (smallest possible, splits)": tested["permutation p"]})
     pairs = len(table[["A", "B"]].drop_duplicates())
-    lines = []
-    for note, group in table[untestable].groupby(table.loc[untestable, "note"].fillna("no p-value"), sort=True):
-        names = [f"{a} vs {b} ({score})" for a, b, score in zip(group["A"], group["B"], group["score"])]
-        lines.append(f"<li>{len(group)} test(s) {_e(note)}: {_e('; '.join(names))}</li>")
-    cannot = (f'<details><summary>{int(untestable.sum())} test(s) that cannot be tested, by reason</summary>'
-              f'<ul class="note">{"".join(lines)}</ul></details>') if lines else ""
+    cannot = _untestable_list(table)
     box = ('<p><input type="search" class="filter" data-table="significance-table" size="40" '
            'placeholder="filter: a setting or a task, e.g. pos (dynamic)"></p>')
     body = (f'<p class="meta">{pairs} pair(s) of settings, {len(table)} test(s), {len(tested)} testable; each '
@@ -385,6 +387,36 @@ def significance_section(table: pd.DataFrame, folded: bool = False) -> str:
         body = (f"<details><summary>every pair of settings asked for (test=): {len(tested)} test(s), "
                 f"{int(untestable.sum())} that cannot be tested</summary>{body}</details>")
     return head + body + "</section>"
+
+
+def _no_p(table: pd.DataFrame) -> pd.Series:
+    """Which rows of a significance table have no p-value (neither test's)."""
+    return table["welch p"].isna() & table["permutation p"].isna()
+
+
+def _untestable_list(table: pd.DataFrame) -> str:
+    """The tests of ``table`` (a significance table) that cannot be tested, one line per reason (how many,
+    which), folded; ``""`` when every test has a p-value."""
+    untested = table[_no_p(table)]
+    lines = []
+    for note, group in untested.groupby(untested["note"].fillna("no p-value"), sort=True):
+        names = [f"{a} vs {b} ({score})" for a, b, score in zip(group["A"], group["B"], group["score"])]
+        lines.append(f"<li>{len(group)} test(s) {_e(note)}: {_e('; '.join(names))}</li>")
+    return (f'<details><summary>{len(untested)} test(s) that cannot be tested, by reason</summary>'
+            f'<ul class="note">{"".join(lines)}</ul></details>') if lines else ""
+
+
+def _none_testable(table: pd.DataFrame) -> str:
+    """One line for a significance table none of whose tests can be tested: how many, and why (the reasons
+    without the settings' names, most frequent first; what to do when it is too few seeds)."""
+    reasons = table["note"].fillna("no p-value").str.replace(r"^cannot be tested: ", "", regex=True)
+    reasons = reasons.str.replace(r" in .*$", "", regex=True).value_counts()
+    why = "; ".join(f"{n} with {reason} in a setting" if reason.startswith("fewer") else f"{n}: {reason}"
+                    for reason, n in reasons.items())
+    pairs = len(table[["A", "B"]].drop_duplicates())
+    more = " (a test needs 2 seeds of each setting: seeds=1,2,3 trains three)" if any(
+        r.startswith("fewer than 2 seeds") for r in reasons.index) else ""
+    return f"{len(table)} test(s) between {pairs} pair(s) of settings, none testable: {why}{more}."
 
 
 def gate_pictures(runs: pd.DataFrame | list[Path], folder: Path, notes: list[Note] | None = None) -> str:
