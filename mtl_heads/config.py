@@ -217,8 +217,12 @@ def _parse(text: str, default: Any, key: str) -> Any:
 def _parse_scalar(text: str, key: str) -> Any:
     try:
         return yaml.safe_load(text) if text != "" else None
-    except yaml.YAMLError as err:
-        raise ConfigError(f"config key '{key}': cannot parse {text!r}: {err}") from None
+    except yaml.YAMLError as err:  # PyYAML's own text spans lines (the context, a caret): its problem and column
+        mark = getattr(err, "problem_mark", None)
+        where = "" if mark is None else f" at line {mark.line + 1}, column {mark.column + 1}" if "\n" in text.strip() \
+            else f" at column {mark.column + 1}"
+        raise ConfigError(f"config key '{key}': cannot parse {text!r}: "
+                          f"{getattr(err, 'problem', None) or str(err).splitlines()[0]}{where}") from None
 
 
 def _check_type(value: Any, default: Any, key: str, raw: Any) -> Any:

@@ -41,6 +41,18 @@ def test_malformed_override_and_unknown_preset():
         load_config(["data=nonexistent"])
 
 
+@pytest.mark.parametrize("item, message", [
+    ("data.demo_sizes={train: 400, dev: 100", "config key 'data.demo_sizes': cannot parse '{train: 400, dev: 100': "
+                                              "expected ',' or '}', but got '<stream end>' at column 22"),
+    ("tasks=[pos", "config key 'tasks': cannot parse '[pos': expected ',' or ']', but got '<stream end>' at column 5"),
+])
+def test_a_malformed_yaml_value_is_one_line(item, message):
+    """Issue 53, item 7: PyYAML's context and caret lines came after the message."""
+    with pytest.raises(ConfigError) as err:
+        load_config([item])
+    assert str(err.value) == message
+
+
 def test_task_options_are_free_form():
     cfg = load_config(["task.ner.decoder=biaffine", "task.ner.n_mlp=64", "task.dep.decode=eisner"])
     assert cfg.task.ner.decoder == "biaffine" and cfg.task.ner.n_mlp == 64 and cfg.task.dep.decode == "eisner"
