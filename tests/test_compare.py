@@ -152,9 +152,13 @@ def test_unfinished_runs(runs_dir, tmp_path, capsys):
         find_runs([str(running)])
 
 
-def test_bad_input_exits_2_naming_the_file(runs_dir, tmp_path, capsys):
+def test_bad_input_exits_2_naming_the_file(runs_dir, tmp_path, capsys, monkeypatch):
     assert main([str(tmp_path / "nothing-here"), f"out={tmp_path / 'o'}"]) == 2
     assert "nothing-here: no such run folder, glob or experiment" in capsys.readouterr().err
+    monkeypatch.chdir(tmp_path)  # runs_dir is runs/ here; looked in as given, never runs/runs/nope (issue 53, 8)
+    for spec, looked in (("runs/nope", "runs/nope"), ("nope", "nope and runs/nope")):
+        assert main([spec, "out=o"]) == 2
+        assert capsys.readouterr().err == f"error: {spec}: no such run folder, glob or experiment (looked in {looked})\n"
     assert main([str(tmp_path / "empty-*"), f"out={tmp_path / 'o'}"]) == 2
     assert "no finished runs" in capsys.readouterr().err
     broken = runs_dir / "mtl" / "seed2" / "metrics.json"

@@ -99,6 +99,13 @@ def _holds_kind(folder: Path, kinds: tuple[str, ...], depth: int = MAX_DEPTH) ->
                for c in children)
 
 
+def _experiment(spec: str, root: str | Path) -> bool:
+    """Whether ``spec`` can name an experiment (``<root>/<spec>``): a relative path that does not already
+    start with ``root`` (``runs/nope`` is a folder under runs, not the experiment ``runs/runs/nope``)."""
+    parts, under = Path(spec).parts, Path(root).parts
+    return not Path(spec).is_absolute() and parts[:len(under)] != under
+
+
 def find_runs(specs: list[str], root: str | Path = RUNS, notes: list[Note] | None = None,
               uses: tuple[str, ...] = ()) -> tuple[list[Path], list[Path]]:
     """The finished run folders named by ``specs`` (each once, in order) and the unfinished ones skipped.
@@ -124,10 +131,11 @@ def find_runs(specs: list[str], root: str | Path = RUNS, notes: list[Note] | Non
                 notes.append(Note(Path(spec), "the glob matches nothing"))
         elif Path(spec).exists():
             matches = [Path(spec)]
-        elif (Path(root) / spec).is_dir():
+        elif _experiment(spec, root) and (Path(root) / spec).is_dir():
             matches = [Path(root) / spec]
-        else:
-            raise ConfigError(f"{spec}: no such run folder, glob or experiment (looked in {Path(root) / spec})")
+        else:  # where it was looked for: the folder, and the experiment when spec can name one (runs/x cannot)
+            looked = [str(Path(spec))] + ([str(Path(root) / spec)] if _experiment(spec, root) else [])
+            raise ConfigError(f"{spec}: no such run folder, glob or experiment (looked in {' and '.join(looked)})")
         explicit = not glob.has_magic(spec)
         for match in matches:
             if is_finished_run(match):
