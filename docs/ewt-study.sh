@@ -115,7 +115,7 @@ retrain_hint() { echo "not committed; train it again: SETTINGS=$1 SEEDS=$2 bash 
 run() {
   local dir=$1; shift
   if [[ -f $dir/metrics.json ]]; then echo "done: $dir"; return; fi
-  local args=(data=ewt "$@" "${EXTRA[@]}" run_dir="$dir")
+  local args=(data=ewt reproducible=true "$@" "${EXTRA[@]}" run_dir="$dir")  # mtl_heads/reproducible.py
   [[ -f $dir/config.yaml ]] && args=(resume=true run_dir="$dir")
   python -m mtl_heads train "${args[@]}" train.progress=false 2>&1 | sed -u "s|^|[$dir] |" || failed "$dir"
 }
@@ -173,11 +173,13 @@ probes() {
 }
 
 # the record's baselines trained again for their weights: each unpruned run whose folder has
-# metrics.json but no model.safetensors is trained with the same arguments into a hidden folder
-# beside it (.seed<N>.retrained: compare and claims do not read hidden folders), then compared with
-# the record: its labels.json, its metrics.json but for the wall time (test scores, dev scores and
-# curve) and its gates.json. Identical: the weights move into the record ("reproduced"). Not: the new
-# run stays where it is and the record is left as it was ("did not reproduce", with the differences).
+# metrics.json but no model.safetensors is trained again from its config.yaml by `python -m mtl_heads
+# reproduce` (under the threads and pinned kernels its record names: mtl_heads/reproducible.py) into a
+# hidden folder beside it (.seed<N>.retrained: compare and claims do not read hidden folders), which
+# compares the two: the weights' SHA-256 where the record names one, else its test and dev scores and
+# curve, heads kept, labels.json and gates.json. Identical: the weights are copied into the record
+# ("reproduced") and the hidden folder goes. Not: the new run stays where it is and the record is left
+# as it was ("did not reproduce", with the differences).
 # Either way the record's folder keeps a copy of the new run's metrics.json, retraining.metrics.json,
 # which the claims read (the retraining's scores beside the record's, and its time); a run trained
 # again once more (its weights lost with a machine) moves the earlier, other copy to
@@ -191,75 +193,28 @@ keep_retraining() {  # the record's folder $1 keeps the metrics.json of the retr
   fi
   cp "$side/metrics.json" "$dir/retraining.metrics.json"
 }
-retrain_one() {  # setting $1, seed $2; with $3, a regime of the setting (-dp: its DP run) and its arguments after
-  local s=$1 n=$2 regime=${3:-}; shift $(( $# < 3 ? $# : 3 ))
-  local dir=$STUDY/$s$regime/seed$n side diff
+retrain_one() {  # setting $1, seed $2; with $3, a regime of the setting (-dp: its DP run)
+  local s=$1 n=$2 regime=${3:-}
+  local dir=$STUDY/$s$regime/seed$n side status
   side=$(retrained_of "$dir")
   local stage=${regime#-}
   if [[ ! -f $dir/metrics.json ]]; then echo "not retrained: $dir has no record (the ${stage:-baselines} stage trains it)"
     return; fi
   if [[ -f $dir/model.safetensors ]]; then echo "done: $dir (has its weights)"; return; fi
-  run "$side" ${SETTING[$s]} "$@" seed="$n" experiment="$s$regime"
-  [[ -f $side/metrics.json ]] || return 0  # it failed: run() named it
-  diff=$(differences "$dir" "$side") || { failed "$dir (retrained, not compared)"; return; }
+  status=0  # 0 reproduced, 1 not, 2 bad input
+  python -m mtl_heads reproduce "$dir" keep=true out="$side" 2>&1 | sed -u "s|^|[$dir] |" || status=${PIPESTATUS[0]}
+  if [[ ! -f $side/metrics.json ]] || (( status > 1 )); then failed "$dir (not trained again: status $status)"; return; fi
   keep_retraining "$dir" "$side" || failed "$dir (its retraining's metrics not kept)"
-  if [[ -z $diff ]]; then
-    if mv "$side/model.safetensors" "$dir/model.safetensors" && rm -r "$side"; then echo "reproduced: $dir"
-    else failed "$dir (reproduced; its weights not moved from $side)"; fi
+  if (( status == 0 )); then
+    if [[ -f $dir/model.safetensors ]] && rm -r "$side"; then echo "reproduced: $dir"
+    else failed "$dir (reproduced; its weights not copied from $side)"; fi
   else
-    echo "did not reproduce: $dir ($diff); the record is unchanged and the new run is $side" \
+    echo "did not reproduce: $dir; the record is unchanged and the new run is $side" \
       "(to use it instead: rm -r $dir && mv $side $dir, then run again what read the old weights)"
     failed "$dir (did not reproduce)"
   fi
 }
 retrain() { for n in $SEEDS; do for s in "${ORDER[@]}"; do job retrain_one "$s" "$n"; done; done; }
-differences() {  # how run $2 differs from run $1 ("" when it does not): test scores first
-  python - "$1" "$2" <<'EOF'
-import json, sys
-from pathlib import Path
-
-old, new = map(Path, sys.argv[1:])
-read = lambda folder, name: json.loads((folder / name).read_text())  # noqa: E731
-def pair(a, b):  # two scores as text: two decimals, all of them where those are the same
-    short = [f"{v:.2f}" if isinstance(v, float) else str(v) for v in (a, b)]
-    return " -> ".join(short if short[0] != short[1] else map(repr, (a, b)))
-a, b = read(old, "metrics.json"), read(new, "metrics.json")
-out = [f"test {task} {key} {pair(a['test'].get(task, {}).get(key), b['test'].get(task, {}).get(key))}"
-       for task in sorted({*a.get("test", {}), *b.get("test", {})})
-       for key in sorted({*a["test"].get(task, {}), *b["test"].get(task, {})})
-       if a["test"].get(task, {}).get(key) != b["test"].get(task, {}).get(key)]
-rest = lambda m: {k: v for k, v in m.items() if k not in ("test", "test_mean", "seconds", "machine", "resumed")}  # noqa: E731
-out += ["metrics.json's dev scores or curve differ"] * (rest(a) != rest(b))
-out += ["labels.json differs"] * (read(old, "labels.json") != read(new, "labels.json"))
-# gates.json: the kept count and every other key exactly; the gate values and expected_l0 (float32
-# results whose last bit may differ between machines and thread counts, as BLAS kernels sum in another
-# order: seen as 2.4e-7 on 3 of 72 gates at 1.0, with every score the same) to 1e-6 relative
-g, h = read(old, "gates.json"), read(new, "gates.json")
-close = {key: [m.pop(key, None) for m in (g, h)] for key in ("values", "expected_l0")}
-out += [f"gates.json's {k} differs" for k in sorted({*g, *h}) if g.get(k) != h.get(k)]
-def flat(v):  # a number or nested lists of numbers, as one list (None stays None)
-    return None if v is None else [x for item in v for x in flat(item)] if isinstance(v, list) else [float(v)]
-for key, (a0, b0) in close.items():
-    a0, b0 = flat(a0), flat(b0)
-    if a0 != b0 and (a0 is None or b0 is None or len(a0) != len(b0)
-                     or any(abs(x - y) > 1e-6 * max(1.0, abs(x)) for x, y in zip(a0, b0))):
-        out.append(f"gates.json's {key} differs")
-# where each was trained (metrics.json's machine, where it says): the usual cause of last-bit differences
-ma, mb = (m.get("machine") or {} for m in (a, b))
-differing = lambda x, y: sorted(k for k in {*x, *y} if x.get(k) != y.get(k))  # noqa: E731  machine keys
-if out and ma != mb:
-    where = [f"{key} {ma.get(key, '?')} -> {mb.get(key, '?')}" for key in differing(ma, mb)]
-    out.append("trained on another machine: " + ", ".join(where) if ma else
-               "the record does not say where it was trained (retrained on " +
-               ", ".join(f"{key} {mb[key]}" for key in sorted(mb)) + ")")
-for part in b.get("resumed", []):  # a retraining stopped and resumed: where its earlier parts ran, if elsewhere
-    mp = part.get("machine") or {}
-    if out and mp != mb:
-        out.append(f"resumed: {part.get('seconds', '?')} s of it ran with " +
-                   ", ".join(f"{key} {mp.get(key, '?')}" for key in differing(mp, mb)))
-print("; ".join(out))
-EOF
-}
 
 # claim 6, held out (docs/ewt-study/rules.md): for each task T and regime R (ABLATE: dp, budget), the
 # stem cells found without T (heads kept in every single-task setting of R that pruned, T's own left
@@ -349,7 +304,7 @@ matched_one() {  # setting $1, seed $2
   local s=$1 n=$2 dir=$STUDY/$1-dp-matched/seed$2 weights
   if [[ -f $dir/metrics.json ]]; then echo "done: $dir"; return; fi
   if [[ -f $dir/config.yaml ]]; then run "$dir"; return; fi  # started: it resumes (its init is in its config)
-  retrain_one "$s" "$n" -dp $DP
+  retrain_one "$s" "$n" -dp
   weights=$(weights_of "$STUDY/$s-dp/seed$n")
   if [[ -z $weights ]]; then
     echo "not run: $dir needs the weights of $STUDY/$s-dp/seed$n (its record, or its retraining here, is missing)"

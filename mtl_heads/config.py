@@ -337,6 +337,11 @@ def _seeds(v) -> str | None:
     return None if all(_seed(x) is None for x in v) else "a list of integers in [0, 2**32), e.g. seeds=1,2,3"
 
 
+def _threads(v) -> str | None:
+    ok = v is None or v == "auto" or (isinstance(v, int) and not isinstance(v, bool) and v >= 1)
+    return None if ok else "null (torch's default; 1 when reproducible) or a whole number of threads >= 1"
+
+
 def _budget(v) -> str | None:
     if v is None:
         return None
@@ -393,6 +398,7 @@ RULES: dict[str, Rule] = {
     "seeds": _seeds,
     "device": _device,
     "precision": choice(*PRECISIONS),
+    "threads": _threads,
     "prune.mode": choice(*PRUNE_MODES),
     "prune.lambda": number(0.0, low_open=False, auto=True),
     "prune.budget": _budget,

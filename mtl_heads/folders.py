@@ -21,8 +21,10 @@ from pathlib import Path
 from mtl_heads.config import ConfigError
 
 __all__ = ["RUN_FILES", "PRUNED_FILES", "is_run_dir", "is_finished_run", "is_unfinished_run", "is_pruned_dir",
-           "is_gate_run", "is_probe_report", "is_probe_comparison", "check_run_dir", "seed_dir", "folder_kind",
-           "KIND_WHY", "shown"]
+           "is_gate_run", "is_probe_report", "is_probe_comparison", "check_run_dir", "check_record", "seed_dir", "folder_kind",
+           "KIND_WHY", "shown", "RUNS", "newest_unfinished_run"]
+
+RUNS = Path("runs")  # where runs go when no folder is named (train's run_dir, compare's and report's root)
 
 RUN_FILES = ("config.yaml", "labels.json", "model.safetensors")  # a trained model
 PRUNED_FILES = ("heads.json", "config.yaml", "labels.json")  # a pruned multi-task model
@@ -80,6 +82,18 @@ def check_run_dir(path: str | Path, key: str | None = None) -> Path:
     return path
 
 
+def check_record(path: str | Path, key: str | None = None) -> Path:
+    """``path`` as a Path when it holds a finished run's record (``config.yaml`` and ``metrics.json``; its
+    weights may be absent, as in a study's committed records); else a ConfigError (naming ``key`` if given)."""
+    path = Path(path)
+    if not is_finished_run(path):
+        where = f"config key '{key}': " if key else ""
+        missing = [name for name in ("config.yaml", "metrics.json") if not (path / name).exists()]
+        raise ConfigError(f"{where}{path} holds no finished run's record (missing: "
+                          f"{', '.join(missing) if path.is_dir() else 'the folder'})")
+    return path
+
+
 def shown(path: str | Path) -> str:
     """``path`` as messages and generated pages show it: relative to the working directory when it lies
     below it (so that a page made in a clone reads the same anywhere), else as given."""
@@ -92,6 +106,16 @@ def shown(path: str | Path) -> str:
 def seed_dir(experiment: Path, seed: int) -> Path:
     """The run folder of one seed of an experiment: ``<experiment>/seed<N>``."""
     return Path(experiment) / f"seed{seed}"
+
+
+def newest_unfinished_run(root: Path = RUNS) -> Path:
+    """The run under ``root`` (default ``runs/``) most recently changed that has a ``config.yaml`` and no
+    ``metrics.json``: what ``resume=true`` without ``run_dir`` continues."""
+    candidates = sorted((p for p in Path(root).glob("*") if (p / "config.yaml").exists() and not (p / "metrics.json").exists()),
+                        key=lambda p: p.stat().st_mtime)
+    if not candidates:
+        raise ConfigError(f"config key 'resume': no unfinished run in {root}/; pass run_dir=<folder>")
+    return candidates[-1]
 
 
 def folder_kind(path: Path) -> str | None:

@@ -269,3 +269,42 @@ def test_the_budget_line_names_the_keys_that_close_the_gap():
     assert "train.epochs, now 3" in swing and "prune.lr_lagrangian, now 0.01" in swing
     assert "opening" in budget_line(budget_gap(36, 30), [20, 26, 30], cfg) and "under" in budget_line(
         budget_gap(36, 30), [20, 26, 30], cfg)
+
+
+def test_ctrl_c_says_where_the_run_goes_on_and_a_resume_without_checkpoint_says_it_starts_again(base, tmp_path, capsys):
+    """Ctrl-C before the first checkpoint names the folder and says resume starts again from step 0; the
+    resume says so when it starts. After a checkpoint, Ctrl-C gives the command that continues the run."""
+    folder = tmp_path / "ctrl-c"
+
+    def interrupt_at(step):
+        def on_step(trainer):
+            if trainer.state.global_step == step:
+                raise KeyboardInterrupt
+
+        return on_step
+
+    with pytest.raises(KeyboardInterrupt):
+        run(base + ["tasks=pos", f"run_dir={folder}"], on_step=interrupt_at(2))  # a checkpoint every 4 steps
+    said = capsys.readouterr().out
+    assert (f"interrupted at epoch 1, step 2. No checkpoint was written yet (one every train.checkpoint_every=4 "
+            f"steps and at each epoch end), so resume=true run_dir={folder} would start it again from step 0.") in said
+    with pytest.raises(KeyboardInterrupt):
+        run(base + ["resume=true", f"run_dir={folder}"], on_step=interrupt_at(7))
+    said = capsys.readouterr().out
+    assert f"note: {folder} has no checkpoint yet (one every train.checkpoint_every=4 steps and at each epoch end): " \
+           "it starts again from step 0" in said
+    assert (f"interrupted at epoch 2, step 1. The last good checkpoint is in {folder / 'checkpoint'}; continue with: "
+            f"python -m mtl_heads train resume=true run_dir={folder}") in said
+
+
+def test_the_record_names_its_weights_and_the_weights_it_started_from(base, tmp_path):
+    import hashlib
+
+    first = tmp_path / "first"
+    run(base + ["tasks=pos", "train.epochs=1", f"run_dir={first}"])
+    sha = hashlib.sha256((first / "model.safetensors").read_bytes()).hexdigest()
+    assert json.loads((first / "metrics.json").read_text())["weights_sha256"] == sha
+    second = tmp_path / "second"
+    metrics = run(base + ["tasks=pos", "train.epochs=1", "prune=static", f"init={first}", f"run_dir={second}"])
+    assert metrics["init_weights_sha256"] == sha
+    assert metrics["weights_sha256"] == hashlib.sha256((second / "model.safetensors").read_bytes()).hexdigest()

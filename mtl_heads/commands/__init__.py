@@ -9,6 +9,7 @@ imports this package.
 # command: (module holding main(argv), what it does in one line); a plain dict, in the order of a study
 COMMANDS = {
     "train": ("mtl_heads.commands.train", "train a gated single- or multi-task model (one run per seed)"),
+    "reproduce": ("mtl_heads.commands.reproduce", "train a run's record again and say whether its weights come out the same"),
     "evaluate": ("mtl_heads.commands.evaluate", "score a trained model on a corpus, or a prediction file against gold"),
     "predict": ("mtl_heads.commands.predict", "annotate new text with a trained or pruned model"),
     "prune": ("mtl_heads.commands.prune", "remove a run's pruned heads for real and save the smaller model"),

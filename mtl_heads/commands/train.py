@@ -19,11 +19,13 @@ import sys
 
 from mtl_heads.cli import command
 from mtl_heads.config import CONFIG_DIR, ConfigError, load_config
+from mtl_heads.reproducible import pin_command
 
 
 def train(argv: list[str]) -> list[dict]:
     """Check the command line (fast: no torch yet), then train; returns each seed's metrics."""
     cfg = load_config(argv)
+    pin_command(cfg)  # reproducible=true: the CPU kernels and threads, which must be set before torch starts
     # torch and transformers from here on: deferred so that a mistyped key is reported at once
     from mtl_heads.training.experiment import given_keys, run_seeds_config
     from mtl_heads.training.trainer import TrainingError
@@ -47,7 +49,7 @@ def leave_process_group() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return command(train, __doc__, argv, interrupted="interrupted; continue with resume=true run_dir=<the run folder>",
+    return command(train, __doc__, argv, interrupted="interrupted",
                    config=CONFIG_DIR / "train.yaml")
 
 

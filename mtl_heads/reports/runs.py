@@ -20,7 +20,7 @@ import pandas as pd
 import yaml
 
 from mtl_heads.config import ConfigError
-from mtl_heads.folders import KIND_WHY, folder_kind, is_finished_run, is_unfinished_run
+from mtl_heads.folders import KIND_WHY, RUNS, folder_kind, is_finished_run, is_unfinished_run
 
 __all__ = ["IGNORED_KEYS", "RUNS", "MAX_DEPTH", "SKIP_DIRS", "KIND_WHY", "Note", "folder_kind", "walk_runs",
            "find_runs", "read_yaml", "flatten_config", "setting_config", "varying_keys", "is_null",
@@ -28,7 +28,6 @@ __all__ = ["IGNORED_KEYS", "RUNS", "MAX_DEPTH", "SKIP_DIRS", "KIND_WHY", "Note",
 
 # config keys that may differ between the seeds of one setting (a key and everything under it)
 IGNORED_KEYS = ("seed", "seeds", "run_dir", "experiment", "wandb", "resume", "train.progress", "progress")
-RUNS = Path("runs")
 
 
 # --- finding runs ------------------------------------------------------------------------------

@@ -19,17 +19,18 @@ from mtl_heads.config import ConfigError, load_config, load_saved_config
 from mtl_heads.data.batching import prepare_examples
 from mtl_heads.data.corpus import cut_note, load_corpus
 from mtl_heads.model.encoder import GatedEncoder
-from mtl_heads.files import atomic_write_text, read_json, write_json
+from mtl_heads.files import atomic_write_text, file_sha256, read_json, write_json
 from mtl_heads.model.gating import kept_count
 from mtl_heads.model.model import MultiTaskModel
 from mtl_heads.training.parallel import check_strategy, make_parallel
 from mtl_heads.model.precision import uses_bf16
-from mtl_heads.folders import check_run_dir, seed_dir
+from mtl_heads.reproducible import DEFAULT_THREADS
+from mtl_heads.reproducible import enter as reproducible_mode
+from mtl_heads.folders import RUNS, check_run_dir, newest_unfinished_run, seed_dir
 from mtl_heads.model.sparsity import budget_gap, budget_line, nothing_pruned_line, prune_mode
 from mtl_heads.training.tracking import Tracker
 from mtl_heads.training.trainer import Trainer, format_scores, mean_score, seed_everything, selection_tasks
 
-RUNS = Path("runs")
 # keys that may differ when resuming (everything else must match the saved config); checkpoints
 # are the same files under ddp and fsdp, so a run may continue under the other strategy
 RESUME_FREE = ("resume", "run_dir", "wandb", "train.progress", "train.strategy", "device", "precision")
@@ -91,14 +92,6 @@ def _check_resume_overrides(cfg: DictConfig, saved: DictConfig, given: list[str]
         if OmegaConf.select(cfg, key) != OmegaConf.select(saved, key):
             raise ConfigError(f"config key '{key}': a resumed run keeps its saved config "
                               f"({key}={OmegaConf.select(saved, key)}); drop this override or start a new run")
-
-
-def newest_unfinished_run() -> Path:
-    candidates = sorted((p for p in RUNS.glob("*") if (p / "config.yaml").exists() and not (p / "metrics.json").exists()),
-                        key=lambda p: p.stat().st_mtime)
-    if not candidates:
-        raise ConfigError("config key 'resume': no unfinished run in runs/; pass run_dir=<folder>")
-    return candidates[-1]
 
 
 def strategy(cfg: DictConfig) -> str:
@@ -207,6 +200,19 @@ def run_config(cfg: DictConfig, given: list[str], on_step: Callable | None = Non
             f"python -m mtl_heads evaluate {run_dir} scores it again")
         return done
     check_strategy(strategy(cfg), world)  # e.g. fsdp without a distributed launch: before any file is written
+    if cfg.get("reproducible", False) and cfg.get("threads") is None:  # recorded, so that a rerun uses the same
+        cfg.threads = DEFAULT_THREADS
+    with reproducible_mode(cfg, log) as pins:
+        return _train(cfg, run_dir, resuming, (rank, world, device), on_step, pins)
+
+
+def _train(cfg: DictConfig, run_dir: Path, resuming: bool, where: tuple[int, int, torch.device],
+           on_step: Callable | None, pins: dict | None) -> dict:
+    """The body of :func:`run_config` once the run folder is known: data, model, training, metrics.
+    ``where``: (rank, world size, device); ``pins``: reproducible mode's facts
+    (``mtl_heads.reproducible.facts``), None when it is off."""
+    rank, world, device = where
+    log = print if rank == 0 else (lambda *_: None)
     started = time.time()
     # everything that can fail on bad input runs before the run folder is written
     tasks = build_tasks(cfg)
@@ -233,6 +239,9 @@ def run_config(cfg: DictConfig, given: list[str], on_step: Callable | None = Non
     model = MultiTaskModel(encoder, tasks)
     # a resumed run stopped before its first checkpoint starts over, from init= like a new one
     restarts = not resuming or not any((run_dir / name).is_dir() for name in ("checkpoint", "checkpoint.prev"))
+    if resuming and restarts:
+        log(f"note: {run_dir} has no checkpoint yet (one every train.checkpoint_every={cfg.train.checkpoint_every} "
+            "steps and at each epoch end): it starts again from step 0")
     if cfg.init and restarts:  # pruning starts from fresh gates (unless prune.init_gates=init); plain training keeps them
         load_run_weights(model, cfg.init, gate=prune_mode(cfg) == "none" or init_gates(cfg) == "init")
     freeze(model, cfg)
@@ -243,6 +252,8 @@ def run_config(cfg: DictConfig, given: list[str], on_step: Callable | None = Non
                       started=started, machine=machine_facts(device, world))
     if resuming and trainer.load_checkpoint():
         log(f"resuming {run_dir} at epoch {trainer.state.epoch + 1}, step {trainer.state.step_in_epoch}")
+    elif cfg.init:  # the weights this run starts from, named in its record (a checkpoint carries it on)
+        trainer.state.init_weights_sha256 = file_sha256(Path(cfg.init) / "model.safetensors")
     if trainer.sparsity.active:
         target = (f"budget {trainer.sparsity.controller.target} heads" if trainer.sparsity.controller is not None
                   else f"lambda {trainer.sparsity.weight:g}")
@@ -251,7 +262,7 @@ def run_config(cfg: DictConfig, given: list[str], on_step: Callable | None = Non
         f"{', ' + parallel.name if world > 1 else ''}); run folder {run_dir}")
     try:
         trainer.fit()
-        metrics = finish(trainer, tasks, cfg, run_dir, rank, cuts)
+        metrics = finish(trainer, tasks, cfg, run_dir, rank, cuts, pins)
     finally:
         tracker.finish()
     return metrics
@@ -281,11 +292,17 @@ def machine_facts(device: torch.device, processes: int = 1) -> dict:
             "python": platform.python_version()}
 
 
-def finish(trainer: Trainer, tasks: dict, cfg: DictConfig, run_dir: Path, rank: int, cuts: dict | None = None) -> dict:
+def finish(trainer: Trainer, tasks: dict, cfg: DictConfig, run_dir: Path, rank: int, cuts: dict | None = None,
+           pins: dict | None = None) -> dict:
     """Reload the best checkpoint, evaluate dev and test, write metrics, labels and gates (``seconds``: the
     run's wall time, every process of a resumed run, whose earlier ones are under ``resumed``). ``cuts``: the
     dev and test splits the config cut (``load_corpus``'s ``cuts``; default none), kept in the metrics
-    as ``eval_cut`` and noted beside their scores."""
+    as ``eval_cut`` and noted beside their scores. ``pins``: reproducible mode's facts (default None: the
+    mode is off), kept as ``reproducible``.
+
+    The record names its weights: ``weights_sha256`` (the SHA-256 of ``model.safetensors``), the weights it
+    started from (``init_weights_sha256``, with ``init=``) and each checkpoint a process resumed from
+    (``resumed_from``: the global step and its weights' SHA-256)."""
     import json
 
     best = run_dir / "model.safetensors"
@@ -300,8 +317,15 @@ def finish(trainer: Trainer, tasks: dict, cfg: DictConfig, run_dir: Path, rank: 
                "heads_kept": kept_count(trainer.model.encoder.gate_values()),
                "heads_total": trainer.model.encoder.num_layers * trainer.model.encoder.num_heads,
                "seconds": round(trainer.seconds(), 1), "machine": trainer.machine}
+    metrics["reproducible"] = pins if pins is not None else False
+    if rank == 0 and best.exists():
+        metrics["weights_sha256"] = file_sha256(best)
+    if trainer.state.init_weights_sha256:
+        metrics["init_weights_sha256"] = trainer.state.init_weights_sha256
     if trainer.state.earlier:  # resumed: each earlier process's seconds and machine (its seconds are in the total)
         metrics["resumed"] = trainer.state.earlier
+    if trainer.state.resumed_from:
+        metrics["resumed_from"] = trainer.state.resumed_from
     if cuts:
         metrics["eval_cut"] = cuts
     controller = trainer.sparsity.controller

@@ -18,8 +18,8 @@ from mtl_heads.data.batching import Example, collate, epoch_plan, length_batches
 from omegaconf import OmegaConf
 
 from mtl_heads.config import ConfigError
-from mtl_heads.files import (RefusedFile, UnreadableFile, fsync_dir, load_state, load_tensors, load_weights, save_state,
-                              save_tensors)
+from mtl_heads.files import (RefusedFile, UnreadableFile, file_sha256, fsync_dir, load_state, load_tensors, load_weights,
+                              save_state, save_tensors)
 from mtl_heads.model.gating import kept_count
 from mtl_heads.training.parallel import Replicated, training_bytes
 from mtl_heads.model.precision import autocast, uses_bf16
@@ -48,6 +48,10 @@ class TrainState:
     seconds: float = 0.0
     machine: dict = field(default_factory=dict)
     earlier: list = field(default_factory=list)
+    # the weights a run read: its init= run's model.safetensors (SHA-256; None without init=), and each
+    # checkpoint a process resumed from ({"global_step", "weights_sha256"}, oldest first)
+    init_weights_sha256: str | None = None
+    resumed_from: list = field(default_factory=list)
 
 
 # --- state ----------------------------------------------------------------------------------
@@ -254,6 +258,7 @@ class Trainer:
                 continue
             if problems:
                 log(f"warning: resuming from the previous checkpoint {folder} instead")
+            blob["weights_sha256"] = file_sha256(folder / "model.safetensors")  # what this process resumes from
             return folder, blob, weights
         raise TrainingError("no readable checkpoint to resume from: " + "; ".join(problems)
                             + (" (and no previous checkpoint)" if len(folders) == 1 else "")
@@ -287,7 +292,8 @@ class Trainer:
             set_rng_state(ranks[self.rank] if isinstance(ranks, list) and len(ranks) == self.world else blob["rng"])
             saved = TrainState(**blob["state"])  # its writer joins the earlier processes (older files: none)
             earlier = saved.earlier + ([{"seconds": saved.seconds, "machine": saved.machine}] if saved.seconds else [])
-            self.state = replace(saved, earlier=earlier, seconds=0.0, machine={})
+            resumed = saved.resumed_from + [{"global_step": saved.global_step, "weights_sha256": blob.get("weights_sha256")}]
+            self.state = replace(saved, earlier=earlier, seconds=0.0, machine={}, resumed_from=resumed)
         except (KeyError, TypeError, ValueError, RuntimeError) as err:
             detail = str(err).strip().splitlines()[-1][:300] if str(err).strip() else type(err).__name__
             raise TrainingError(f"{folder}: the checkpoint does not fit this run's model and config ({detail}); "
@@ -333,9 +339,15 @@ class Trainer:
         return time.time() - self.started + sum(part["seconds"] for part in self.state.earlier)
 
     def fit(self) -> TrainState:
-        while self.state.epoch < self.tc.epochs and not self._patience_spent():
-            self._train_epoch()
-            self._end_epoch()
+        try:
+            while self.state.epoch < self.tc.epochs and not self._patience_spent():
+                self._train_epoch()
+                self._end_epoch()
+        except KeyboardInterrupt:  # Ctrl-C: where the run can go on from, said with its folder
+            if self.rank == 0:
+                write(f"interrupted at epoch {self.state.epoch + 1}, step {self.state.step_in_epoch}. "
+                      + self._checkpoint_note())
+            raise
         return self.state
 
     def _patience_spent(self) -> bool:
@@ -415,9 +427,10 @@ class Trainer:
     def _checkpoint_note(self) -> str:
         """Where a stopped run can be resumed from, for messages."""
         if self.checkpoint_dir.exists():
-            return f"The last good checkpoint is in {self.checkpoint_dir} (resume=true continues from it)."
+            return (f"The last good checkpoint is in {self.checkpoint_dir}; continue with: "
+                    f"python -m mtl_heads train resume=true run_dir={self.run_dir}")
         return (f"No checkpoint was written yet (one every train.checkpoint_every={self.tc.checkpoint_every} "
-                "steps and at each epoch end), so nothing of this run can be resumed.")
+                f"steps and at each epoch end), so resume=true run_dir={self.run_dir} would start it again from step 0.")
 
     def _train_stats(self) -> dict[str, float]:
         """Learning rate and, when pruning, the expected number of open heads and the multipliers."""
