@@ -317,7 +317,7 @@ def ablate(*argv) -> tuple[int, dict | None]:
     return code, json.loads((out / "ablation.json").read_text()) if code == 0 and out else None
 
 
-KEYS = ["kind", "run", "run_resolved", "run_metrics_sha256", "tasks", "heads", "source", "label", "split", "sentences",
+KEYS = ["kind", "run", "run_resolved", "run_metrics_sha256", "weights_sha256", "tasks", "heads", "source", "label", "split", "sentences",
         "random_sets", "seed", "matched", "gate_groups", "heads_per_layer", "methods", "random_heads"]
 RESULT_KEYS = ["metric", "base", "ablated", "drop", "random_drops", "null_mean", "null_95", "p"]
 
@@ -346,6 +346,9 @@ def test_command_end_to_end(runs, tmp_path, capsys, kind, monkeypatch):
     assert list(record)[:len(KEYS)] == KEYS and record["kind"] == "head ablation" and record["label"] == "test"
     # the training whose weights it read: its metrics.json's digest (a run trained again has another)
     assert record["run_metrics_sha256"] == hashlib.sha256((runs[kind] / "metrics.json").read_bytes()).hexdigest()
+    # and the weights it read, by their digest (the digest the run's metrics.json records)
+    assert record["weights_sha256"] == hashlib.sha256((runs[kind] / "model.safetensors").read_bytes()).hexdigest()
+    assert record["weights_sha256"] == json.loads((runs[kind] / "metrics.json").read_text())["weights_sha256"]
     assert record["tasks"] == ["pos", "dep"] and record["sentences"]["pos"] == record["sentences"]["dep"] > 0  # the
     # Llama's 64 positions skip some of the 8 test sentences
     assert record["heads"] == heads.split(",") and record["source"] == "list" and record["split"] == "test"

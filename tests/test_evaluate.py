@@ -32,6 +32,7 @@ def test_a_run_on_its_own_test_split_gives_its_metrics(trained, capsys):
     assert main([str(trained), "split=test", "progress=false", f"out={out}"]) == 0
     result = json.loads(out.read_text())
     assert result["scores"] == saved["test"]
+    assert result["weights_sha256"] == saved["weights_sha256"]  # the weights scored, named
     assert "scores of" in capsys.readouterr().out
 
 

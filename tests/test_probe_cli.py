@@ -190,6 +190,7 @@ def test_run_folder_model_and_comparisons(base, trained_run, tmp_path, tiny_enco
     assert RunProbe.got is not None and RunProbe.got.path == trained_run  # the LoadedRun reached the probe
     meta = json.loads((after / "report.json").read_text())
     assert meta["model_kind"] == "run" and meta["run_tasks"] == ["pos"] and "kept" in meta["gates_text"]
+    assert meta["weights_sha256"] == json.loads((trained_run / "metrics.json").read_text())["weights_sha256"]  # read
 
     # two report folders
     out = run(base + [f"compare={before},{after}", f"out={tmp_path / 'cmp'}"], log=quiet)

@@ -337,9 +337,9 @@ def run_ablation(loaded_run, chosen: np.ndarray, methods: Sequence[str] = METHOD
         log: where data reports go (default the module logger).
 
     The record's ``seconds`` is the wall-clock time of the whole study (the compute a study reports);
-    its ``run_metrics_sha256``, the SHA-256 of the run folder's ``metrics.json`` as it was read (None
-    where it has none), names the training whose weights were ablated: a run trained again into the
-    same folder has other weights and another ``metrics.json``, and a copy of it keeps the digest.
+    its ``weights_sha256``, the SHA-256 of the weights file read (``LoadedRun.weights_sha256``), names the
+    weights ablated; ``run_metrics_sha256``, the SHA-256 of the run folder's ``metrics.json`` as it was read
+    (None where it has none), names the training they came from for records older than weights digests.
     """
     started = time.perf_counter()
     metrics = Path(loaded_run.path) / "metrics.json"
@@ -372,6 +372,7 @@ def run_ablation(loaded_run, chosen: np.ndarray, methods: Sequence[str] = METHOD
     study = ablation_study(model, groups, chosen, methods, random_sets, seed, block, means, precision, progress)
     record = {"kind": "head ablation", "run": str(run if run is not None else loaded_run.path),
               "run_resolved": str(Path(loaded_run.path).resolve()), "run_metrics_sha256": run_metrics_sha256,
+              "weights_sha256": loaded_run.weights_sha256,
               "tasks": tasks, "heads": head_names(chosen),
               "source": source, "label": label, "split": split, "sentences": {t: len(ex) for t, ex in examples.items()},
               "random_sets": random_sets, "seed": seed, "matched": "layer", "gate_groups": encoder.gate_groups,

@@ -74,9 +74,10 @@ def evaluate_trained(path: str | Path, data: DictConfig | None = None, split: st
         device, precision, batch_size, progress: as for training (``auto`` = CUDA when available).
         log: where the data report goes.
 
-    Returns: ``{"scores": {task: {metric: value}}, "sentences": {task: n}}``, and ``eval_cut`` when the
-    data config keeps only part of the split (``load_corpus``'s ``cuts`` entry: scores not comparable
-    with those on the whole split).
+    Returns: ``{"scores": {task: {metric: value}}, "sentences": {task: n}}``, ``weights_sha256`` (the digest
+    of the run's weights file scored; not for a pruned folder), and ``eval_cut`` when the data config keeps
+    only part of the split (``load_corpus``'s ``cuts`` entry: scores not comparable with those on the whole
+    split).
     """
     # deferred: torch and transformers, which scoring two files (score_files) does not need
     from mtl_heads.data.batching import prepare_examples
@@ -94,6 +95,8 @@ def evaluate_trained(path: str | Path, data: DictConfig | None = None, split: st
                                 require_train=False)[split]
     scores = evaluate_examples(loaded.model, chosen, examples, target, precision, batch_size, progress, split)
     result = {"scores": scores, "sentences": {name: len(ex) for name, ex in examples.items()}}
+    if loaded.weights_sha256:  # the weights scored, by their digest
+        result["weights_sha256"] = loaded.weights_sha256
     if split in cuts:  # data.max_eval_sentences (or data.max_sentences for train, data.sentences) cut the split
         result["eval_cut"] = cuts[split]
     return result

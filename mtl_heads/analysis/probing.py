@@ -72,6 +72,7 @@ def load_model(spec: str, device: torch.device) -> tuple[GatedEncoder, object | 
         values = encoder.gate_values().cpu()
         kept = kept_count(values)
         info = {"model_kind": "run", "model_name": Path(spec).resolve().name, "encoder": loaded.cfg.encoder.name,
+                "weights_sha256": loaded.weights_sha256,  # the weights probed, by their digest
                 "run_tasks": list(loaded.cfg.tasks), "gates_text": f"{type(encoder.gate).__name__ if encoder.gate is not None else 'none'}"
                 f" (eval values), kept {kept} of {values.numel()} (>= {KEPT_AT:g})",
                 "closed_heads": closed_heads(values, Path(spec))}

@@ -17,7 +17,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from mtl_heads.config import ConfigError, load_saved_config
-from mtl_heads.files import load_numpy, load_tensors, read_json
+from mtl_heads.files import file_sha256, load_numpy, load_tensors, read_json
 from mtl_heads.folders import check_run_dir
 from mtl_heads.model.encoder import EncoderNotFound, GatedEncoder
 from mtl_heads.model.gating import GateMaskError
@@ -111,7 +111,9 @@ class LoadedRun:
     """A run folder read back.
 
     cfg: the run's saved config; model: the ``MultiTaskModel`` with the best weights, in eval mode;
-    tasks: ``{name: Task}`` with the saved label vocabularies; metrics/gates: the saved JSON (or None).
+    tasks: ``{name: Task}`` with the saved label vocabularies; metrics/gates: the saved JSON (or None);
+    weights_sha256: the SHA-256 of the weights file read (``model.safetensors``; None for a pruned folder),
+    which whatever reports on the model records, so that it names the weights it read.
     """
 
     path: Path
@@ -120,6 +122,7 @@ class LoadedRun:
     tasks: dict
     metrics: dict | None
     gates: dict | None
+    weights_sha256: str | None = None
 
 
 def load_run_weights(model: torch.nn.Module, path: str | Path, gate: bool = True) -> None:
@@ -162,7 +165,8 @@ def load_run(path: str | Path, device: str | torch.device = "cpu", gate: str | N
     model = MultiTaskModel(encoder, tasks)
     load_run_weights(model, path, gate=same_gate)
     model.to(device).eval()
-    return LoadedRun(path, cfg, model, tasks, read_json(path / "metrics.json"), read_json(path / "gates.json"))
+    return LoadedRun(path, cfg, model, tasks, read_json(path / "metrics.json"), read_json(path / "gates.json"),
+                     file_sha256(path / "model.safetensors"))
 
 
 # --- from a pruned folder ---------------------------------------------------------------------
