@@ -103,6 +103,40 @@ def test_round_rules_are_unchanged_since_the_commit_the_doc_quotes():
         f"docs/ewt-study/rules.md changed since {commit}, the commit docs/ewt-results.md quotes for the round's rules")
 
 
+ROUND3_RULES = "docs/ewt-study/rules-round3.md"
+ROUND3 = "docs/ewt-study-round3"
+
+
+def git_lines(args: list[str]) -> list[str]:
+    """``git args``' output lines; skips where git or the history is not here (a shallow clone, an archive)."""
+    try:
+        done = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=120)
+        shallow = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], cwd=REPO, capture_output=True,
+                                 text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        pytest.skip(f"git cannot be run here: {err}")
+    if done.returncode != 0 or shallow.returncode != 0 or shallow.stdout.strip() == "true":
+        pytest.skip("no full git history here")
+    return done.stdout.splitlines()
+
+
+def test_every_round3_record_was_committed_after_round3s_rules():
+    """docs/ewt-study/rules-round3.md fixes round 3's rules before its runs: the last commit that touched it
+    is an ancestor of the commit that added each file of a round-3 record (docs/ewt-study-round3/), so a rule
+    changed after its data fails here."""
+    (rules,) = git_lines(["log", "-1", "--format=%H", "--", ROUND3_RULES]) or pytest.fail(f"{ROUND3_RULES} is not committed")
+    added = git_lines(["log", "--diff-filter=A", "--format=%H", "--name-only", "--", ROUND3])
+    commit, late = None, []
+    for line in added:
+        if len(line) == 40 and all(c in "0123456789abcdef" for c in line):
+            commit = line
+        elif line and not line.endswith(".gitignore"):
+            after = subprocess.run(["git", "merge-base", "--is-ancestor", rules, commit], cwd=REPO).returncode == 0
+            if not after or commit == rules:
+                late.append(f"{line} (added in {commit[:10]})")
+    assert not late, f"round-3 records not committed after the rules' last commit {rules[:10]}: {late[:5]}"
+
+
 def test_round1_claims_are_generated_from_round1s_record(tmp_path):
     """docs/ewt-study/round1-claims.json, which each verdict of claims.md is compared with, is what today's
     claims code writes (format=json) on the study's record at the commit docs/ewt-results.md quotes as
