@@ -6,7 +6,8 @@ Each measurement is a fresh process (the pins must be set before torch is import
 MTL-5 setting (POS, NER, DEP, CON, SRL) on the demo corpus with the packaged MiniLM encoder, as
 ``python -m mtl_heads train`` does, and times the steps after a warm-up through the trainer's
 ``on_step`` hook (the step time includes everything a run does per step). The variants run interleaved,
-round after round (default then pinned, then the other order), so drifts in load hit both; each round's
+round after round (default then pinned, then the other order), so drifts in load hit both (the record keeps
+the machine and its load average: other work on the cores makes the 2-thread figures noisy); each round's
 pinned/default ratio is taken per thread count and the median over rounds is reported, with the median
 seconds per step of each variant. The goal (docs/guides/training.md, *Reproducible runs*): at most
 1.15x the default step time at one thread.
@@ -99,6 +100,10 @@ def main(argv=None) -> dict:
         print(json.dumps(worker(args)))
         return {}
     counts = [int(t) for t in args.threads.split(",")]
+    import torch  # the parent measures nothing itself: its torch only names the machine
+
+    from mtl_heads.training.experiment import machine_facts
+
     rounds = []
     for r in range(args.rounds):
         row = {}
@@ -111,6 +116,7 @@ def main(argv=None) -> dict:
             f"{v} x{t} {m['seconds_per_step']:.3f} s" for (v, t), m in sorted(row.items(), key=lambda kv: (kv[0][1], kv[0][0]))),
             flush=True)
     out = {"encoder": args.encoder, "tasks": args.tasks, "steps": args.steps, "warmup": args.warmup, "rounds": args.rounds,
+           "cpu": machine_facts(torch.device("cpu")), "load_average_1min": round(os.getloadavg()[0], 2),
            "by_threads": {}}
     print(f"\n{'threads':>7}  {'default s/step':>14}  {'pinned s/step':>13}  {'pinned/default':>14}  kernels")
     for threads in counts:
