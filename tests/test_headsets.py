@@ -106,3 +106,24 @@ def test_layer_matched_percentile_baseline():
     assert observed == 70 and p_global == pytest.approx(4 / 15, abs=0.01)
     # within layer 0: C(3, 2) = 3 sets, means 90, 80, 70, every one at least as high: p = 1
     assert p_layer == pytest.approx(1.0, abs=0.001) and mean == pytest.approx(80, abs=0.5)
+
+
+def test_cell_matched_sets_keep_each_cells_count_and_draw_every_head_of_a_cell():
+    from mtl_heads.model.headsets import cell_matched_sets, importance_cells
+
+    importance = np.array([[0.1, 0.9, 0.5, 0.3, 0.7, 0.2], [5.0, 1.0, 3.0, 2.0, 6.0, 4.0]])  # [2 layers, 6 heads]
+    cells = importance_cells(importance, bins=3)
+    # layer 0 by importance: H0 0.1, H5 0.2 (bin 0), H3 0.3, H2 0.5 (bin 1), H4 0.7, H1 0.9 (bin 2)
+    assert cells.tolist() == [[0, 2, 1, 1, 2, 0], [5, 3, 4, 3, 5, 4]]
+    chosen = np.zeros((2, 6), dtype=bool)
+    chosen[0, 1] = chosen[0, 3] = chosen[1, 4] = True  # cells 2, 1, 5
+    sets = cell_matched_sets(np.random.default_rng(0), 2000, chosen, cells)
+    assert sets.shape == (2000, 3)
+    flat = cells.ravel()
+    for row in sets[:50]:
+        assert sorted(flat[row].tolist()) == [1, 2, 5] and len(set(row.tolist())) == 3
+    # uniform within a cell: each of cell 2's heads (L0H1, L0H4) drawn about half the time
+    share = np.mean(np.isin(sets, [1]).any(axis=1))
+    assert 0.45 < share < 0.55
+    with pytest.raises(ValueError, match="bins"):
+        importance_cells(importance, bins=7)

@@ -9,7 +9,11 @@ Random sets come in two kinds, and every test that holds a set of heads against 
 - *layer-matched*: the same number of heads in each layer as the tested set (:func:`layer_matched_sets`,
   :func:`layer_permutations`). Pruning keeps low layers far more than high ones, so a set of
   surviving heads is mostly low-layer heads; against a global null, *any* low-layer set looks
-  special. The layer-matched null asks whether these heads matter beyond their layer.
+  special. The layer-matched null asks whether these heads matter beyond their layer;
+- *cell-matched*: the same number of heads in each cell of a partition of the grid
+  (:func:`cell_matched_sets`), such as each layer cut into bins by how much the model relies on each
+  head (:func:`importance_cells`, Michel et al. 2019's importance): whether a set matters beyond its
+  layer *and* its heads' importance (the EWT study's round-3 rules, claim 6).
 
 Query heads that share one gate (a key/value group, ``encoder.gate_groups=kv``; adjacent in a row)
 are drawn a whole group at a time (``block``): heads that always move together are one draw.
@@ -22,7 +26,7 @@ import re
 import numpy as np
 
 __all__ = ["head_name", "parse_head", "head_names", "block_permutations", "layer_permutations", "random_sets",
-           "layer_matched_sets"]
+           "layer_matched_sets", "cell_matched_sets", "importance_cells"]
 
 _NAME = re.compile(r"^L(\d+)H(\d+)$")
 
@@ -81,3 +85,34 @@ def layer_matched_sets(rng: np.random.Generator, count: int, chosen: np.ndarray,
     order = layer_permutations(rng, count, layers, heads, block).reshape(count, layers, heads)
     parts = [order[:, layer, :-(-int(chosen[layer].sum()) // block) * block] for layer in range(layers)]
     return np.concatenate(parts, axis=1) if parts else np.zeros((count, 0), dtype=int)
+
+
+def cell_matched_sets(rng: np.random.Generator, count: int, chosen: np.ndarray, cells: np.ndarray) -> np.ndarray:
+    """``[count, k]`` flat indices of ``count`` random head sets with as many heads in each cell as
+    ``chosen`` (a bool grid ``[layers, heads]``): ``cells`` (an int grid of the same shape) names each
+    head's cell, and in each cell that many heads are drawn uniformly from the cell's heads (``chosen``'s
+    own heads are one possible draw). Cells in ascending id order, each cell's heads as drawn."""
+    chosen, cells = np.asarray(chosen, dtype=bool).ravel(), np.asarray(cells).ravel()
+    if chosen.shape != cells.shape:
+        raise ValueError(f"cells: expected one cell id per head ({chosen.size}), got {cells.size}")
+    parts = []
+    for cell in np.unique(cells):
+        members = np.flatnonzero(cells == cell)  # [n]
+        k = int(chosen[members].sum())
+        if k:
+            order = np.argsort(rng.random((count, members.size)), axis=1)[:, :k]  # [count, k]
+            parts.append(members[order])
+    return np.concatenate(parts, axis=1) if parts else np.zeros((count, 0), dtype=int)
+
+
+def importance_cells(importance: np.ndarray, bins: int = 3) -> np.ndarray:
+    """``[layers, heads]`` cell ids that cut each layer into ``bins`` bins (default 3) by its heads'
+    ``importance`` (``[layers, heads]``, larger: more important): within a layer the heads are ranked from
+    the least to the most important (ties by head index) and the rank's bin is ``rank * bins // heads``;
+    the cell of a head is ``layer * bins + bin`` (MiniLM's 12 heads a layer, 3 bins: 4 heads each)."""
+    importance = np.asarray(importance, dtype=float)
+    layers, heads = importance.shape
+    if not 1 <= bins <= heads:
+        raise ValueError(f"bins: expected 1 to {heads} (the heads of a layer), got {bins}")
+    rank = np.argsort(np.argsort(importance, axis=1, kind="stable"), axis=1, kind="stable")  # [layers, heads]
+    return np.arange(layers)[:, None] * bins + rank * bins // heads
