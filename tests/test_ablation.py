@@ -13,11 +13,12 @@ import torch
 import yaml
 
 from mtl_heads.analysis.ablation import (METHODS, drop_summary, head_grid, kv_block, matched_sets, mean_contexts,
-                                one_sided_p, possible_sets, resample_donors, table_lines, task_batches, task_score)
+                                possible_sets, resample_donors, table_lines, task_batches, task_score)
 from mtl_heads.commands.ablate import judge, sets_needed
 from mtl_heads.model.encoder import GatedEncoder
 from mtl_heads.model.gating import FixedGate
 from mtl_heads.model.headsets import head_name, parse_head
+from mtl_heads.stats import one_sided_p
 from helpers import HEADS, LAYERS, padded_batch, tiny_model
 from tiny_lms import _batch
 

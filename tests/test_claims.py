@@ -12,10 +12,11 @@ from scipy import stats
 from mtl_heads.commands.claims import main
 from mtl_heads.config import ConfigError
 from mtl_heads.reports.claims import (BEGIN, END, MARGIN, MATCHED_RULE, REGIME_NAMES, RULES, SCHEMA, TOO_FEW, Claim,
-                                      check_claims, claims_json, claims_markdown, holm, pooled_ablation, probe_skill,
+                                      check_claims, claims_json, claims_markdown, pooled_ablation, probe_skill,
                                       read_since, read_study, regime, score_grid, since_line, splice, sp_vs_dp,
                                       stem_heads)
 from mtl_heads.reports.significance import format_p, format_significance
+from mtl_heads.stats import holm
 from helpers import NER_KEPT, POS_KEPT, STEM, gates_of, make_run, make_study
 from helpers import STUDY_HEADS as HEADS
 from helpers import STUDY_LAYERS as LAYERS

@@ -365,7 +365,7 @@ def test_dev_curves_of_many_settings_keep_their_axes(tmp_path):
 
 # --- significance between settings ---------------------------------------------------------------
 def test_exact_permutation_p_by_hand():
-    from mtl_heads.reports.significance import permutation_test
+    from mtl_heads.stats import permutation_test
 
     # 2 vs 2, fully separated: of the 6 splits of {1, 2, 10, 11}, only the observed one and its mirror
     # ({10, 11} vs {1, 2}) reach |difference| 9
@@ -384,7 +384,7 @@ def test_exact_permutation_p_by_hand():
 def test_exact_permutation_p_against_brute_force():
     import itertools
 
-    from mtl_heads.reports.significance import permutation_test
+    from mtl_heads.stats import permutation_test
 
     rng = np.random.default_rng(3)
     for k, m in ((3, 3), (2, 4), (4, 3)):

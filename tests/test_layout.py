@@ -3,6 +3,7 @@ the module's own floor or one below it. A module on no floor fails, so a new pac
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -10,6 +11,7 @@ REPO = Path(__file__).resolve().parents[1]
 # bottom to top; a module belongs to the floor of the longest prefix that names it
 FLOORS = [
     ("base", ["mtl_heads", "mtl_heads.config", "mtl_heads.files", "mtl_heads.folders", "mtl_heads.progress"]),
+    ("stats", ["mtl_heads.stats"]),
     ("data", ["mtl_heads.data"]),
     ("model", ["mtl_heads.model"]),
     ("tasks, probes", ["tasks", "probes"]),
@@ -19,6 +21,7 @@ FLOORS = [
     ("commands", ["mtl_heads.commands", "mtl_heads.cli", "mtl_heads.__main__", "mtl_heads.train"]),
 ]
 SIDE_BY_SIDE = {"tasks", "probes"}  # one floor, and neither imports the other
+STATS_LIBRARIES = {"numpy", "scipy"}  # what mtl_heads.stats may import beyond the standard library and base
 
 
 def modules(root: Path, packages) -> dict[str, Path]:
@@ -89,6 +92,23 @@ def upward_imports(root: Path, floors=FLOORS, side_by_side=SIDE_BY_SIDE) -> list
 
 def test_every_import_runs_down_the_floors():
     assert upward_imports(REPO) == []
+
+
+def test_stats_import_only_numpy_scipy_and_the_base():
+    """The statistics stand on their own: below every floor but the base, and of the libraries only numpy and
+    scipy (no pandas, no torch), so that a statistic is a function of arrays wherever it is used."""
+    outside = set()
+    for path in sorted((REPO / "mtl_heads" / "stats").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                tops = [a.name.split(".")[0] for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                tops = [(node.module or "").split(".")[0]]
+            else:
+                continue
+            outside |= {f"{path.name}: {t}" for t in tops
+                        if t not in sys.stdlib_module_names | STATS_LIBRARIES | {"mtl_heads", "__future__"}}
+    assert outside == set()
 
 
 def test_the_check_finds_an_upward_import_and_an_unplaced_module(tmp_path):

@@ -51,17 +51,17 @@ from mtl_heads.model.precision import autocast
 from mtl_heads.progress import progress_bar
 from mtl_heads.model.gating import KEPT_AT
 from mtl_heads.model.scoring import batch_scores, eval_mode, open_heads, task_batches, task_score
+from mtl_heads.stats import null_summary
 
 __all__ = ["METHODS", "DONORS_ON_DEVICE", "eval_mode", "open_heads", "split_examples", "task_batches",
            "task_score", "batch_scores", "chosen_tasks", "TaskGroup", "task_groups", "mean_contexts", "resample_donors",
-           "collect_donors", "head_grid", "kv_block", "matched_sets", "possible_sets", "one_sided_p", "drop_summary",
+           "collect_donors", "head_grid", "kv_block", "matched_sets", "possible_sets", "drop_summary",
            "ablation_study", "run_ablation", "table_lines"]
 
 logger = logging.getLogger(__name__)
 
 METHODS = ("zero", "mean", "resample")
 DONORS_ON_DEVICE = 1 << 30    # resample donors larger than this (bytes) wait in host memory
-TIE = 1e-9                    # random drops within this of the observed drop count as "at least as large"
 
 
 # --- data ---------------------------------------------------------------------------------------
@@ -232,20 +232,15 @@ def possible_sets(chosen: np.ndarray, block: int = 1) -> int:
     return math.prod(math.comb(units, -(-int(k) // block)) for k in chosen.sum(1))
 
 
-def one_sided_p(observed: float, null: Sequence[float]) -> float:
-    """``(1 + #null values >= observed) / (1 + len(null))`` (ties within 1e-9 count as hits)."""
-    null = np.asarray(null, dtype=float)
-    return (1 + int((null >= observed - TIE).sum())) / (1 + null.size)
-
-
 def drop_summary(metric: str, base: float, ablated: float, random_scores: Sequence[float]) -> dict:
     """One method and task: ``metric``, ``base``, ``ablated``, ``drop`` (base - ablated), the random sets'
-    ``random_drops``, their mean ``null_mean`` and 95th percentile ``null_95``, and :func:`one_sided_p`."""
+    ``random_drops``, their mean ``null_mean`` and 95th percentile ``null_95``, and the one-sided ``p``
+    (:func:`mtl_heads.stats.null_summary`)."""
     drops = [base - s for s in random_scores]
     drop = base - ablated
+    null_mean, null_95, p = null_summary(drop, drops)
     return {"metric": metric, "base": base, "ablated": ablated, "drop": drop, "random_drops": drops,
-            "null_mean": float(np.mean(drops)), "null_95": float(np.percentile(drops, 95)),
-            "p": one_sided_p(drop, drops)}
+            "null_mean": null_mean, "null_95": null_95, "p": p}
 
 
 # --- the study ----------------------------------------------------------------------------------

@@ -71,7 +71,7 @@ def sets_needed(tests: int, alpha: float) -> int:
 
 def judge(record: dict) -> dict:
     """Add the verdicts to an ablation record (in place; returns it). The Holm family is the record's
-    table, every method and task (:func:`mtl_heads.reports.claims.holm`, at
+    table, every method and task (:func:`mtl_heads.stats.holm`, at
     :data:`mtl_heads.reports.significance.ALPHA`). Per method and task: ``p_holm`` (the adjusted p),
     ``verdict`` ("needed" when the drop is positive and ``p_holm`` < alpha, else "not shown"; "cannot be
     tested", ``p_holm`` None, when every random set is the set itself: ``possible_sets`` 1) and
@@ -83,7 +83,7 @@ def judge(record: dict) -> dict:
     Args:
         record: what :func:`mtl_heads.analysis.ablation.run_ablation` returns (or an ``ablation.json`` read back).
     """
-    from mtl_heads.reports.claims import holm
+    from mtl_heads.stats import holm
     from mtl_heads.reports.significance import ALPHA
 
     results = [r for by_task in record["methods"].values() for r in by_task.values()]

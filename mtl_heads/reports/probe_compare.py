@@ -24,7 +24,7 @@ and ``choice_warnings`` when the reports used different ones on a compared probe
 - Some group of several seeds: per group ``mean:<g>``, ``std:<g>`` (sample, ddof 1; blank for one
   seed), ``n:<g>`` (seeds with the label), ``head:<g>`` (the most common best head and how many seeds
   share it, ``L2H0 in 3/3``), and for every group after the first ``delta:<g>`` (difference of
-  means) and ``p:<g>`` (Welch's t-test, :func:`mtl_heads.reports.significance.welch`, where both
+  means) and ``p:<g>`` (Welch's t-test, :func:`mtl_heads.stats.welch`, where both
   groups have >= 2 seeds). Each seed counts with its own best head. The heatmap of a group is the
   mean over its seeds of their grids; ``compare.json`` adds ``pool`` and ``groups``.
 """
@@ -47,7 +47,7 @@ from mtl_heads.reports.probe_report import (Report, choice_conflicts, choices_te
                                              heatmap_grid, markdown_table, marked_head, read_report, report_choices,
                                              safe_name)
 from mtl_heads.reports.runs import flatten_config, read_yaml, setting_config
-from mtl_heads.reports.significance import welch
+from mtl_heads.stats import welch
 
 __all__ = ["compare_reports", "side_by_side", "display_names", "POOLS", "Group", "run_setting", "group_reports",
            "pooled_summary", "pooled_side_by_side", "WELCH_TEXT", "read_comparison", "compared_folders",

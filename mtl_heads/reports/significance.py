@@ -4,9 +4,9 @@ For each score two settings share (per task, test and dev main metric; the mean 
 settings have the same tasks), :func:`significance_table` gives the mean ± sample standard deviation
 of each over its seeds, the difference ``B - A``, and two two-sided tests over the seeds:
 
-- Welch's t-test (:func:`welch`: ``scipy.stats.ttest_ind(a, b, equal_var=False)``), which assumes
-  each setting's scores are normal, with variances that may differ;
-- an exact permutation test (:func:`permutation_test`): the difference of means for every way to
+- Welch's t-test (:func:`mtl_heads.stats.welch`: ``scipy.stats.ttest_ind(a, b, equal_var=False)``), which
+  assumes each setting's scores are normal, with variances that may differ;
+- an exact permutation test (:func:`mtl_heads.stats.permutation_test`): the difference of means for every way to
   split the pooled seeds into groups of the two sizes; p = the share of splits whose difference is
   at least as large (in absolute value) as the one observed. It assumes nothing about the
   distribution, but with few seeds it has few splits: 3 + 3 seeds give C(6, 3) = 20 splits, so its
@@ -22,15 +22,14 @@ from __future__ import annotations
 
 import itertools
 import math
-import warnings
 
-import numpy as np
 import pandas as pd
 
 from mtl_heads.config import ConfigError
+from mtl_heads.stats import permutation_test, welch
 
-__all__ = ["ALPHA", "TESTS_TEXT", "MAX_EXACT_SPLITS", "format_p", "resolve_pair", "resolve_pairs", "shared_scores", "welch",
-           "permutation_test", "significance_table", "format_significance"]
+__all__ = ["ALPHA", "TESTS_TEXT", "format_p", "resolve_pair", "resolve_pairs", "shared_scores", "significance_table",
+           "format_significance"]
 
 TESTS_TEXT = ("Tests, two-sided, over the seeds of each setting: Welch's t-test (unequal variances; "
               "scipy.stats.ttest_ind with equal_var=False) and an exact permutation test of the difference of "
@@ -38,7 +37,6 @@ TESTS_TEXT = ("Tests, two-sided, over the seeds of each setting: Welch's t-test 
               "smallest possible p is 2 / (number of splits) for equal groups: 0.1 with 3 + 3 seeds (20 splits), "
               "1/3 with 2 + 2, so with so few seeds it cannot reach 0.05. difference = B - A. A setting with "
               "fewer than 2 seeds cannot be tested. No correction for testing many scores or pairs.")
-MAX_EXACT_SPLITS = 100_000  # more splits than this: that many random relabellings instead (seeded)
 ALPHA = 0.05  # the significance level: the line that format_p shows which side of
 
 
@@ -132,60 +130,6 @@ def shared_scores(runs: pd.DataFrame, a: str, b: str) -> list[str]:
             if all(rows[s][column].notna().any() for s in (a, b)):
                 columns.append(column)
     return columns
-
-
-# --- the tests ------------------------------------------------------------------------------------
-def welch(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
-    """(t, degrees of freedom, two-sided p) of Welch's t-test of ``b`` against ``a`` (``mean(b) -
-    mean(a)`` sets the sign of t): ``scipy.stats.ttest_ind(b, a, equal_var=False)``. NaN when either has
-    fewer than 2 values, or neither varies (no spread: t is undefined)."""
-    from scipy import stats
-
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    if len(a) < 2 or len(b) < 2 or (np.ptp(a) == 0 and np.ptp(b) == 0):
-        return math.nan, math.nan, math.nan
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        result = stats.ttest_ind(b, a, equal_var=False)
-    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
-    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))  # Welch-Satterthwaite
-    return float(result.statistic), float(df), float(result.pvalue)
-
-
-def permutation_test(a: np.ndarray, b: np.ndarray, max_exact: int = MAX_EXACT_SPLITS, draws: int = MAX_EXACT_SPLITS,
-                     seed: int = 0) -> dict[str, float | int | bool]:
-    """Two-sided permutation test of ``mean(b) - mean(a)`` over the seed labels.
-
-    Args:
-        a, b: the scores of the two settings, one per seed (each at least one value).
-        max_exact: enumerate every split of the pooled values into groups of ``len(a)`` and ``len(b)``
-            when there are at most this many (default 100000); otherwise draw random relabellings and
-            count the observed one in: p = (1 + hits) / (1 + draws).
-        draws: random relabellings when not exact (default 100000).
-        seed: numpy seed of the random relabellings (default 0; unused when exact).
-
-    Returns ``p`` (share of splits with ``|difference| >=`` the observed one, up to rounding),
-    ``splits`` (how many were counted), ``exact`` (all enumerated), ``smallest`` (the smallest p the
-    test can give with these group sizes: 2 / splits for equal groups, whose mirror split ties,
-    1 / splits otherwise; 1 / (draws + 1) when drawn).
-    """
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    pooled = np.concatenate([a, b])  # [n]
-    n, k = len(pooled), len(a)
-    observed = abs(b.mean() - a.mean())
-    total = math.comb(n, k)
-    exact = total <= max_exact
-    if exact:
-        groups = np.array(list(itertools.combinations(range(n), k)), dtype=int)  # [splits, k]
-    else:
-        rng = np.random.default_rng(seed)
-        groups = np.argsort(rng.random((draws, n)), axis=1)[:, :k]  # [draws, k]: a random permutation's first k
-    sums = pooled[groups].sum(1)  # [splits]
-    diffs = np.abs((pooled.sum() - sums) / (n - k) - sums / k)  # [splits]
-    hits = int((diffs >= observed - 1e-9 * max(1.0, observed)).sum())
-    if exact:
-        return {"p": hits / total, "splits": total, "exact": True, "smallest": (2 if 2 * k == n else 1) / total}
-    return {"p": (hits + 1) / (draws + 1), "splits": draws, "exact": False, "smallest": 1 / (draws + 1)}
 
 
 def significance_table(runs: pd.DataFrame, pairs: list[tuple[str, str]]) -> pd.DataFrame:

@@ -31,11 +31,11 @@ The claims (:func:`check_claims`), each a :class:`Claim` with its question, He &
 Statistics shared by every claim (:data:`TESTS`): a setting that keeps at least :data:`NEAR_ALL` of
 its heads *did not prune* and is left out of overlaps and intersections (named where it is); where a
 test has a global and a layer-aware null the verdict reads the larger p; Holm-Bonferroni over each
-claim's tests (:func:`holm`), raw and adjusted p side by side; every verdict is recomputed with each
+claim's tests (:func:`mtl_heads.stats.holm`), raw and adjusted p side by side; every verdict is recomputed with each
 seed left out in turn (:func:`check_claims`), and one that changes is marked fragile with the seed.
 
 The rest of the package: :mod:`.rules` (the rules and the numbers they name), :mod:`.core` (:class:`Test`,
-:class:`Claim`, :func:`holm`, :class:`Study` and the helpers every claim writes with), :mod:`.heads` (the
+:class:`Claim`, :class:`Study` and the helpers every claim writes with), :mod:`.heads` (the
 gates the head claims read) and :mod:`.render` (markdown, and the JSON of ``format=json``, whose schema
 its docstring gives). This module reads a study (:func:`read_study`), checks its claims and writes them.
 """
@@ -43,8 +43,8 @@ from __future__ import annotations
 
 import json
 
-from mtl_heads.reports.claims.core import (REGIME_NAMES, REGIMES, Claim, Study, Test, build_study, holm, read_ablations,
-                                           regime, too_few_text)
+from mtl_heads.reports.claims.core import (REGIME_NAMES, REGIMES, Claim, Study, Test, build_study, read_ablations, regime,
+                                           too_few_text)
 from mtl_heads.reports.claims.heads import gate_baseline, regime_gates, stem_heads, stem_table
 from mtl_heads.reports.claims.mtl import mtl_vs_stl
 from mtl_heads.reports.claims.needed import needed, pooled_ablation
@@ -61,7 +61,7 @@ from mtl_heads.reports.significance import format_p
 
 __all__ = ["ALPHA", "NEAR_ALL", "SHUFFLES", "MIN_SEEDS", "MARGIN", "RULES", "MATCHED_RULE", "REPLICATION", "SUPPORT",
            "TESTS", "TOO_FEW", "REGIMES", "REGIME_NAMES", "PAPER_LABELS", "BEGIN", "END", "SCHEMA", "Test", "Claim",
-           "Study", "regime", "holm", "read_study", "read_ablations", "CLAIMS", "check_claims", "mtl_vs_stl", "overlap",
+           "Study", "regime", "read_study", "read_ablations", "CLAIMS", "check_claims", "mtl_vs_stl", "overlap",
            "stem", "probes_claim", "sp_vs_dp", "needed", "regime_gates", "gate_baseline", "stem_table", "stem_heads",
            "probe_skill", "pooled_ablation", "score_grid", "claims_markdown", "claims_data", "claims_json", "splice",
            "read_since", "since_line"]

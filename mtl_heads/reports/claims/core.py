@@ -1,6 +1,6 @@
 """What every claim is made of: a :class:`Claim` holds its :class:`Test` s (each a record of what it
 tests, its statistic and its p-values) and its lines, templates whose ``{test key}`` slots
-:meth:`Claim.text_lines` fills with the test's p-values; :func:`holm` adjusts a claim's p-values; a
+:meth:`Claim.text_lines` fills with the test's p-values; :func:`mtl_heads.stats.holm` adjusts a claim's p-values; a
 :class:`Study` holds the runs, probe reports and ablations the claims read; and the small helpers that
 write numbers and names the same way in every claim.
 """
@@ -23,9 +23,10 @@ from mtl_heads.reports.curves import main_metric
 from mtl_heads.reports.probe_report import read_report
 from mtl_heads.reports.runs import read_yaml, walk_runs
 from mtl_heads.reports.significance import format_p
+from mtl_heads.stats import holm
 
 __all__ = ["REGIMES", "REGIME_NAMES", "RETRAINED", "RETRAINING_METRICS", "EARLIER_RETRAINING", "ABLATION_FILE",
-           "regime", "holm", "Test", "Claim", "test_text", "too_few_text", "unreachable", "Study", "as_number",
+           "regime", "Test", "Claim", "test_text", "too_few_text", "unreachable", "Study", "as_number",
            "kept_retrainings", "read_ablations", "folder_of", "one_encoder", "build_study", "mean_std", "heads_text",
            "metric_name", "listed",
            "task_name", "mtl_name", "setting_name", "runs_of", "run_folders", "config_of", "score_column", "majority",
@@ -50,18 +51,6 @@ def regime(prune_mode: str, budget) -> str:
     if mode == "dynamic":
         return "dp" if budget is None or (isinstance(budget, float) and math.isnan(budget)) else "budget"
     return {"static": "sp"}.get(mode, mode)
-
-
-def holm(p: list[float]) -> list[float]:
-    """Holm-Bonferroni adjusted p-values, in the order given: the i-th smallest of m finite p-values
-    becomes ``max over j <= i of min(1, (m - j + 1) * p_j)``. NaN stays NaN and is not counted in m.
-    Written by hand: five lines, and statsmodels (which has it) is not a dependency."""
-    values = np.asarray(p, dtype=float)
-    finite = np.flatnonzero(np.isfinite(values))
-    order = finite[np.argsort(values[finite], kind="stable")]
-    adjusted = np.full(values.shape, math.nan)
-    adjusted[order] = np.minimum(1.0, np.maximum.accumulate((len(order) - np.arange(len(order))) * values[order]))
-    return adjusted.tolist()
 
 
 @dataclass

@@ -11,6 +11,7 @@ from mtl_heads.reports.claims.core import (REGIME_NAMES, REGIMES, Claim, Study, 
                                            runs_of, task_name, unreachable)
 from mtl_heads.reports.claims.heads import regime_gates, stem_heads
 from mtl_heads.reports.claims.rules import RULES, SUPPORT, VERDICT_METHODS
+from mtl_heads.stats import null_summary
 
 __all__ = ["pooled_ablation", "needed"]
 
@@ -19,7 +20,7 @@ __all__ = ["pooled_ablation", "needed"]
 def pooled_ablation(drops: list[float], random_drops: list[list[float]]) -> dict:
     """Seeds pooled: the mean drop of the ablated set over seeds against the mean over seeds of the
     i-th random set's drop, i = 1..N (N the fewest random sets of any seed); one-sided
-    ``p = (1 + #{i: random mean >= observed mean}) / (1 + N)``.
+    ``p = (1 + #{i: random mean >= observed mean}) / (1 + N)`` (:func:`mtl_heads.stats.null_summary`).
 
     Args:
         drops: per seed, the score drop when the set is ablated (base - ablated).
@@ -34,9 +35,8 @@ def pooled_ablation(drops: list[float], random_drops: list[list[float]]) -> dict
     if not sets:
         return {"drop": observed, "null_mean": math.nan, "null_95": math.nan, "p": math.nan, "sets": 0}
     null = np.mean([np.asarray(r[:sets], dtype=float) for r in random_drops], axis=0)  # [sets]
-    hits = int((null >= observed - 1e-9).sum())
-    return {"drop": observed, "null_mean": float(null.mean()), "null_95": float(np.percentile(null, 95)),
-            "p": (1 + hits) / (1 + sets), "sets": sets}
+    null_mean, null_95, p = null_summary(observed, null)
+    return {"drop": observed, "null_mean": null_mean, "null_95": null_95, "p": p, "sets": sets}
 
 
 def _ablation_groups(study: Study) -> tuple[dict, dict, list[tuple[str, list, list]]]:

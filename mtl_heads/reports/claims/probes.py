@@ -7,12 +7,12 @@ import math
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from mtl_heads.reports.claims.core import (Claim, Study, listed, majority, mean_std, mtl_name, run_folders,
                                            task_name)
 from mtl_heads.reports.claims.rules import MIN_SEEDS, RULES, TOO_FEW
-from mtl_heads.reports.significance import format_p, permutation_test, welch
+from mtl_heads.reports.significance import format_p
+from mtl_heads.stats import one_sample_p, permutation_test, welch
 
 __all__ = ["PAPER_LABELS", "probe_skill", "probes_claim"]
 
@@ -53,14 +53,6 @@ def _reports_by_setting(study: Study) -> dict[str, list]:
     return out
 
 
-def _one_sample_p(values: list[float], value: float) -> float:
-    """Two-sided one-sample t-test of ``values`` against ``value`` (NaN with fewer than 2 or no spread)."""
-    values = np.asarray(values, dtype=float)
-    if len(values) < 2 or np.ptp(values) == 0:
-        return math.nan
-    return float(stats.ttest_1samp(values, value).pvalue)
-
-
 def probes_claim(study: Study) -> Claim:
     """Claim 4. Per task with probe reports, ``POS STL vs pretrained`` (one-sample t-test of STL's probe
     score, :func:`probe_skill`, against the pretrained encoder's) and ``POS STL vs MTL`` (Welch): ``what``
@@ -83,7 +75,7 @@ def probes_claim(study: Study) -> Claim:
         if not after:
             continue
         name = task_name(task)
-        sharpen = claim.test(f"{name} STL vs pretrained", _one_sample_p(after, before), few=len(after) < MIN_SEEDS,
+        sharpen = claim.test(f"{name} STL vs pretrained", one_sample_p(after, before), few=len(after) < MIN_SEEDS,
                              what={"task": task, "models": ["pretrained", "STL"], "statistic": "probe score difference",
                                    "test": "one-sample t"}, value=np.mean(after) - before, runs=run_folders(study, stl),
                              numbers={"pretrained": before, "stl_mean": np.mean(after)})

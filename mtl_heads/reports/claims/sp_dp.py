@@ -5,18 +5,17 @@ from __future__ import annotations
 
 import math
 import re
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from scipy import stats
 
 from mtl_heads.reports.claims.core import (Claim, Study, config_of, listed, mean_std, metric_name, run_folders,
                                            runs_of, score_column, setting_name)
 from mtl_heads.reports.claims.heads import gate_baseline, not_pruned, pair_text, setting_gates
 from mtl_heads.reports.claims.rules import MARGIN, MATCHED_RULE, MIN_SEEDS, RULES, TOO_FEW
 from mtl_heads.reports.runs import read_yaml
+from mtl_heads.stats import welch_lower_bound, welch_one_sided
 
 __all__ = ["SP_DP_TESTS", "sp_vs_dp"]
 
@@ -118,24 +117,6 @@ def _sp_dp_pairs(study: Study, tasks: str, name: str) -> list[_Pair]:
     return pairs
 
 
-def _one_sided(a: np.ndarray, b: np.ndarray, alternative: str) -> float:
-    """Welch's one-sided p that ``a`` is below (``less``) or above (``greater``) ``b``; NaN without spread
-    (and scipy's warning about nearly equal values silenced: seeds that agree are no error)."""
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return float(stats.ttest_ind(a, b, equal_var=False, alternative=alternative).pvalue)
-
-
-def _lower_bound(a: np.ndarray, b: np.ndarray) -> float:
-    """The one-sided 95% lower confidence bound of mean(a) - mean(b) (Welch); NaN without spread."""
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        try:
-            return float(stats.ttest_ind(a, b, equal_var=False, alternative="greater").confidence_interval(0.95).low)
-        except (ValueError, ZeroDivisionError):
-            return math.nan
-
-
 # claim 5's tests of one pair: their statistic, and the hypothesis each one-sided Welch test supports
 SP_DP_TESTS = {"fewer heads": ("heads kept", "DP < SP"), "not lower": ("test score", f"DP - SP > -{MARGIN:g}"),
                "SP fewer heads": ("heads kept", "DP > SP"), "lower": ("test score", f"DP - SP < -{MARGIN:g}")}
@@ -162,11 +143,11 @@ def _sp_dp_line(claim: Claim, study: Study, tasks: str, pair: _Pair) -> dict | N
     scores = {s: runs_of(study, s)[score].dropna().to_numpy(float) for s in (pair.dp, pair.sp)}
     few = min(len(v) for v in (*heads.values(), *scores.values())) < MIN_SEEDS
     dp_heads, sp_heads, dp_score, sp_score = heads[pair.dp], heads[pair.sp], scores[pair.dp], scores[pair.sp]
-    p = {"fewer heads": _one_sided(dp_heads, sp_heads, "less"),
-         "not lower": _one_sided(dp_score + MARGIN, sp_score, "greater"),
-         "SP fewer heads": _one_sided(dp_heads, sp_heads, "greater"),
-         "lower": _one_sided(dp_score + MARGIN, sp_score, "less")}
-    bound = _lower_bound(dp_score, sp_score)
+    p = {"fewer heads": welch_one_sided(dp_heads, sp_heads, "less"),
+         "not lower": welch_one_sided(dp_score + MARGIN, sp_score, "greater"),
+         "SP fewer heads": welch_one_sided(dp_heads, sp_heads, "greater"),
+         "lower": welch_one_sided(dp_score + MARGIN, sp_score, "less")}
+    bound = welch_lower_bound(dp_score, sp_score)
     numbers = {"heads kept": {"dp_mean": dp_heads.mean(), "sp_mean": sp_heads.mean()},
                "test score": {"dp_mean": dp_score.mean(), "sp_mean": sp_score.mean(), "margin": MARGIN,
                               "lower_bound": bound}}

@@ -16,6 +16,7 @@ import pandas as pd
 
 from mtl_heads.model.gating import INIT_MEAN, INIT_RANGE, KEPT_AT, OPEN_INIT_MEAN, deterministic_gate
 from mtl_heads.model.headsets import block_permutations, layer_permutations
+from mtl_heads.stats import null_summary
 
 __all__ = ["MIN_GATE_SPREAD", "STILL_TEXT", "DIAGONAL_TEXT", "SHUFFLES", "PERMUTATION_TEXT", "stack_gates",
            "pearson_matrix", "gates_vary", "saved_prune_mode", "initial_gate_range", "gates_moved", "resolve_moved",
@@ -176,16 +177,6 @@ def jaccard(a: np.ndarray, b: np.ndarray) -> np.ndarray | float:
         return np.where(union > 0, inter / np.maximum(union, 1), np.nan)
 
 
-def _null_summary(observed: float, null: np.ndarray) -> tuple[float, float, float]:
-    """(null mean, null 95th percentile, one-sided p = (1 + #null >= observed) / (1 + #null)); NaN
-    when ``observed`` is (e.g. a constant grid has no correlation)."""
-    null = null[np.isfinite(null)]
-    if not np.isfinite(observed) or not null.size:
-        return math.nan, math.nan, math.nan
-    hits = int((null >= observed - 1e-12).sum())  # ties count as "at least as high"
-    return float(null.mean()), float(np.percentile(null, 95)), (1 + hits) / (1 + null.size)
-
-
 def permutation_baseline(settings: dict[str, list[np.ndarray]], moved: dict[str, list[bool]] | None = None,
                          threshold: float = KEPT_AT, shuffles: int = SHUFFLES, seed: int = 0,
                          block: int = 1) -> pd.DataFrame:
@@ -249,9 +240,9 @@ def permutation_baseline(settings: dict[str, list[np.ndarray]], moved: dict[str,
                "shuffles": shuffles, "seed": seed}
         for null, order in orders.items():
             shuffled = (y[order] @ x) / norm if norm > 0 else np.full(shuffles, np.nan)  # [shuffles]
-            row.update(zip((f"{null}null mean", f"{null}null 95%", f"{null}p"), _null_summary(observed, shuffled)))
+            row.update(zip((f"{null}null mean", f"{null}null 95%", f"{null}p"), null_summary(observed, shuffled)))
             row.update(zip((f"jaccard {null}null mean", f"jaccard {null}null 95%", f"jaccard {null}p"),
-                           _null_summary(overlap, jaccard(kept[a], kept[b][order]))))
+                           null_summary(overlap, jaccard(kept[a], kept[b][order]))))
         if row["jaccard note"]:
             row.update({f"jaccard {null}p": math.nan for null in orders})
         rows.append(row)

@@ -20,6 +20,7 @@ from mtl_heads.config import ConfigError
 from mtl_heads.model.gating import KEPT_AT
 from mtl_heads.model.headsets import block_permutations, layer_matched_sets, layer_permutations, random_sets
 from mtl_heads.reports.gates.stats import kept_heads, num_text, resolve_moved, stack_gates
+from mtl_heads.stats import null_summary, one_sided_p
 
 __all__ = ["STEM_TEXT", "DRAWS", "RANKS_SHOWN", "NOT_RANKED", "ROLE_LABELS", "PROBE_RANK_TEXT", "stem_cells",
            "kept_by_layer", "stem_settings", "chance_stem_cells", "stem_count_p", "chance_stem_cells_by_layer",
@@ -135,8 +136,7 @@ def stem_count_p(kept: list[int] | np.ndarray, heads: int, observed: int, draws:
         chosen = np.zeros((draws, heads), dtype=bool)
         np.put_along_axis(chosen, order[:, :int(count)], True, axis=1)
         common &= chosen
-    hits = int((common.sum(1) >= observed).sum())
-    return (1 + hits) / (1 + draws)
+    return one_sided_p(observed, common.sum(1))
 
 
 def chance_stem_cells_by_layer(kept: np.ndarray, heads: int) -> float:
@@ -178,8 +178,7 @@ def stem_count_layer_p(kept: np.ndarray, heads: int, observed: int, draws: int =
         for layer, count in enumerate(per_layer):
             np.put_along_axis(chosen, order[:, layer, :int(count)], True, axis=1)
         common &= chosen
-    hits = int((common.sum(1) >= observed).sum())
-    return (1 + hits) / (1 + draws)
+    return one_sided_p(observed, common.sum(1))
 
 
 def _head_list(names: list[str], limit: int = 24) -> str:
@@ -299,7 +298,7 @@ def set_percentile_baseline(percentiles: np.ndarray, chosen: np.ndarray, draws: 
             ``chosen`` (the layer-aware null, :func:`mtl_heads.model.headsets.layer_matched_sets`).
 
     Returns (observed mean percentile, null mean, null 95th percentile, one-sided
-    ``p = (1 + draws at least as high) / (1 + draws)``).
+    ``p = (1 + draws at least as high) / (1 + draws)``): :func:`mtl_heads.stats.null_summary`.
     """
     percentiles, chosen = np.asarray(percentiles, dtype=float).ravel(), np.asarray(chosen, dtype=bool).ravel()
     if not chosen.any():
@@ -308,9 +307,8 @@ def set_percentile_baseline(percentiles: np.ndarray, chosen: np.ndarray, draws: 
     rng = np.random.default_rng(seed)
     picks = random_sets(rng, draws, chosen, block) if layers is None else \
         layer_matched_sets(rng, draws, chosen.reshape(layers, -1), block)  # [draws, k]
-    null = percentiles[picks].mean(1)  # [draws]
-    hits = int((null >= observed - 1e-9).sum())  # ties count as "at least as high"
-    return observed, float(null.mean()), float(np.percentile(null, 95)), (1 + hits) / (1 + draws)
+    null_mean, null_95, p = null_summary(observed, percentiles[picks].mean(1))  # the null: [draws] set means
+    return observed, null_mean, null_95, p
 
 
 def _report_names(reports: list) -> list[str]:
