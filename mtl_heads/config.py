@@ -55,6 +55,8 @@ def load_config(overrides: list | None = None, base: str | Path = CONFIG_DIR / "
     if isinstance(cfg.get("data"), DictConfig):
         locate_ewt(cfg.data)
     validate(cfg, Path(base).name)
+    if OmegaConf.select(cfg, "train.phases", default=None) is not None:  # recorded whole: each phase's rates, as numbers
+        cfg.train.phases = train_phases(cfg.train)
     return cfg
 
 
@@ -173,8 +175,9 @@ def set_key(cfg: DictConfig, key: str, value: Any) -> None:
     last = parts[-1]
     default = node[last]
     parsed = _parse(value, default, key) if isinstance(value, str) else value
-    if isinstance(parsed, dict):
-        _check_mapping_shape(parsed, key, value)
+    for mapping in (parsed if isinstance(parsed, list) else [parsed]):  # a list of mappings: train.phases
+        if isinstance(mapping, dict):
+            _check_mapping_shape(mapping, key, value)
     if isinstance(default, DictConfig) and isinstance(parsed, dict) and _free_form(key):
         node[last] = parsed
     elif isinstance(default, DictConfig):
@@ -363,6 +366,52 @@ def sentence_range(value) -> tuple[int, int] | None:
     return None
 
 
+# train.phases: each phase's keys (its rates default to train's), and what a phase may freeze
+PHASE_KEYS = ("epochs", "lr_encoder", "lr_decoder", "freeze")
+FREEZABLE = ("decoders",)
+
+
+def train_phases(train) -> list[dict]:
+    """``train.phases`` resolved, one dict per phase with every key of :data:`PHASE_KEYS`: ``epochs``,
+    ``lr_encoder`` and ``lr_decoder`` (floats; train's own where the phase gives none) and ``freeze`` (a
+    list of :data:`FREEZABLE`; default none). ``train``: the config's ``train`` section. Null or absent
+    (runs saved before the key): one phase of ``train.epochs`` epochs at train's rates, nothing frozen,
+    which is the schedule of every run without phases. A phase that is not a mapping, an unknown key,
+    a bad value, or epochs that do not add up to ``train.epochs`` are a ConfigError naming the key."""
+    given = train.get("phases")
+    rates = {"lr_encoder": float(train.lr_encoder), "lr_decoder": float(train.lr_decoder)}
+    if given is None:
+        return [{"epochs": train.epochs, **rates, "freeze": []}]
+    items = OmegaConf.to_container(given) if isinstance(given, (ListConfig, DictConfig)) else given
+    example = "[{epochs: 2}, {epochs: 1, lr_encoder: 1.0e-5, freeze: [decoders]}]"
+    if not isinstance(items, list) or not items:
+        raise ConfigError(f"config key 'train.phases': expected null or a list of phases like {example}, got {items!r}")
+    frozen = subset(*FREEZABLE)
+    rules = (("epochs", count()), ("lr_encoder", number()), ("lr_decoder", number()),
+             ("freeze", lambda v: None if v == [] else frozen(v)))  # freeze: [] (the default) or some of FREEZABLE
+    phases = []
+    for i, phase in enumerate(items):
+        key = f"train.phases[{i}]"
+        if not isinstance(phase, dict) or "epochs" not in phase:
+            raise ConfigError(f"config key '{key}': expected a mapping with epochs (and lr_encoder, lr_decoder, "
+                              f"freeze), like {example}, got {phase!r}")
+        unknown = sorted(set(map(str, phase)) - set(PHASE_KEYS))
+        if unknown:
+            raise ConfigError(f"config key '{key}': unknown key {unknown[0]!r} (a phase has: {', '.join(PHASE_KEYS)})")
+        resolved = {**rates, "freeze": [], **phase}
+        for name, rule in rules:
+            expected = rule(resolved[name])
+            if expected:
+                raise ConfigError(f"config key '{key}.{name}': expected {expected}, got {resolved[name]!r}")
+        phases.append({"epochs": resolved["epochs"], "lr_encoder": float(resolved["lr_encoder"]),
+                       "lr_decoder": float(resolved["lr_decoder"]), "freeze": list(resolved["freeze"])})
+    total = sum(p["epochs"] for p in phases)
+    if total != train.epochs:
+        raise ConfigError(f"config key 'train.phases': its phases add up to {total} epochs and train.epochs is "
+                          f"{train.epochs}; set train.epochs={total} (or change the phases)")
+    return phases
+
+
 def _mapping(values: Rule, example: str) -> Rule:
     def rule(v):
         items = OmegaConf.to_container(v) if isinstance(v, DictConfig) else v
@@ -470,6 +519,7 @@ RULES: dict[str, Rule] = {
     # ablate.yaml
     "methods": subset("zero", "mean", "resample"),  # mtl_heads.analysis.ablation.METHODS
     "random_sets": count(),
+    "matched": choice("layer", "importance"),  # mtl_heads.analysis.ablation.MATCHED
     "reference": choice("train", "dev", "test"),
     "max_sentences": count(optional=True),
     "reference_sentences": count(optional=True),
@@ -495,3 +545,5 @@ def validate(cfg: DictConfig, file: str = "") -> None:
         if expected:
             shown = OmegaConf.to_container(value) if isinstance(value, (DictConfig, ListConfig)) else value
             raise ConfigError(f"config key '{key}': expected {expected}, got {shown!r}")
+    if OmegaConf.select(cfg, "train.phases", default=None) is not None:  # its keys checked, and with train.epochs
+        train_phases(cfg.train)

@@ -520,12 +520,13 @@ def test_claims_read_what_the_command_writes(runs, tmp_path, monkeypatch):
     study_dir = tmp_path / "study"
     run = study_dir / "mtl" / "seed1"
     shutil.copytree(runs["bert"], run)
+    encoder = {"name": yaml.safe_load((run / "config.yaml").read_text())["encoder"]["name"], "gate": "hard_concrete"}
     for task, own in (("pos", (0, 0)), ("dep", (1, 0)), ("con", (0, 3))):
         gates = [[0.0] * HEADS for _ in range(LAYERS)]
         for layer, head in ((0, 1), (1, 2), own):
             gates[layer][head] = 1.0
         make_run(study_dir / f"{task}-dp" / "seed1", (task,), 1, experiment=f"{task}-dp", gates=gates, heads_kept=3,
-                 prune={"mode": "dynamic", "lambda": "auto"})
+                 prune={"mode": "dynamic", "lambda": "auto"}, encoder=encoder)  # one encoder: claims refuse two
     code, record = ablate(run, "heads=L0H1,L1H2", "random_sets=5", "methods=zero,mean", "progress=false",
                           "label=chosen", f"out={study_dir / 'ablation' / 'mtl-seed1'}")
     assert code == 0
@@ -540,3 +541,24 @@ def test_claims_read_what_the_command_writes(runs, tmp_path, monkeypatch):
                 record["methods"][method][task]["p"])
     assert "needed by" in claim.answer  # 5 sets: too few for Holm over 2 tests, so no verdict
     assert claim.verdict == "" and "cannot reach significance" in claim.answer
+
+
+def test_the_importance_matched_null_draws_within_each_layers_importance_bins(runs, tmp_path, monkeypatch):
+    """matched=importance: each head's importance for the scored task in this run, each layer cut into thirds by
+    it; every random set has as many heads in each (layer, third) cell as the ablated set."""
+    from mtl_heads.analysis.ablation import IMPORTANCE_BINS
+
+    monkeypatch.setenv("MTL_HEADS_CACHE", str(runs["bert"].parent / "cache"))
+    code, record = ablate(runs["bert"], "heads=L0H1,L1H2,L1H3", "random_sets=8", "matched=importance", "methods=zero",
+                          "tasks=pos", "progress=false", f"out={tmp_path / 'importance'}")
+    assert code == 0 and record["matched"] == "layer and importance" and record["importance_bins"] == IMPORTANCE_BINS
+    importance, cells = np.array(record["importance"]), np.array(record["importance_cells"])
+    assert importance.shape == cells.shape == (2, 4) and (importance >= 0).all()
+    for layer in range(2):  # a layer's cells follow its importance order
+        order = np.argsort(importance[layer], kind="stable")
+        assert (np.diff(cells[layer][order]) >= 0).all()
+    wanted = sorted(cells[parse_head(h)] for h in record["heads"])
+    for names in record["random_heads"]:
+        assert sorted(cells[parse_head(h)] for h in names) == wanted
+    assert ablate(runs["llama"], "heads=L0H2,L0H3", "matched=importance", "random_sets=2", "progress=false",
+                  f"out={tmp_path / 'kv'}")[0] == 2  # per-KV-group gates: drawn a group at a time, refused

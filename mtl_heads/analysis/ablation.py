@@ -46,21 +46,25 @@ from mtl_heads.data.batching import Example, prepare_examples
 from mtl_heads.data.corpus import ROLES, load_corpus
 from mtl_heads.data.errors import DataError
 from mtl_heads.files import file_sha256
-from mtl_heads.model.headsets import head_name, head_names, layer_matched_sets, parse_head
+from mtl_heads.model.headsets import (cell_matched_sets, head_name, head_names, importance_cells, layer_matched_sets,
+                                      parse_head)
 from mtl_heads.model.precision import autocast
 from mtl_heads.progress import progress_bar
 from mtl_heads.model.gating import KEPT_AT
 from mtl_heads.model.scoring import batch_scores, eval_mode, open_heads, task_batches, task_score
 from mtl_heads.stats import null_summary
+from probes.importance import gradient_importance, normalise_per_layer
 
 __all__ = ["METHODS", "DONORS_ON_DEVICE", "eval_mode", "open_heads", "split_examples", "task_batches",
            "task_score", "batch_scores", "chosen_tasks", "TaskGroup", "task_groups", "mean_contexts", "resample_donors",
-           "collect_donors", "head_grid", "kv_block", "matched_sets", "possible_sets", "drop_summary",
+           "collect_donors", "head_grid", "kv_block", "matched_sets", "task_importance", "MATCHED", "IMPORTANCE_BINS", "possible_sets", "drop_summary",
            "ablation_study", "run_ablation", "table_lines"]
 
 logger = logging.getLogger(__name__)
 
 METHODS = ("zero", "mean", "resample")
+MATCHED = {"layer": "layer-matched", "importance": "layer- and importance-matched"}  # run_ablation's matched=
+IMPORTANCE_BINS = 3           # the importance-matched null's bins per layer (docs/ewt-study/rules-round3.md)
 DONORS_ON_DEVICE = 1 << 30    # resample donors larger than this (bytes) wait in host memory
 
 
@@ -213,12 +217,19 @@ def kv_block(chosen: np.ndarray, group_size: int, gate_groups: str) -> int:
     return group_size if (groups.all(-1) | ~groups.any(-1)).all() else 1
 
 
-def matched_sets(chosen: np.ndarray, count: int, seed: int = 0, block: int = 1) -> np.ndarray:
+def matched_sets(chosen: np.ndarray, count: int, seed: int = 0, block: int = 1, *,
+                 cells: np.ndarray | None = None) -> np.ndarray:
     """``[count, layers, heads]`` bool: ``count`` random head sets with as many heads in each layer as
     ``chosen`` ``[layers, heads]``, each drawn uniformly without replacement within its layer, in whole
-    runs of ``block`` adjacent heads (KV groups); reproducible from ``seed`` (numpy ``default_rng``)."""
+    runs of ``block`` adjacent heads (KV groups); reproducible from ``seed`` (numpy ``default_rng``).
+    ``cells`` (``[layers, heads]`` cell ids, e.g. :func:`mtl_heads.model.headsets.importance_cells`; default
+    None): as many heads in each cell instead (``block`` must then be 1)."""
     chosen = np.asarray(chosen, dtype=bool)
-    picks = layer_matched_sets(np.random.default_rng(seed), count, chosen, block)  # [count, k] flat indices
+    if cells is not None and block != 1:
+        raise ValueError("cell-matched random sets draw single heads: the run's gates are per KV group (block > 1)")
+    rng = np.random.default_rng(seed)
+    picks = (layer_matched_sets(rng, count, chosen, block) if cells is None
+             else cell_matched_sets(rng, count, chosen, cells))  # [count, k] flat indices
     grids = np.zeros((count, chosen.size), dtype=bool)
     grids[np.arange(count)[:, None], picks] = True
     return grids.reshape(count, *chosen.shape)
@@ -246,7 +257,7 @@ def drop_summary(metric: str, base: float, ablated: float, random_scores: Sequen
 # --- the study ----------------------------------------------------------------------------------
 def ablation_study(model: nn.Module, groups: list[TaskGroup], chosen: np.ndarray, methods: Sequence[str] = METHODS,
                    random_sets: int = 20, seed: int = 0, block: int = 1, means: torch.Tensor | None = None,
-                   precision: str = "auto", progress: bool = False) -> dict:
+                   precision: str = "auto", progress: bool = False, *, cells: np.ndarray | None = None) -> dict:
     """Ablate ``chosen`` and ``random_sets`` layer-matched random sets with each method; score every task.
 
     Args:
@@ -261,6 +272,7 @@ def ablation_study(model: nn.Module, groups: list[TaskGroup], chosen: np.ndarray
             and ``resample``.
         precision: ``auto | fp32 | bf16`` autocast of the passes (default auto: bf16 on CUDA).
         progress: a progress bar over the passes.
+        cells: the random sets matched on these cells instead of the layers (:func:`matched_sets`; default None).
 
     Returns: ``{"methods": {method: {task: drop_summary}}, "random_heads": [[names] per random set]}``.
     """
@@ -272,7 +284,7 @@ def ablation_study(model: nn.Module, groups: list[TaskGroup], chosen: np.ndarray
         raise ValueError("ablation_study needs at least one chosen head and one random set")
     if means is None and {"mean", "resample"} & set(methods):
         raise ValueError("the mean and resample methods need the mean contexts (mean_contexts)")
-    sets = matched_sets(chosen, random_sets, seed, block)  # [N, L, H]
+    sets = matched_sets(chosen, random_sets, seed, block, cells=cells)  # [N, L, H]
     grids = [torch.from_numpy(g) for g in (chosen, *sets)]
     layers = [int(i) for i in np.nonzero(chosen.any(1))[0]]
     device = next(model.parameters()).device
@@ -311,7 +323,8 @@ def run_ablation(loaded_run, chosen: np.ndarray, methods: Sequence[str] = METHOD
                  seed: int = 0, split: str = "test", reference: str = "dev", tasks: Sequence[str] | None = None,
                  max_sentences: int | None = None, batch_size: int = 32, precision: str = "auto",
                  source: str = "list", label: str = "", run: str | None = None, progress: bool = False,
-                 log: Callable[[str], object] = logger.info, reference_max: int | None = None) -> dict:
+                 log: Callable[[str], object] = logger.info, reference_max: int | None = None,
+                 matched: str = "layer") -> dict:
     """The whole study on a loaded run, as the record ``ablation.json`` holds (see ``python -m
     mtl_heads ablate -h``).
 
@@ -330,6 +343,10 @@ def run_ablation(loaded_run, chosen: np.ndarray, methods: Sequence[str] = METHOD
         source: how the set was chosen (for the record; default ``list``); label: a free label.
         run: the run folder as the user gave it (default ``loaded_run.path``).
         log: where data reports go (default the module logger).
+        matched: what the random sets match: ``layer`` (default: as many heads in each layer) or
+            ``importance`` (as many in each layer's importance tertile: :data:`IMPORTANCE_BINS` bins of the
+            heads ranked by Michel et al.'s importance for the scored tasks in this run, on the reference
+            split's sentences, each layer's row L2-normalised and averaged over the tasks).
 
     The record's ``seconds`` is the wall-clock time of the whole study (the compute a study reports);
     its ``weights_sha256``, the SHA-256 of the weights file read (``LoadedRun.weights_sha256``), names the
@@ -350,9 +367,18 @@ def run_ablation(loaded_run, chosen: np.ndarray, methods: Sequence[str] = METHOD
         raise DataError(f"the {split} split of {loaded_run.path}'s data has no sentence for {', '.join(empty)} "
                         "(see split= and tasks=)")
     groups = task_groups(model, examples, batch_size)
-    means, reference_sentences = None, 0
+    means, reference_sentences, cells, importance = None, 0, None, None
+    if matched not in MATCHED:
+        raise ValueError(f"matched: expected one of {', '.join(MATCHED)}, got {matched!r}")
+    first = max_sentences if reference_max is None else reference_max
+    block = kv_block(chosen, encoder.group_size, encoder.gate_groups)
+    if matched == "importance" and block != 1:
+        raise ConfigError("config key 'matched': the importance-matched null draws single heads, and this run's gates "
+                          f"are per key/value group ({block} heads each); use matched=layer")
+    if matched == "importance":
+        importance = task_importance(model, split_examples(loaded_run, reference, first), tasks, batch_size, precision)
+        cells = importance_cells(importance, IMPORTANCE_BINS)
     if {"mean", "resample"} & set(methods):
-        first = max_sentences if reference_max is None else reference_max
         pool = {id(e): e for ex in split_examples(loaded_run, reference, first).values() for e in ex}
         if not pool:
             raise DataError(f"the {reference} split of {loaded_run.path}'s data has no sentence for the mean "
@@ -361,21 +387,41 @@ def run_ablation(loaded_run, chosen: np.ndarray, methods: Sequence[str] = METHOD
         with eval_mode(model), autocast(next(model.parameters()).device, precision):
             means = mean_contexts(model, reference_batches)
         reference_sentences = len(pool)
-    block = kv_block(chosen, encoder.group_size, encoder.gate_groups)
-    log(f"ablating {int(chosen.sum())} heads with {', '.join(methods)} against {random_sets} layer-matched random "
+    log(f"ablating {int(chosen.sum())} heads with {', '.join(methods)} against {random_sets} {MATCHED[matched]} random "
         f"sets on {split} ({', '.join(f'{t} {len(ex)}' for t, ex in examples.items())} sentences)")
-    study = ablation_study(model, groups, chosen, methods, random_sets, seed, block, means, precision, progress)
+    study = ablation_study(model, groups, chosen, methods, random_sets, seed, block, means, precision, progress,
+                           cells=cells)
     record = {"kind": "head ablation", "run": str(run if run is not None else loaded_run.path),
               "run_resolved": str(Path(loaded_run.path).resolve()), "run_metrics_sha256": run_metrics_sha256,
               "weights_sha256": loaded_run.weights_sha256,
               "tasks": tasks, "heads": head_names(chosen),
               "source": source, "label": label, "split": split, "sentences": {t: len(ex) for t, ex in examples.items()},
-              "random_sets": random_sets, "seed": seed, "matched": "layer", "gate_groups": encoder.gate_groups,
+              "random_sets": random_sets, "seed": seed, "matched": "layer" if matched == "layer" else "layer and importance",
+              "gate_groups": encoder.gate_groups,
               "heads_per_layer": [int(k) for k in chosen.sum(1)], **study}
     record.update(_null_facts(chosen, block, random_sets, encoder), reference=reference if means is not None else None,
                   reference_sentences=reference_sentences, max_sentences=max_sentences, precision=precision,
                   seconds=round(time.perf_counter() - started, 2))
+    if importance is not None:  # the importance-matched null: each head's importance and its cell
+        record.update(importance=np.round(importance, 6).tolist(), importance_bins=IMPORTANCE_BINS,
+                      importance_cells=cells.tolist())
     return record
+
+
+def task_importance(model: nn.Module, examples: dict[str, list[Example]], tasks: Sequence[str], batch_size: int = 32,
+                    precision: str = "auto") -> np.ndarray:
+    """``[layers, heads]``: Michel et al.'s head importance (:func:`probes.importance.gradient_importance`) for
+    each of ``tasks`` on its sentences of ``examples`` (``{task: [Example]}``), each layer's row L2-normalised
+    (:func:`probes.importance.normalise_per_layer`), averaged over the tasks. ``batch_size``: sentences per
+    pass (default 32); ``precision``: the passes' autocast (default auto)."""
+    rows = []
+    for task in tasks:
+        if not examples.get(task):
+            raise DataError(f"no sentence of {task} to measure the heads' importance on (see reference=)")
+        batches = task_batches(model, examples[task], batch_size)
+        with autocast(next(model.parameters()).device, precision):
+            rows.append(normalise_per_layer(gradient_importance(model, task, batches).float()))
+    return torch.stack(rows).mean(0).cpu().numpy()
 
 
 def _null_facts(chosen: np.ndarray, block: int, random_sets: int, encoder) -> dict:

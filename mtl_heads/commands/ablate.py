@@ -149,7 +149,7 @@ def run(argv: list[str], log=print) -> dict:
     record = run_ablation(loaded, chosen, list(cfg.methods), cfg.random_sets, cfg.seed, cfg.split, cfg.reference,
                           list(cfg.tasks) or None, cfg.max_sentences, cfg.batch_size, cfg.precision, heads.source,
                           str(cfg.label), str(cfg.run), cfg.progress, log,
-                          reference_max=cfg.reference_sentences)
+                          reference_max=cfg.reference_sentences, matched=cfg.matched)
     judge(record)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "ablation.json", record)
