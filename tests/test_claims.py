@@ -11,7 +11,7 @@ from scipy import stats
 
 from mtl_heads.commands.claims import main
 from mtl_heads.config import ConfigError
-from mtl_heads.reports.claims import (BEGIN, END, MARGIN, MATCHED_RULE, REGIME_NAMES, RULES, SCHEMA, TOO_FEW, Claim,
+from mtl_heads.reports.claims import (BEGIN, END, MARGIN, MATCHED_RULE, REGIME_NAMES, SCHEMA, TOO_FEW, VERDICT_RULES, Claim,
                                       check_claims, claims_json, claims_markdown, pooled_ablation, probe_skill,
                                       read_since, read_study, regime, score_grid, since_line, splice, sp_vs_dp,
                                       stem_heads)
@@ -64,8 +64,8 @@ def test_claims_numbers(study_dir):
     mtl, overlap, stem, probes, sp, needed = check_claims(study)
     assert [c.verdict for c in (mtl, overlap, stem, probes, sp, needed)] == ["yes", "yes", "partly", "yes",
                                                                              "inconclusive", ""]
-    for claim, key in zip((mtl, overlap, stem, probes, sp, needed), RULES):
-        assert claim.key == key and claim.rule == RULES[key]
+    for claim, key in zip((mtl, overlap, stem, probes, sp, needed), VERDICT_RULES):
+        assert claim.key == key and claim.rule == VERDICT_RULES[key]
     assert [c.word for c in (sp, needed)] == ["inconclusive", "cannot be tested"]
 
     # 1. MTL loses on POS (Welch's t-test as scipy computes it), Holm over the 2 tests; NER, trained on dev, is
@@ -250,7 +250,7 @@ def test_sp_against_dp_on_sps_schedule(study_dir):
     assert note.startswith(start + "which did not reproduce the record's files; the record's scores are the first "
                            "training's. The retraining's test scores (retraining.metrics.json): pos accuracy "), note
     claim = sp_vs_dp(study)
-    assert claim.rule == f"{RULES['sp_dp']} {MATCHED_RULE}" and claim.verdict == "yes"
+    assert claim.rule == f"{VERDICT_RULES['sp_dp']} {MATCHED_RULE}" and claim.verdict == "yes"
     lines = claim.text_lines()
     assert [line.split(":")[0] for line in lines] == ["POS", "POS with DP on SP's schedule"]
     assert lines[1].startswith("POS with DP on SP's schedule: heads kept DP 5.3 ± 0.6 (n=3), SP 15.3 ± 0.6 (n=3); "
@@ -276,7 +276,7 @@ def test_sp_against_dp_on_sps_schedule(study_dir):
                             "at a lower rate while its gates learnt, which can raise SP's score against DP's and so push "
                             "the verdict towards 'not replicated'; He & Choi's DP trained at 1e-5 for 30 epochs")]
     text = claims_markdown(study, check_claims(study, stability=False))
-    assert f"*Rule:* {RULES['sp_dp'][:1].upper()}{RULES['sp_dp'][1:]} {MATCHED_RULE}" in text
+    assert f"*Rule:* {VERDICT_RULES['sp_dp'][:1].upper()}{VERDICT_RULES['sp_dp'][1:]} {MATCHED_RULE}" in text
 
 
 def test_sp_against_dp_at_another_lambda(study_dir):
@@ -299,7 +299,7 @@ def test_sp_against_dp_at_another_lambda(study_dir):
     study = read_study([str(study_dir)])
     assert study.setting("ner", "dp") == study.run_row(study_dir / "ner-dp" / "seed1")["setting"]
     claim = sp_vs_dp(study)
-    assert claim.rule == RULES["sp_dp"] and claim.verdict == "partly"
+    assert claim.rule == VERDICT_RULES["sp_dp"] and claim.verdict == "partly"
     assert [line.split(":")[0] for line in claim.lines] == ["POS", "NER", "NER at lambda 0.006"]
     assert claim.lines[1].endswith("not counted: NER SP did not prune (keeps 24 of 24)")
     assert claim.lines[2].startswith("NER at lambda 0.006: heads kept DP 5.7 ± 0.6 (n=3), SP 18.0 ± 1.0 (n=3); test F1 "
@@ -617,7 +617,8 @@ def test_claims_json_holds_the_markdowns_numbers(study_dir):
     assert data["schema"] == SCHEMA and data["command"] == "cmd"
     assert data["study"]["runs"] == len(study.runs) and data["study"]["seeds"] == [1, 2, 3]
     assert data["study"]["tasks"] == ["pos", "ner"] and data["study"]["mtl"] == "pos+ner"
-    assert [c["id"] for c in data["claims"]] == list(RULES) and [c["number"] for c in data["claims"]] == [1, 2, 3, 4, 5, 6]
+    assert [c["id"] for c in data["claims"]] == list(VERDICT_RULES)
+    assert [c["number"] for c in data["claims"]] == [1, 2, 3, 4, 5, 6]
     for claim, shown in zip(claims, data["claims"]):
         assert shown["verdict"] == (claim.verdict or None) and shown["rule"] == claim.rule
         verdict = shown["verdict_word"]
@@ -652,7 +653,7 @@ def test_cli_json(study_dir, tmp_path, capsys):
     cfg.format = "json"  # as format=json sets it
     claims(cfg)
     printed = json.loads(capsys.readouterr().out)
-    assert [c["id"] for c in printed["claims"]] == list(RULES) and not (study_dir / "claims.md").exists()
+    assert [c["id"] for c in printed["claims"]] == list(VERDICT_RULES) and not (study_dir / "claims.md").exists()
     assert printed["command"] == f"python -m mtl_heads claims {study_dir}"
     cfg.out = str(tmp_path / "claims.json")
     claims(cfg)
@@ -667,7 +668,7 @@ def test_cli_json(study_dir, tmp_path, capsys):
 
 
 def test_lines_are_templates_with_test_slots():
-    claim = Claim("mtl", "question", "paper", RULES["mtl"])
+    claim = Claim("mtl", "question", "paper", VERDICT_RULES["mtl"])
     slot = claim.test("POS", 0.01, what={"task": "pos"}, value=-1.0)
     assert slot == "{POS}"
     claim.test("NER", None)

@@ -87,7 +87,7 @@ def stem_cell_heads(csv: Path) -> HeadSource:
 def probe_heads(folder: Path, probe: str, top: int | None) -> HeadSource:
     """The ``top`` best heads of ``probe`` in a probe report folder, by the count-weighted mean score
     over its labels in % (``mtl_heads.reports.gates.head_skill``)."""
-    from mtl_heads.reports.gates.stem import NOT_RANKED, head_skill, skill_labels
+    from mtl_heads.reports.gates.survivors import NOT_RANKED, head_skill, skill_labels
     from mtl_heads.reports.probe_report import read_report
 
     if not probe or top is None:

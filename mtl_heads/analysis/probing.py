@@ -20,11 +20,12 @@ from mtl_heads.folders import is_probe_report, is_pruned_dir, is_run_dir
 from mtl_heads.training.build import load_run, pick_device
 from mtl_heads.model.encoder import EncoderNotFound, GatedEncoder
 from mtl_heads.model.gating import KEPT_AT, kept_count
+from mtl_heads.model.headsets import head_name
 from mtl_heads.model.precision import autocast
 from mtl_heads.model.removal import read_heads
 from mtl_heads.reports.claims.core import heads_text
 from mtl_heads.reports.probe_compare import compare_reports, group_reports
-from mtl_heads.reports.probe_report import closed_best, head_name, read_report, safe_name, write_report
+from mtl_heads.reports.probe_report import closed_best, read_report, safe_name, write_report
 from mtl_heads.training.tracking import resolve_mode, start_run
 from probes.base import Probe, ProbeContext, RunProbeAdapter, first_token_name
 from probes.runner import examples_for, run_probes

@@ -43,9 +43,10 @@ import pandas as pd
 
 from mtl_heads.config import ConfigError
 from mtl_heads.files import read_json
-from mtl_heads.reports.probe_report import (Report, choice_conflicts, choices_text, draw_heatmaps, head_name,
-                                             heatmap_grid, markdown_table, marked_head, read_report, report_choices,
-                                             safe_name)
+from mtl_heads.model.headsets import head_name
+from mtl_heads.reports.probe_report import (Report, choice_conflicts, choices_text, draw_heatmaps,
+                                            heatmap_grid, markdown_table, marked_head, read_report, report_choices,
+                                            safe_name)
 from mtl_heads.reports.runs import flatten_config, read_yaml, setting_config
 from mtl_heads.stats import welch
 

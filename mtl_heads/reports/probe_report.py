@@ -27,11 +27,12 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from mtl_heads.config import ConfigError, pos_column
+from mtl_heads.model.headsets import head_name
 from mtl_heads.reports.runs import MAX_DEPTH, SKIP_DIRS, folder_kind
 from probes.texts import CAUSAL_NOTE, NO_START_TOKEN, RELATION_TEXT, ROOT_TEXT
 
 __all__ = ["write_report", "read_report", "Report", "heatmap_grid", "draw_heatmaps", "markdown_table",
-           "head_name", "marked_head", "closed_best", "safe_name", "report_choices", "pos_tagset", "relation_labels",
+           "marked_head", "closed_best", "safe_name", "report_choices", "pos_tagset", "relation_labels",
            "choices_text", "choice_conflicts",
            "CHOICE_PROBES", "causal_caveats", "probe_families", "summary_cells",
            "PROBE_KINDS", "split_specs"]
@@ -121,11 +122,6 @@ def causal_caveats(meta: dict) -> list[str]:
             text = caveat[len(name) + 2:] if caveat.startswith(f"{name}: ") else caveat
             grouped.setdefault(text, []).append(name)
     return [CAUSAL_NOTE] + [f"{', '.join(names)}: {text}" for text, names in grouped.items()]
-
-
-def head_name(layer, head) -> str:
-    """``L<layer>H<head>`` (0-based)."""
-    return f"L{int(layer)}H{int(head)}"
 
 
 def marked_head(layer, head, closed: dict[str, str]) -> str:

@@ -45,7 +45,7 @@ from mtl_heads.reports.static import asset
 __all__ = ["SHORT", "STABILITY", "study_lead", "stem_cell_groups", "read_study_or_none", "claims_list", "claims_legend",
            "score_figure", "stem_map", "correlation_map"]
 
-# a short name per claim (keyed as claims.RULES), for the one-line list
+# a short name per claim (keyed as claims.VERDICT_RULES), for the one-line list
 SHORT = {"mtl": "MTL vs STL", "overlap": "Overlap across tasks", "stem": "Stem cells", "probes": "Probes",
          "sp_dp": "DP vs SP", "needed": "Stem cells needed"}
 REGIME_COLOURS = {"none": "#7f7f7f", "dp": "#1f77b4", "budget": "#2ca02c", "sp": "#ff7f0e"}

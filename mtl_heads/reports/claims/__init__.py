@@ -9,7 +9,7 @@ one (configs equal apart from seed and folders); each setting is placed in a cel
 (``prune=dynamic`` with ``prune.budget``: equal sparsity) or ``sp`` (``prune=static``).
 
 The claims (:func:`check_claims`), each a :class:`Claim` with its question, He & Choi's answer, a
-*rule* (the verdict's definition, fixed in :data:`RULES` before any number is read), its tests (each a
+*rule* (the verdict's definition, fixed in :data:`VERDICT_RULES` before any number is read), its tests (each a
 :class:`Test`: what it tests as fields, its statistic, raw and adjusted p), its lines and its verdict
 (yes / partly / no, or none with the reason when the study cannot answer); one module each:
 
@@ -52,14 +52,15 @@ from mtl_heads.reports.claims.overlap import overlap
 from mtl_heads.reports.claims.probes import PAPER_LABELS, probe_skill, probes_claim
 from mtl_heads.reports.claims.render import (BEGIN, END, SCHEMA, claims_data, page_markdown, read_since, score_grid,
                                              since_line, splice)
-from mtl_heads.reports.claims.rules import (ALPHA, MARGIN, MATCHED_RULE, MIN_SEEDS, NEAR_ALL, REPLICATION, RULES,
-                                            SHUFFLES, SUPPORT, TESTS, TOO_FEW)
+from mtl_heads.reports.claims.rules import (ALPHA, CLAIM_SHUFFLES, MARGIN, MATCHED_RULE, MIN_SEEDS, NEAR_ALL,
+                                            REPLICATION, SUPPORT, TESTS, TOO_FEW, VERDICT_RULES)
 from mtl_heads.reports.claims.sp_dp import sp_vs_dp
 from mtl_heads.reports.claims.stem import stem
 from mtl_heads.reports.comparison import compare_runs, markdown
 from mtl_heads.reports.significance import format_p
 
-__all__ = ["ALPHA", "NEAR_ALL", "SHUFFLES", "MIN_SEEDS", "MARGIN", "RULES", "MATCHED_RULE", "REPLICATION", "SUPPORT",
+__all__ = ["ALPHA", "NEAR_ALL", "CLAIM_SHUFFLES", "MIN_SEEDS", "MARGIN", "VERDICT_RULES", "MATCHED_RULE", "REPLICATION",
+           "SUPPORT",
            "TESTS", "TOO_FEW", "REGIMES", "REGIME_NAMES", "PAPER_LABELS", "BEGIN", "END", "SCHEMA", "Test", "Claim",
            "Study", "regime", "read_study", "read_ablations", "CLAIMS", "check_claims", "mtl_vs_stl", "overlap",
            "stem", "probes_claim", "sp_vs_dp", "needed", "regime_gates", "gate_baseline", "stem_table", "stem_heads",

@@ -109,7 +109,7 @@ class Test:
 
 @dataclass
 class Claim:
-    """One claim: ``key`` (its id, as :data:`~mtl_heads.reports.claims.rules.RULES` names it: ``mtl``,
+    """One claim: ``key`` (its id, as :data:`~mtl_heads.reports.claims.rules.VERDICT_RULES` names it: ``mtl``,
     ``overlap``, ``stem``, ``probes``, ``sp_dp``, ``needed``), ``question``, ``paper`` (what He & Choi
     report), ``rule`` (how the verdict is decided), ``verdict`` (``yes`` | ``partly`` | ``no`` |
     ``inconclusive``; ``""`` when the study cannot answer), ``words`` (the verdicts as words:

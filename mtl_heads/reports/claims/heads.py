@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 
 from mtl_heads.reports.claims.core import Claim, Study, run_folders, runs_of, task_name
-from mtl_heads.reports.claims.rules import FLOOR, NEAR_ALL, SHUFFLES
+from mtl_heads.reports.claims.rules import CLAIM_SHUFFLES, FLOOR, NEAR_ALL
 from mtl_heads.reports.gates.read import moved_flags, read_run
 from mtl_heads.reports.gates.stats import kept_heads, permutation_baseline
-from mtl_heads.reports.gates.stem import stem_cells
+from mtl_heads.reports.gates.survivors import stem_cells
 from mtl_heads.reports.significance import format_p
 
 __all__ = ["Gates", "setting_gates", "regime_gates", "gate_baseline", "stricter", "not_pruned", "pair_text",
@@ -65,9 +65,9 @@ def regime_gates(study: Study, kind: str) -> dict[str, Gates]:
 
 
 def gate_baseline(gates: dict[str, Gates]) -> pd.DataFrame:
-    """:func:`permutation_baseline` over ``{label: gates}`` with :data:`SHUFFLES` shuffles."""
+    """:func:`permutation_baseline` over ``{label: gates}`` with :data:`CLAIM_SHUFFLES` shuffles."""
     return permutation_baseline({n: g.grids for n, g in gates.items()}, {n: g.moved for n, g in gates.items()},
-                                shuffles=SHUFFLES, block=max(g.block for g in gates.values()))
+                                shuffles=CLAIM_SHUFFLES, block=max(g.block for g in gates.values()))
 
 
 def stricter(row: dict, prefix: str = "") -> float:

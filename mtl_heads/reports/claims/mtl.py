@@ -1,5 +1,5 @@
 """Claim 1: does the multi-task model lose to single-task models? Per task, the unpruned MTL setting's
-test score against the unpruned STL setting's, Welch's t-test over seeds (:data:`RULES` ``mtl``)."""
+test score against the unpruned STL setting's, Welch's t-test over seeds (:data:`VERDICT_RULES` ``mtl``)."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,7 @@ import numpy as np
 
 from mtl_heads.reports.claims.core import (Claim, Study, config_of, listed, majority, mean_std, metric_name, mtl_name,
                                            run_folders, runs_of, score_column, task_name)
-from mtl_heads.reports.claims.rules import MIN_SEEDS, RULES, TOO_FEW
+from mtl_heads.reports.claims.rules import MIN_SEEDS, TOO_FEW, VERDICT_RULES
 from mtl_heads.reports.significance import format_p, significance_table
 
 __all__ = ["mtl_vs_stl"]
@@ -54,7 +54,7 @@ def mtl_vs_stl(study: Study) -> Claim:
     or why the task is shown and not counted); ``value`` is MTL's mean minus STL's."""
     claim = Claim("mtl", f"Does {mtl_name(study)} lose to STL?",
                   "the five-task model falls behind single-task models: the tasks compete for the same heads",
-                  RULES["mtl"])
+                  VERDICT_RULES["mtl"])
     mtl = study.setting(study.mtl, "none")
     if mtl is None:
         claim.answer = "cannot be tested: no unpruned multi-task setting"

@@ -1,6 +1,6 @@
 """Claim 6, which He & Choi do not test: are the stem cells *needed*? For each task T, the stem cells
 found without T ablated in T's unpruned runs (``python -m mtl_heads ablate``) against layer-matched
-random head sets of the same size, seeds pooled (:data:`RULES` ``needed``)."""
+random head sets of the same size, seeds pooled (:data:`VERDICT_RULES` ``needed``)."""
 from __future__ import annotations
 
 import math
@@ -10,7 +10,7 @@ import numpy as np
 from mtl_heads.reports.claims.core import (REGIME_NAMES, REGIMES, Claim, Study, heads_text, listed, majority, mtl_name,
                                            runs_of, task_name, unreachable)
 from mtl_heads.reports.claims.heads import regime_gates, stem_heads
-from mtl_heads.reports.claims.rules import RULES, SUPPORT, VERDICT_METHODS
+from mtl_heads.reports.claims.rules import SUPPORT, VERDICT_METHODS, VERDICT_RULES
 from mtl_heads.stats import null_summary
 
 __all__ = ["pooled_ablation", "needed"]
@@ -77,7 +77,7 @@ def needed(study: Study) -> Claim:
                   "cost that task more than ablating random heads of the same layers?",
                   "not tested in the paper, whose evidence is that the stem cells survive pruning (kept); ablation "
                   "asks whether the tasks need them, with each task's own pruning left out of choosing them",
-                  RULES["needed"], words=SUPPORT)
+                  VERDICT_RULES["needed"], words=SUPPORT)
     if not study.ablations:
         claim.answer = "cannot be tested: no head ablation results in the study (python -m mtl_heads ablate)"
         return claim

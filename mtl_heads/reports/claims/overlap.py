@@ -1,13 +1,13 @@
 """Claim 2: do the heads that survive pruning overlap across tasks more than chance? Per regime, every
 pair of single-task settings: their kept-head Jaccard (decides) and gate correlation (shown), each
-against a global and a layer-aware permutation null (:data:`RULES` ``overlap``)."""
+against a global and a layer-aware permutation null (:data:`VERDICT_RULES` ``overlap``)."""
 from __future__ import annotations
 
 import numpy as np
 
 from mtl_heads.reports.claims.core import REGIME_NAMES, REGIMES, Claim, Study, share, unreachable
 from mtl_heads.reports.claims.heads import gate_baseline, gate_runs, not_pruned, pair_text, regime_gates
-from mtl_heads.reports.claims.rules import REPLICATION, RULES
+from mtl_heads.reports.claims.rules import REPLICATION, VERDICT_RULES
 from mtl_heads.reports.gates.stats import run_consistency
 
 __all__ = ["overlap"]
@@ -19,7 +19,7 @@ def overlap(study: Study) -> Claim:
     (``correlation`` or ``jaccard``); ``value`` is the statistic."""
     claim = Claim("overlap", "Do the heads that survive pruning overlap across tasks more than chance?",
                   "the same heads survive pruning across tasks, and task-to-task gate correlations are high",
-                  RULES["overlap"])
+                  VERDICT_RULES["overlap"])
     pairs = {}  # regime -> [(key, counted)]
     for kind in REGIMES:
         gates = regime_gates(study, kind)

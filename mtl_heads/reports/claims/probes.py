@@ -1,5 +1,5 @@
 """Claim 4: does STL sharpen its own task's probe heads while MTL spreads them? The parameter-free
-probes of the pretrained encoder, the STL runs and the MTL runs, per task (:data:`RULES` ``probes``),
+probes of the pretrained encoder, the STL runs and the MTL runs, per task (:data:`VERDICT_RULES` ``probes``),
 with the single-label figures He & Choi quote (:data:`PAPER_LABELS`) beside ours."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pandas as pd
 
 from mtl_heads.reports.claims.core import (Claim, Study, listed, majority, mean_std, mtl_name, run_folders,
                                            task_name)
-from mtl_heads.reports.claims.rules import MIN_SEEDS, RULES, TOO_FEW
+from mtl_heads.reports.claims.rules import MIN_SEEDS, TOO_FEW, VERDICT_RULES
 from mtl_heads.reports.significance import format_p
 from mtl_heads.stats import one_sample_p, permutation_test, welch
 
@@ -60,7 +60,8 @@ def probes_claim(study: Study) -> Claim:
     score minus the second's."""
     claim = Claim("probes", f"Does STL sharpen its own task's probe heads while {mtl_name(study)} spreads them?",
                   "STL sharpens the heads that probe well for its task, MTL-5 blurs them (bert-base-cased on "
-                  f"OntoNotes, best-head accuracy pretrained / STL / MTL-5: {_paper_figures()})", RULES["probes"])
+                  f"OntoNotes, best-head accuracy pretrained / STL / MTL-5: {_paper_figures()})",
+                  VERDICT_RULES["probes"])
     pretrained = [r for r in study.reports if r.meta.get("model_kind") != "run"]
     by_setting = _reports_by_setting(study)
     mtl = study.setting(study.mtl, "none")

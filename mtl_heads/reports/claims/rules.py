@@ -1,24 +1,24 @@
 """The rules every claim is held to, fixed before any number is read: the verdicts' definitions
-(:data:`RULES`), the statistics all claims share (:data:`TESTS`, with the numbers it names), and the
+(:data:`VERDICT_RULES`), the statistics all claims share (:data:`TESTS`, with the numbers it names), and the
 words a verdict is written in. ``docs/ewt-study/rules.md`` says the same in full; changing a rule after
 the runs it judges is what tests/test_published.py's rules-commit check catches."""
 from __future__ import annotations
 
 from mtl_heads.reports.significance import ALPHA
 
-__all__ = ["ALPHA", "NEAR_ALL", "SHUFFLES", "FLOOR", "MIN_SEEDS", "MARGIN", "VERDICT_METHODS", "TOO_FEW", "TESTS",
-           "RULES", "MATCHED_RULE", "REPLICATION", "SUPPORT"]
+__all__ = ["ALPHA", "NEAR_ALL", "CLAIM_SHUFFLES", "FLOOR", "MIN_SEEDS", "MARGIN", "VERDICT_METHODS", "TOO_FEW", "TESTS",
+           "VERDICT_RULES", "MATCHED_RULE", "REPLICATION", "SUPPORT"]
 
 NEAR_ALL = 0.95  # a setting keeping at least this share of the heads (in most of its seeds) did not prune
-SHUFFLES = 10_000  # shuffles / random sets of every null here: Holm over a claim's tests needs small p
-FLOOR = 1 / (SHUFFLES + 1)  # the smallest p of SHUFFLES shuffles or random sets
+CLAIM_SHUFFLES = 10_000  # shuffles / random sets of every null here: Holm over a claim's tests needs small p
+FLOOR = 1 / (CLAIM_SHUFFLES + 1)  # the smallest p of CLAIM_SHUFFLES shuffles or random sets
 MIN_SEEDS = 3  # a t-test needs this many values a group (2 leaves 1 degree of freedom): else "too few seeds to test"
 MARGIN = 0.5  # claim 5's non-inferiority margin, in points of the test score
 VERDICT_METHODS = ("zero", "mean")  # ablations a "needed" verdict reads (resample is shown)
 TOO_FEW = f"too few seeds to test (a t-test needs {MIN_SEEDS} a group)"
 TESTS = ("Tests: Welch's t-test over seeds (unequal variances; two-sided unless a rule says one-sided) for scores, "
          f"with at least {MIN_SEEDS} seeds a group (fewer: *too few seeds to test*); for gates and head sets, "
-         f"permutation nulls of {SHUFFLES:,} shuffles or random sets (one-sided), each twice: *global* (heads "
+         f"permutation nulls of {CLAIM_SHUFFLES:,} shuffles or random sets (one-sided), each twice: *global* (heads "
          "anywhere in the grid) and *layer-aware* (heads moved only within their layer, or random sets with the "
          "same number of heads per layer: pruning keeps low layers far more than high ones, so a global null "
          "rewards layer position alone); a verdict reads the larger p of the two. Each claim's p-values are "
@@ -32,7 +32,7 @@ TESTS = ("Tests: Welch's t-test over seeds (unequal variances; two-sided unless 
          "is marked *fragile*, with the seed, one that holds *stable*; a change that comes only from t-tests left "
          "with too few seeds is *too few seeds to test*, not fragile.")
 # the rules of the study's second round, fixed before its runs (docs/ewt-study/rules.md says the same in full)
-RULES = {
+VERDICT_RULES = {
     "mtl": "replicated when MTL loses to STL (Holm-adjusted Welch p < 0.05) on more than half of the tasks "
            "trained under equal conditions (a task with a known confound is shown, not counted); partly when it "
            "loses on at least one of them and gains significantly on none; not replicated otherwise.",

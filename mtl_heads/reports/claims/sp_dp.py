@@ -1,6 +1,6 @@
 """Claim 5: does dynamic pruning (DP) keep fewer heads than static pruning (SP) at a test score not
 lower, and do they keep the same heads? One-sided Welch tests over seeds with a non-inferiority margin
-(:data:`RULES` ``sp_dp``); DP runs trained on SP's schedule, where the study has them, decide."""
+(:data:`VERDICT_RULES` ``sp_dp``); DP runs trained on SP's schedule, where the study has them, decide."""
 from __future__ import annotations
 
 import math
@@ -13,7 +13,7 @@ import numpy as np
 from mtl_heads.reports.claims.core import (Claim, Study, config_of, listed, mean_std, metric_name, run_folders,
                                            runs_of, score_column, setting_name)
 from mtl_heads.reports.claims.heads import gate_baseline, not_pruned, pair_text, setting_gates
-from mtl_heads.reports.claims.rules import MARGIN, MATCHED_RULE, MIN_SEEDS, RULES, TOO_FEW
+from mtl_heads.reports.claims.rules import MARGIN, MATCHED_RULE, MIN_SEEDS, TOO_FEW, VERDICT_RULES
 from mtl_heads.reports.runs import read_yaml
 from mtl_heads.stats import welch_lower_bound, welch_one_sided
 
@@ -207,7 +207,8 @@ def sp_vs_dp(study: Study) -> Claim:
     ``statistic`` ``heads kept`` or ``test score``, ``hypothesis``; ``value``: DP's mean minus SP's), and
     whether they keep the same heads (``<pair> DP & SP correlation`` / ``Jaccard``, shown)."""
     claim = Claim("sp_dp", "Does DP keep fewer heads than SP at an equal or better test score, and do they keep the "
-                  "same heads?", "DP keeps fewer heads than SP at equal or better accuracy", RULES["sp_dp"])
+                  "same heads?", "DP keeps fewer heads than SP at equal or better accuracy",
+                  VERDICT_RULES["sp_dp"])
     rows, confounds = [], {}
     for tasks in study.tasks + ([study.mtl] if study.mtl else []):
         for pair in _sp_dp_pairs(study, tasks, setting_name(study, tasks)):
@@ -221,7 +222,7 @@ def sp_vs_dp(study: Study) -> Claim:
     matched = [r for r in rows if r["matched"]]
     skipped = [r["name"] for r in (matched or rows) if not r["counted"]]
     if matched:
-        claim.rule = f"{RULES['sp_dp']} {MATCHED_RULE}"
+        claim.rule = f"{VERDICT_RULES['sp_dp']} {MATCHED_RULE}"
         claim.answer = "on SP's schedule: " + _sp_dp_verdict(claim, [r for r in matched if r["counted"]], "comparison")
         first = [r for r in rows if not r["matched"] and r["counted"]]
         if first:

@@ -1,12 +1,12 @@
 """Claim 3: which heads survive in every task that pruned (the stem cells), more of them than chance
-keeps, and are they the pretrained encoder's best probe heads? (:data:`RULES` ``stem``)."""
+keeps, and are they the pretrained encoder's best probe heads? (:data:`VERDICT_RULES` ``stem``)."""
 from __future__ import annotations
 
 from mtl_heads.reports.claims.core import REGIME_NAMES, REGIMES, Claim, Study, heads_text, majority, unreachable
 from mtl_heads.reports.claims.heads import gate_runs, not_pruned, regime_gates, stem_table, stricter
-from mtl_heads.reports.claims.rules import FLOOR, RULES, SHUFFLES
-from mtl_heads.reports.gates.stem import (chance_stem_cells, chance_stem_cells_by_layer, kept_by_layer,
-                                          stem_cells_vs_probes, stem_count_layer_p, stem_count_p, stem_settings)
+from mtl_heads.reports.claims.rules import CLAIM_SHUFFLES, FLOOR, VERDICT_RULES
+from mtl_heads.reports.gates.survivors import (chance_stem_cells, chance_stem_cells_by_layer, kept_by_layer,
+                                               stem_cells_vs_probes, stem_count_layer_p, stem_count_p, stem_settings)
 from mtl_heads.reports.significance import format_p
 
 __all__ = ["stem"]
@@ -20,7 +20,7 @@ def stem(study: Study) -> Claim:
     probe's heads)."""
     claim = Claim("stem", "Which heads survive in every task (stem cells), and are they the pretrained encoder's best probe "
                   "heads?", "a set of heads survives in every task and seed (the stem cells), and they are heads that "
-                  "already probe well before fine-tuning", RULES["stem"])
+                  "already probe well before fine-tuning", VERDICT_RULES["stem"])
     pretrained = [r for r in study.reports if r.meta.get("model_kind") != "run"]
     found = {}  # regime -> (count key, [probe keys])
     for kind in REGIMES:
@@ -40,8 +40,8 @@ def stem(study: Study) -> Claim:
         heads = int(table["head"].max()) + 1
         cells = list(table.loc[table["stem cell"], "name"])
         every = list(table.loc[table["stem cell"] & table["every run"], "name"])
-        p_global = stem_count_p(kept, len(table), len(cells), SHUFFLES, block=block)
-        p_layer = stem_count_layer_p(by_layer, heads, len(cells), SHUFFLES, block=block)
+        p_global = stem_count_p(kept, len(table), len(cells), CLAIM_SHUFFLES, block=block)
+        p_layer = stem_count_layer_p(by_layer, heads, len(cells), CLAIM_SHUFFLES, block=block)
         count_key = f"{REGIME_NAMES[kind]} count"
         runs = gate_runs(study, gates, names)
         marker = claim.test(count_key, max(p_global, p_layer), floor=FLOOR, value=len(cells), runs=runs,
@@ -64,7 +64,7 @@ def stem(study: Study) -> Claim:
             claim.notes.append(f"{REGIME_NAMES[kind]}: every head survives in every task, so there is nothing to "
                                "hold against the probe heads")
         elif cells and pretrained:
-            ranks = stem_cells_vs_probes(table, pretrained[:1], SHUFFLES, block=block)
+            ranks = stem_cells_vs_probes(table, pretrained[:1], CLAIM_SHUFFLES, block=block)
             for r in ranks.to_dict("records"):
                 if r.get("note"):
                     continue

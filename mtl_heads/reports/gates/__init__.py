@@ -3,7 +3,8 @@ whose command line is :mod:`mtl_heads.commands.gates`), in four rooms, floor by 
 
 - :mod:`.stats`: gate statistics on ``[layers, heads]`` grids (movement, correlation, run-to-run
   consistency, the permutation baseline); numbers and tables only;
-- :mod:`.stem`: stem cells, the counts chance would give, and their ranks among probe heads;
+- :mod:`.survivors`: the heads kept in every setting (stem cells), the counts chance would give, and their
+  ranks among probe heads;
 - :mod:`.read`: run folders and probe report folders read and grouped into settings;
 - :mod:`.pictures`: the PNG and CSV files of the report, and their W&B logging.
 
@@ -49,21 +50,21 @@ from mtl_heads.reports.gates.pictures import (WANDB_MODES, WHAT, correlation_not
                                               write_report, write_stem_cells)
 from mtl_heads.reports.gates.read import (RunGates, group_settings, moved_flags, read_probe_reports, read_run,
                                           read_runs)
-from mtl_heads.reports.gates.stats import (DIAGONAL_TEXT, MIN_GATE_SPREAD, PERMUTATION_TEXT, SHUFFLES, STILL_TEXT,
-                                           correlation_matrix, gates_moved, gates_vary, initial_gate_range, jaccard,
-                                           kept_heads, pearson_matrix, permutation_baseline, permutation_lines,
+from mtl_heads.reports.gates.stats import (BASELINE_SHUFFLES, DIAGONAL_TEXT, MIN_GATE_SPREAD, PERMUTATION_TEXT,
+                                           STILL_TEXT, correlation_matrix, gates_moved, gates_vary, initial_gate_range,
+                                           jaccard, kept_heads, pearson_matrix, permutation_baseline, permutation_lines,
                                            run_consistency, still_settings)
-from mtl_heads.reports.gates.stem import (DRAWS, NOT_RANKED, PROBE_RANK_TEXT, ROLE_LABELS, STEM_TEXT,
-                                          chance_stem_cells, chance_stem_cells_by_layer, check_probe_grid,
-                                          head_ranks, head_skill, kept_by_layer, percentile_ranks, probe_rank_lines,
-                                          set_percentile_baseline, skill_labels, stem_cell_lines, stem_cells,
-                                          stem_cells_vs_probes, stem_count_layer_p, stem_count_p, stem_settings)
+from mtl_heads.reports.gates.survivors import (DRAWS, NOT_RANKED, PROBE_RANK_TEXT, ROLE_LABELS, STEM_TEXT,
+                                               chance_stem_cells, chance_stem_cells_by_layer, check_probe_grid,
+                                               head_ranks, head_skill, kept_by_layer, percentile_ranks, probe_rank_lines,
+                                               set_percentile_baseline, skill_labels, stem_cell_lines, stem_cells,
+                                               stem_cells_vs_probes, stem_count_layer_p, stem_count_p, stem_settings)
 from mtl_heads.folders import is_gate_run
 
 
 __all__ = ["MIN_GATE_SPREAD", "RunGates", "rgb_overlap", "grey_mean", "pearson_matrix",
            "gates_vary", "initial_gate_range", "gates_moved", "moved_flags", "run_consistency", "correlation_matrix",
-           "still_settings", "correlation_note", "SHUFFLES", "PERMUTATION_TEXT", "STILL_TEXT", "DIAGONAL_TEXT",
+           "still_settings", "correlation_note", "BASELINE_SHUFFLES", "PERMUTATION_TEXT", "STILL_TEXT", "DIAGONAL_TEXT",
            "kept_heads", "jaccard", "permutation_baseline", "permutation_lines", "STEM_TEXT", "DRAWS", "NOT_RANKED",
            "ROLE_LABELS", "PROBE_RANK_TEXT", "stem_cells", "stem_settings", "chance_stem_cells", "stem_count_p",
            "chance_stem_cells_by_layer", "stem_count_layer_p", "kept_by_layer", "stem_cell_lines",

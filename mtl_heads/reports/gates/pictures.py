@@ -1,6 +1,6 @@
 """The gate report's files: pictures (PNG) and tables (CSV) of the runs' gates in one folder
 (:func:`write_report`), logged to W&B on request (:func:`log_to_wandb`), and what each file shows
-(:func:`describe_file`). The numbers come from :mod:`.stats` and :mod:`.stem`; this module draws and writes.
+(:func:`describe_file`). The numbers come from :mod:`.stats` and :mod:`.survivors`; this module draws and writes.
 """
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from mtl_heads.config import ConfigError
 from mtl_heads.model.gating import KEPT_AT
 from mtl_heads.reports.gate_map import grid_axes, kept_per_layer, plot_gate_map, save_figure
 from mtl_heads.reports.gates.read import RunGates, group_settings, moved_flags
-from mtl_heads.reports.gates.stats import (SHUFFLES, STILL_TEXT, correlation_matrix, permutation_baseline,
+from mtl_heads.reports.gates.stats import (BASELINE_SHUFFLES, STILL_TEXT, correlation_matrix, permutation_baseline,
                                            stack_gates, still_settings)
-from mtl_heads.reports.gates.stem import DRAWS, check_probe_grid, stem_cells, stem_cells_vs_probes
+from mtl_heads.reports.gates.survivors import DRAWS, check_probe_grid, stem_cells, stem_cells_vs_probes
 from mtl_heads.reports.plots import chars_in, lines_height, new_figure, text_size, wrap_label
 
 __all__ = ["WANDB_MODES", "rgb_overlap", "grey_mean", "plot_pixels", "plot_correlation", "plot_kept_bars",
@@ -171,7 +171,7 @@ def group_size(groups: dict[str, list[RunGates]]) -> int:
 
 
 def write_correlation(groups: dict[str, list[RunGates]], out: Path, stem: str = "correlation",
-                      threshold: float = KEPT_AT, shuffles: int = SHUFFLES) -> dict[str, Path]:
+                      threshold: float = KEPT_AT, shuffles: int = BASELINE_SHUFFLES) -> dict[str, Path]:
     """``<stem>.csv`` (every setting; blank where the correlation means nothing, see
     :func:`correlation_matrix`), ``<stem>.png`` (the settings whose gates vary; none drawn when
     no setting's do) and, with two or more such settings, ``<stem>-permutation.csv``
@@ -234,7 +234,7 @@ def write_stem_cells(groups: dict[str, list[RunGates]], out: Path, threshold: fl
 
 
 def write_report(runs: list[RunGates], out: str | Path, threshold: float = KEPT_AT,
-                 groups: dict[str, list[RunGates]] | None = None, shuffles: int = SHUFFLES,
+                 groups: dict[str, list[RunGates]] | None = None, shuffles: int = BASELINE_SHUFFLES,
                  probe_reports: list | None = None, draws: int = DRAWS) -> dict[str, Path]:
     """Write every picture and table of the runs into ``out``; returns ``{name: path}``.
 

@@ -18,7 +18,7 @@ from mtl_heads.model.gating import INIT_MEAN, INIT_RANGE, KEPT_AT, OPEN_INIT_MEA
 from mtl_heads.model.headsets import block_permutations, layer_permutations
 from mtl_heads.stats import null_summary
 
-__all__ = ["MIN_GATE_SPREAD", "STILL_TEXT", "DIAGONAL_TEXT", "SHUFFLES", "PERMUTATION_TEXT", "stack_gates",
+__all__ = ["MIN_GATE_SPREAD", "STILL_TEXT", "DIAGONAL_TEXT", "BASELINE_SHUFFLES", "PERMUTATION_TEXT", "stack_gates",
            "pearson_matrix", "gates_vary", "saved_prune_mode", "initial_gate_range", "gates_moved", "resolve_moved",
            "run_consistency", "correlation_matrix", "still_settings", "kept_heads", "jaccard", "permutation_baseline",
            "num_text", "permutation_lines"]
@@ -34,7 +34,7 @@ DIAGONAL_TEXT = ("diagonal: run-to-run consistency, the mean Pearson correlation
                  "moved (unpruned, or still at their initial values) are left out")
 
 
-SHUFFLES = 1000  # shuffles of the permutation baseline
+BASELINE_SHUFFLES = 1000  # shuffles of the permutation baseline
 
 PERMUTATION_TEXT = ("Permutation baseline: do two settings keep the same heads more than chance, given how many "
                     "heads each keeps? The second setting's mean gate grid is shuffled over head positions (its values "
@@ -178,7 +178,7 @@ def jaccard(a: np.ndarray, b: np.ndarray) -> np.ndarray | float:
 
 
 def permutation_baseline(settings: dict[str, list[np.ndarray]], moved: dict[str, list[bool]] | None = None,
-                         threshold: float = KEPT_AT, shuffles: int = SHUFFLES, seed: int = 0,
+                         threshold: float = KEPT_AT, shuffles: int = BASELINE_SHUFFLES, seed: int = 0,
                          block: int = 1) -> pd.DataFrame:
     """Do two settings keep the same heads more than chance, given how many heads each keeps?
 

@@ -1,6 +1,7 @@
-"""Stem cells (He & Choi 2021): the heads kept in every setting, how many chance would give
-(:func:`chance_stem_cells`, :func:`stem_count_p` and their layer-aware twins), and whether they are
-among the best heads of the (pretrained) encoder's probes (:func:`stem_cells_vs_probes`).
+"""The heads that survive pruning in every setting, the stem cells (He & Choi 2021): which they are, how
+many chance would give (:func:`chance_stem_cells`, :func:`stem_count_p` and their layer-aware twins), and
+whether they are among the best heads of the (pretrained) encoder's probes (:func:`stem_cells_vs_probes`).
+The numbers only: claim 3's verdict on them is :mod:`mtl_heads.reports.claims.stem`.
 
 In this package a *stem cell* is a head kept (gate >= threshold) in more than half of the runs of every
 setting whose gates moved; the heads kept in every single run are counted beside them (``every run``),
@@ -18,7 +19,7 @@ import pandas as pd
 
 from mtl_heads.config import ConfigError
 from mtl_heads.model.gating import KEPT_AT
-from mtl_heads.model.headsets import block_permutations, layer_matched_sets, layer_permutations, random_sets
+from mtl_heads.model.headsets import block_permutations, head_name, layer_matched_sets, layer_permutations, random_sets
 from mtl_heads.reports.gates.stats import kept_heads, num_text, resolve_moved, stack_gates
 from mtl_heads.stats import null_summary, one_sided_p
 
@@ -78,7 +79,7 @@ def stem_cells(settings: dict[str, list[np.ndarray]], moved: dict[str, list[bool
     runs = [g for n in names for g in settings[n]]
     per_run = (stack_gates(runs) >= threshold).reshape(len(runs), -1) if runs else np.zeros((0, layers * heads), bool)
     table = pd.DataFrame({"layer": np.repeat(np.arange(layers), heads), "head": np.tile(np.arange(heads), layers)})
-    table["name"] = [f"L{layer}H{head}" for layer, head in zip(table["layer"], table["head"])]
+    table["name"] = [head_name(layer, head) for layer, head in zip(table["layer"], table["head"])]
     table["settings kept"] = per_setting.sum(0)  # [L * H]
     table["settings"] = len(names)
     table["runs kept"] = per_run.sum(0)  # [L * H]
