@@ -308,3 +308,130 @@ def test_the_record_names_its_weights_and_the_weights_it_started_from(base, tmp_
     metrics = run(base + ["tasks=pos", "train.epochs=1", "prune=static", f"init={first}", f"run_dir={second}"])
     assert metrics["init_weights_sha256"] == sha
     assert metrics["weights_sha256"] == hashlib.sha256((second / "model.safetensors").read_bytes()).hexdigest()
+
+
+# --- train.phases: a schedule of phases in one run (issue 50: claim 5 matched but for the pruning) ----------------
+PHASES = ["prune=dynamic", "train.lr_gate=0.05", "train.epochs=3", "train.warmup=0.34",  # a warm-up in each phase
+          "train.phases=[{epochs: 2}, {epochs: 1, lr_encoder: 1e-5, freeze: [decoders]}]"]
+
+
+def rates(trainer) -> dict[str, float]:
+    """The learning rate of each named parameter group (encoder, decoder, gate) for the trainer's next step."""
+    return {g["name"]: g["lr"] for optimizer in trainer._optimizers() for g in optimizer.param_groups}
+
+
+def test_the_learning_rates_follow_the_phases_and_a_frozen_phase_leaves_the_decoders_alone(base, tmp_path, capsys):
+    """Epochs 1-2 at the train.* rates, epoch 3 at encoder 1e-5 with the decoders frozen: each phase warms up
+    over 34% of its steps and decays to 0 at its end, for the encoder and the decoders; the gates keep 0.05.
+    In epoch 3 the decoders do not move (no update, no weight decay) while the encoder and the gates do."""
+    seen, ends, spe = {}, {}, []
+
+    def watch(trainer):  # after step g: the rates of step g (0-based), and the weights at each epoch's end
+        spe[:] = [trainer.steps_per_epoch]
+        seen[trainer.state.global_step] = rates(trainer)
+        if trainer.state.global_step % trainer.steps_per_epoch == 0:
+            ends[trainer.state.global_step // trainer.steps_per_epoch] = {
+                k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+
+    run(base + ["tasks=pos,ner", *PHASES, f"run_dir={tmp_path / 'phased'}"], on_step=watch)
+    (n,) = spe
+
+    def expected(step, first, second):  # phase 1: steps [0, 2n) at rate first; phase 2: [2n, 3n) at second
+        start, steps, rate = (0, 2 * n, first) if step < 2 * n else (2 * n, n, second)
+        local, warm = step - start, int(0.34 * steps)
+        return rate * ((local + 1) / warm if local < warm else max(0.0, (steps - local) / (steps - warm)))
+
+    assert sorted(seen) == list(range(1, 3 * n + 1))
+    for step, lr in seen.items():
+        assert lr["encoder"] == pytest.approx(expected(step, 1e-4, 1e-5), rel=1e-12, abs=0), step
+        assert lr["decoder"] == pytest.approx(expected(step, 1e-3, 1e-3), rel=1e-12, abs=0), step
+        assert lr["gate"] == 0.05
+    assert max(seen[s]["encoder"] for s in range(1, 2 * n)) == pytest.approx(1e-4)  # phase 1 peaks at lr_encoder
+    assert seen[2 * n]["encoder"] == pytest.approx(1e-5 / int(0.34 * n))  # phase 2 warms up again, from its rate
+    assert max(seen[s]["encoder"] for s in range(2 * n, 3 * n)) == pytest.approx(1e-5)
+    assert seen[3 * n]["encoder"] == seen[3 * n]["decoder"] == 0.0  # decayed to 0 at the end
+
+    def moved(a, b, which):
+        return {k for k in ends[a] if which(k) and not torch.equal(ends[a][k], ends[b][k])}
+
+    decoders = lambda k: k.startswith("decoders.")  # noqa: E731
+    gates = lambda k: k == "encoder.gate.log_alpha"  # noqa: E731
+    encoder = lambda k: k.startswith("encoder.") and not gates(k)  # noqa: E731
+    assert moved(1, 2, decoders) == {k for k in ends[1] if decoders(k)}  # phase 1 trains them
+    assert not moved(2, 3, decoders)
+    assert moved(2, 3, encoder) and moved(2, 3, gates)
+    assert same_weights(weights(tmp_path / "phased"), ends[3])  # the last epoch's weights are kept
+    assert "phase 2/2, epoch 3: encoder at 1e-05, decoders frozen, gates at 0.05" in capsys.readouterr().out
+
+
+def test_a_run_killed_in_its_second_phase_resumes_to_the_same_weights(base, tmp_path, capsys):
+    """A checkpoint in the frozen phase: the resumed process freezes the decoders again and warms up from
+    where the phase was, so its weights are those of the run that went through."""
+    full = run(base + ["tasks=pos,ner", *PHASES, f"run_dir={tmp_path / 'full'}"])
+
+    def crash(trainer):
+        if trainer.state.global_step == 2 * trainer.steps_per_epoch + 6:  # mid-epoch 3, 2 steps after a checkpoint
+            raise Crash()
+
+    with pytest.raises(Crash):
+        run(base + ["tasks=pos,ner", *PHASES, f"run_dir={tmp_path / 'cut'}"], on_step=crash)
+    capsys.readouterr()
+    resumed = run(base + ["tasks=pos,ner", *PHASES, "resume=true", f"run_dir={tmp_path / 'cut'}"])  # its own command
+    assert f"resuming {tmp_path / 'cut'} at epoch 3, step 4" in capsys.readouterr().out  # in phase 2
+    assert resumed["history"] == full["history"] and resumed["test"] == full["test"]
+    assert same_weights(weights(tmp_path / "full"), weights(tmp_path / "cut"))
+
+
+def test_a_run_without_phases_keeps_the_schedule_and_weights_it_had(base, tmp_path):
+    """train.phases=null (the default) is the schedule from before phases existed, to the bit: a warm-up over
+    int(warmup * all steps), then a linear decay to 0; one phase written out gives the same weights."""
+    seen, spe = {}, []
+
+    def watch(trainer):
+        spe[:] = [trainer.steps_per_epoch]
+        seen[trainer.state.global_step] = rates(trainer)
+
+    run(base + ["tasks=pos", f"run_dir={tmp_path / 'plain'}"], on_step=watch)
+    total = 2 * spe[0]
+    warmup = int(0.1 * total)
+
+    def old(step):  # the trainer's factor before train.phases
+        if step < warmup:
+            return (step + 1) / warmup
+        return max(0.0, (total - step) / max(1, total - warmup))
+
+    assert seen and all(lr["encoder"] == 1e-4 * old(step) and lr["decoder"] == 1e-3 * old(step)
+                        for step, lr in seen.items())
+    run(base + ["tasks=pos", "train.phases=[{epochs: 2}]", f"run_dir={tmp_path / 'one'}"])
+    assert same_weights(weights(tmp_path / "plain"), weights(tmp_path / "one"))
+
+
+@pytest.mark.parametrize("phases, match", [
+    ("[{epochs: 2}, {epochs: 2}]", r"config key 'train.phases': its phases add up to 4 epochs and train.epochs is 3; "
+                                   r"set train.epochs=4 \(or change the phases\)"),
+    ("[{epochs: 2}, {epochs: 1, lr_gate: 0.1}]", r"config key 'train.phases\[1\]': unknown key 'lr_gate' "
+                                                 r"\(a phase has: epochs, lr_encoder, lr_decoder, freeze\)"),
+    ("[{epochs: 2}, {epochs: 1, freeze: [encoder]}]", r"'train.phases\[1\].freeze': expected some of decoders"),
+    ("[{epochs: 2}, {epochs: 1, lr_encoder: -1}]", r"'train.phases\[1\].lr_encoder': expected a number in \(0, inf\)"),
+    ("[{epochs: 2}, {lr_encoder: 1e-5}]", r"'train.phases\[1\]': expected a mapping with epochs"),
+    ("[{epochs:3}]", "YAML needs a space after each colon"),
+    ("3", r"'train.phases': expected null or a list of phases"),
+])
+def test_bad_phases_are_a_clear_error(phases, match):
+    from mtl_heads.config import load_config
+
+    with pytest.raises(ConfigError, match=match):
+        load_config(["train.epochs=3", f"train.phases={phases}"])
+
+
+def test_phases_are_recorded_whole():
+    """The run's config.yaml holds every phase's rates as numbers (1e-5, a string to YAML, too)."""
+    from omegaconf import OmegaConf
+
+    from mtl_heads.config import load_config
+
+    cfg = load_config(["train.epochs=3", "train.phases=[{epochs: 2}, {epochs: 1, lr_encoder: 1e-5, freeze: [decoders]}]"])
+    assert OmegaConf.to_container(cfg.train.phases) == [
+        {"epochs": 2, "lr_encoder": 1e-4, "lr_decoder": 1e-3, "freeze": []},
+        {"epochs": 1, "lr_encoder": 1e-5, "lr_decoder": 1e-3, "freeze": ["decoders"]}]
+    assert load_config([]).train.phases is None

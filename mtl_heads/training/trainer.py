@@ -1,5 +1,6 @@
 """The training loop: MTL task sampling, AdamW with per-group learning rates, warmup + linear
-decay, clipping, dev evaluation per epoch, best checkpoint, atomic resumable checkpoints."""
+decay (per phase of ``train.phases``), clipping, dev evaluation per epoch, best checkpoint, atomic
+resumable checkpoints."""
 from __future__ import annotations
 
 import os
@@ -17,7 +18,7 @@ from torch import nn
 from mtl_heads.data.batching import Example, collate, epoch_plan, length_batches, move_to
 from omegaconf import OmegaConf
 
-from mtl_heads.config import ConfigError
+from mtl_heads.config import ConfigError, train_phases
 from mtl_heads.files import (RefusedFile, UnreadableFile, file_sha256, fsync_dir, load_state, load_tensors, load_weights,
                               save_state, save_tensors)
 from mtl_heads.model.gating import kept_count
@@ -132,7 +133,9 @@ class Trainer:
         self.gate_optimizer = self._gate_optimizer()
         if self.optimizer is None and self.gate_optimizer is None:
             raise TrainingError("nothing to train: every parameter is frozen (see prune.freeze_encoder and encoder.gate)")
-        self.scheduler = self._scheduler(self.tc.epochs * self.steps_per_epoch)
+        self.phases = train_phases(self.tc)  # one phase (train.epochs at train's rates) without train.phases
+        self.scheduler = self._scheduler()
+        self.frozen: list[nn.Parameter] = []  # the parameters the current phase does not update (_start_phase)
         self.checkpoint_dir = run_dir / "checkpoint"
 
     # --- setup ----------------------------------------------------------------------------
@@ -154,17 +157,36 @@ class Trainer:
         groups = [g for g in groups if g["params"]]
         return torch.optim.Adam(groups) if groups else None
 
-    def _scheduler(self, total: int) -> torch.optim.lr_scheduler.LambdaLR | None:
+    def _scheduler(self) -> torch.optim.lr_scheduler.LambdaLR | None:
+        """One factor per group of the AdamW (encoder, decoder): in each phase, that phase's rate over
+        the group's ``train.lr_*`` times a linear warm-up and decay (:func:`phase_factor`)."""
         if self.optimizer is None:
             return None
-        warmup = int(self.tc.warmup * total)
+        spans = phase_spans(self.phases, self.steps_per_epoch)
+        factors = [phase_factor(spans, [p[f"lr_{group['name']}"] / group["lr"] for p in self.phases], self.tc.warmup)
+                   for group in self.optimizer.param_groups]
+        return torch.optim.lr_scheduler.LambdaLR(self.optimizer, factors)
 
-        def factor(step: int) -> float:
-            if step < warmup:
-                return (step + 1) / warmup
-            return max(0.0, (total - step) / max(1, total - warmup))
+    def phase(self, epoch: int) -> tuple[int, dict]:
+        """``(index, phase)`` of the phase (:func:`mtl_heads.config.train_phases`) that holds ``epoch`` (0-based)."""
+        end = 0
+        for index, phase in enumerate(self.phases):
+            end += phase["epochs"]
+            if epoch < end:
+                return index, phase
+        return len(self.phases) - 1, self.phases[-1]
 
-        return torch.optim.lr_scheduler.LambdaLR(self.optimizer, factor)
+    def _start_phase(self, epoch: int) -> None:
+        """Set :attr:`frozen` for ``epoch``'s phase (its ``freeze``: the decoders' parameters, whose
+        gradients :meth:`_step` drops, so that AdamW neither moves nor decays them), and on rank 0 say so
+        when a phase of several begins. Called at every epoch's start, a resumed one too."""
+        index, phase = self.phase(epoch)
+        self.frozen = list(self.model.decoders.parameters()) if "decoders" in phase["freeze"] else []
+        first = sum(p["epochs"] for p in self.phases[:index])
+        if len(self.phases) > 1 and epoch == first and self.state.step_in_epoch == 0 and self.rank == 0:
+            epochs = f"epoch {first + 1}" if phase["epochs"] == 1 else f"epochs {first + 1}-{first + phase['epochs']}"
+            write(f"phase {index + 1}/{len(self.phases)}, {epochs}: encoder at {phase['lr_encoder']:g}, decoders "
+                  + ("frozen" if self.frozen else f"at {phase['lr_decoder']:g}") + f", gates at {self.tc.lr_gate:g}")
 
     def _optimizers(self) -> list[torch.optim.Optimizer]:
         return [o for o in (self.optimizer, self.gate_optimizer) if o is not None]
@@ -365,6 +387,7 @@ class Trainer:
 
     def _train_epoch(self) -> None:
         epoch = self.state.epoch
+        self._start_phase(epoch)
         plan = epoch_plan(self._train_batches(epoch), self.tc.sampling_alpha,
                           random.Random(f"{self.cfg.seed}-plan-{epoch}"))
         self.model.train()
@@ -406,6 +429,8 @@ class Trainer:
             optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.parallel.sync_grads(self.model)  # FSDP: the replicated gates and decoders (DDP: done in backward)
+        for p in self.frozen:  # a phase's frozen parameters: no gradient, so no update, no decay, no part in clipping
+            p.grad = None
         if self.tc.clip:
             self.parallel.clip_grad_norm([p for p in self.model.parameters() if p.requires_grad], self.tc.clip)
         for optimizer in self._optimizers():
@@ -542,6 +567,38 @@ def evaluate_examples(model, tasks: dict, examples: dict, device: torch.device, 
         scores = metric.compute() if chunk_of else {}
         results[name] = {k: v.item() if hasattr(v, "item") else v for k, v in scores.items()}
     return results
+
+
+def phase_spans(phases: list[dict], steps_per_epoch: int) -> list[tuple[int, int]]:
+    """``(first step, steps)`` of each phase (``phases``: :func:`mtl_heads.config.train_phases`) when every
+    epoch has ``steps_per_epoch`` optimiser steps."""
+    spans, start = [], 0
+    for phase in phases:
+        spans.append((start, phase["epochs"] * steps_per_epoch))
+        start += spans[-1][1]
+    return spans
+
+
+def phase_factor(spans: list[tuple[int, int]], rates: list[float], warmup: float) -> Callable[[int], float]:
+    """The learning-rate factor of one parameter group at each step (for ``LambdaLR``, which multiplies the
+    group's base rate by it).
+
+    Args:
+        spans: ``(first step, steps)`` of each phase (:func:`phase_spans`).
+        rates: per phase, its rate over the group's base rate (1.0 where the phase keeps the base rate).
+        warmup: the fraction of a phase's steps with a linear warm-up (``train.warmup``); then a linear
+            decay to 0 at the phase's end. Past the last phase the factor is 0.
+
+    One phase of rate 1.0 is the schedule of a run without ``train.phases``, to the bit."""
+    def factor(step: int) -> float:
+        index = next((i for i, (start, steps) in enumerate(spans) if step < start + steps), len(spans) - 1)
+        (start, steps), rate = spans[index], rates[index]
+        local, warm = step - start, int(warmup * steps)
+        if local < warm:
+            return rate * ((local + 1) / warm)
+        return rate * max(0.0, (steps - local) / max(1, steps - warm))
+
+    return factor
 
 
 def selection(cfg) -> str:
