@@ -6,7 +6,7 @@
 # then seed 2, then seed 3, so that a partial study covers every setting.
 #
 #   bash docs/ewt-study.sh [STAGE ...]       # stages, in order: baselines retrain probes sp dp budget
-#                                            #   ablate matched nersearch nerlambda doc
+#                                            #   ablate matched matched3 nersearch nerlambda doc
 #   SEEDS=2 bash docs/ewt-study.sh           # every stage for seed 2 (how the study was run: one seed at a time)
 #   bash docs/ewt-study.sh plan [STAGE ...]  # print the plan instead (PLAN=1 too): one command per line, each
 #                                            #   this script on one run, a "# stage: S (needs: ...)" line first
@@ -21,7 +21,9 @@
 # MTL-5), matched (claim 5 on SP's schedule: DP's record trained again, then one more epoch at SP's
 # encoder rate from its weights and gates), nersearch and nerlambda (NER at an L0 lambda at which it
 # prunes: the search on seed 1, then that lambda for SEEDS under DP and SP). The second round's rules
-# and sizes are fixed in docs/ewt-study/rules.md, committed before its runs.
+# and sizes are fixed in docs/ewt-study/rules.md, committed before its runs. The third round's
+# (docs/ewt-study/rules-round3.md; its runs under STUDY=docs/ewt-study-round3): matched3 (claim 5
+# matched but for the pruning: one DP run on SP's whole schedule, its decoders frozen in SP's epochs).
 #
 # STUDY: where the run folders go (default docs/ewt-study, the study's record: its .gitignore keeps
 # each finished run's config.yaml, metrics.json, gates.json and labels.json, each probe report and
@@ -317,6 +319,19 @@ matched() { for n in $SEEDS; do for s in "${ORDER[@]}"; do
   if [[ " $MATCHED_SETTINGS " == *" $s "* ]]; then job matched_one "$s" "$n"; fi
 done; done; }
 
+# claim 5 matched but for the pruning itself (docs/ewt-study/rules-round3.md, runs 3): one DP run from the
+# pretrained encoder on SP's whole schedule, in phases (train.phases): EPOCHS epochs at the default rates
+# (SP's baseline), then SP_EPOCHS with the encoder at SP_RATE, its own warm-up and decay, and the decoders
+# frozen (SP's pruning epochs); the gates learn at DP's rate from the first step to the last. The schedule
+# is in the run's config, so a stopped run resumes from its own checkpoint. Into $STUDY/<setting>-dp-matched3
+matched3() { for n in $SEEDS; do for s in "${ORDER[@]}"; do
+  if [[ " $MATCHED_SETTINGS " == *" $s "* ]]; then
+    job run "$STUDY/$s-dp-matched3/seed$n" ${SETTING[$s]} $DP train.epochs=$((EPOCHS + SP_EPOCHS)) \
+      "train.phases=[{epochs: $EPOCHS}, {epochs: $SP_EPOCHS, lr_encoder: $SP_RATE, freeze: [decoders]}]" \
+      seed="$n" experiment="$s-dp-matched3"
+  fi
+done; done; }
+
 # NER at an L0 lambda at which it prunes (with the reference 0.0002 DP keeps 71 of its 72 heads and
 # SP all 72): nersearch trains DP at each of NER_LAMBDAS on seed 1; nerlambda takes the smallest
 # whose run keeps at most NER_KEEP of the heads (or NER_LAMBDA) and trains it for SEEDS under DP
@@ -399,7 +414,7 @@ doc() {
 # the plan: per stage a line "# stage: S (needs: the earlier stages of this plan that S waits for)",
 # then one command per line, each this script on one run (or one head set, one lambda) with the
 # variables of this call, so that it skips or resumes that run as the stage does
-STAGES=(baselines retrain probes sp dp budget ablate matched nersearch nerlambda doc)
+STAGES=(baselines retrain probes sp dp budget ablate matched matched3 nersearch nerlambda doc)
 declare -A NEEDS=([retrain]="baselines" [probes]="baselines retrain" [sp]="baselines retrain"
                   [ablate]="baselines retrain dp budget" [matched]="dp" [nerlambda]="baselines retrain nersearch")
 say() {  # one plan line: this call's variables (but those given here), then VAR=value ... and the stage (last)
@@ -422,7 +437,7 @@ plan() {  # the lines of stage $1; $2: the stages of the plan before it
           say PROBE_PRETRAINED=no "SETTINGS=$s" "SEEDS=$n" probes; done; done
       fi ;;
     *) for n in $SEEDS; do for s in "${ORDER[@]}"; do case $stage in
-        matched) if [[ " $MATCHED_SETTINGS " == *" $s "* ]]; then say "SETTINGS=$s" "SEEDS=$n" matched; fi ;;
+        matched|matched3) if [[ " $MATCHED_SETTINGS " == *" $s "* ]]; then say "SETTINGS=$s" "SEEDS=$n" "$stage"; fi ;;
         ablate) for k in $ABLATE; do
                   [[ $k == budget && " $BUDGET_ABLATE_SEEDS " != *" $n "* ]] || say "ABLATE=$k" "SETTINGS=$s" "SEEDS=$n" ablate
                 done ;;
@@ -434,7 +449,7 @@ plan() {  # the lines of stage $1; $2: the stages of the plan before it
 stages=("$@")
 if [[ ${stages[0]:-} == plan ]]; then PLAN=1; stages=("${stages[@]:1}"); fi
 # probes, sp, ablate and nerlambda's SP read the baselines' weights, which only the session that
-# trained them (or the retrain stage) has; dp and budget start from the pretrained encoder; ablate
+# trained them (or the retrain stage) has; dp, budget and matched3 start from the pretrained encoder; ablate
 # reads the stem cells of dp and budget
 [[ ${#stages[@]} -gt 0 ]] || stages=("${STAGES[@]}")
 for stage in "${stages[@]}"; do

@@ -17,7 +17,7 @@ from helpers import make_run
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "docs" / "ewt-study.sh"
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
-STAGES = "baselines retrain probes sp dp budget ablate matched nersearch nerlambda doc"
+STAGES = "baselines retrain probes sp dp budget ablate matched matched3 nersearch nerlambda doc"
 STUB = """#!{python}
 import json, os, shutil, sys
 from pathlib import Path
@@ -142,9 +142,9 @@ def test_plan_prints_one_command_per_run_with_stages_as_barriers(tmp_path):
     assert [header for header, _ in stages] == [
         "# stage: baselines", "# stage: retrain (needs: baselines)", "# stage: probes (needs: baselines retrain)",
         "# stage: sp (needs: baselines retrain)", "# stage: dp", "# stage: budget",
-        "# stage: ablate (needs: baselines retrain dp budget)", "# stage: matched (needs: dp)", "# stage: nersearch",
-        "# stage: nerlambda (needs: baselines retrain nersearch)",
-        "# stage: doc (needs: baselines retrain probes sp dp budget ablate matched nersearch nerlambda)"]
+        "# stage: ablate (needs: baselines retrain dp budget)", "# stage: matched (needs: dp)", "# stage: matched3",
+        "# stage: nersearch", "# stage: nerlambda (needs: baselines retrain nersearch)",
+        "# stage: doc (needs: baselines retrain probes sp dp budget ablate matched matched3 nersearch nerlambda)"]
     lines = {header.split()[2]: commands for header, commands in stages}
     head = f"STUDY={tmp_path}/study EXTRA=data.max_sentences=40\\ encoder.name=x WANDB_MODE=disabled "
     assert all(c.startswith(head) for _, commands in stages for c in commands)
@@ -157,6 +157,7 @@ def test_plan_prints_one_command_per_run_with_stages_as_barriers(tmp_path):
                                  "ABLATE=budget SETTINGS=pos SEEDS=1 bash docs/ewt-study.sh ablate"]
     assert cut("matched") == [f"SETTINGS=pos SEEDS={n} bash docs/ewt-study.sh matched"
                               for n in (1, 2)]  # POS, DEP, CON, SRL and MTL-5
+    assert cut("matched3") == [f"SETTINGS=pos SEEDS={n} bash docs/ewt-study.sh matched3" for n in (1, 2)]
     assert cut("nersearch") == [f"NER_LAMBDAS={lam} SETTINGS=ner bash docs/ewt-study.sh nersearch"
                                 for lam in ("0.002", "0.006", "0.02")]
     assert cut("nerlambda") == [f"SETTINGS=ner SEEDS={n} bash docs/ewt-study.sh nerlambda" for n in (1, 2)]
@@ -400,3 +401,34 @@ def test_matched_retrains_dp_then_trains_on_at_sp_rate_and_ner_lambda_runs(tmp_p
     result = study(tmp_path, "nerlambda", SETTINGS="ner", SEEDS="2", FAKE_RUN=str(trained), **fake["env"])
     assert f"starts from {root}/ner/.seed2.retrained: the retraining of {root}/ner/seed2" in result.stdout
     assert f"init={root}/ner/.seed2.retrained" in fake["log"]()[-1]
+
+
+def test_matched3_trains_dp_on_sp_schedule_in_one_run_with_phases(tmp_path, fake):
+    """matched3 (rules-round3.md, runs 3): for POS, DEP, CON, SRL and MTL-5 (not NER), one DP run from the
+    pretrained encoder into <setting>-dp-matched3/seed<N>: 2 epochs at the default rates, then 1 at SP's
+    encoder rate with the decoders frozen, in reproducible mode; its config loads as a valid schedule. A
+    finished run is skipped; a started one resumes from its own folder."""
+    from mtl_heads.config import load_config
+
+    root = tmp_path / "study"
+    trained = record_run(tmp_path / "trained" / "any")
+    result = study(tmp_path, "matched3", SETTINGS="pos mtl5 ner", SEEDS="1 2", FAKE_RUN=str(trained), **fake["env"])
+    assert result.returncode == 0, result.stderr
+    calls = fake["log"]()
+    assert [c[-2] for c in calls] == [f"run_dir={root}/{s}-dp-matched3/seed{n}" for n in (1, 2) for s in ("pos", "mtl5")]
+    pos = calls[0]
+    assert pos[:3] == ["train", "data=ewt", "reproducible=true"]
+    assert {"tasks=pos", "prune=dynamic", "train.lr_gate=0.05", "seed=1", "experiment=pos-dp-matched3",
+            "train.phases=[{epochs: 2}, {epochs: 1, lr_encoder: 1e-5, freeze: [decoders]}]"} <= set(pos)
+    assert pos.index("train.epochs=3") > pos.index("train.epochs=2")  # the later value wins: 2 + 1 epochs
+    cfg = load_config([a for a in pos[1:] if not a.startswith(("run_dir=", "data=", "reproducible="))])
+    assert cfg.train.epochs == 3 and [dict(p) for p in cfg.train.phases] == [
+        {"epochs": 2, "lr_encoder": 1e-4, "lr_decoder": 1e-3, "freeze": []},
+        {"epochs": 1, "lr_encoder": 1e-5, "lr_decoder": 1e-3, "freeze": ["decoders"]}]
+    assert "data.task_splits={\"ner\":{\"train\":\"dev\"}}" in calls[1]  # MTL-5's own arguments
+    result = study(tmp_path, "matched3", SETTINGS="pos", **fake["env"])
+    assert f"done: {root}/pos-dp-matched3/seed1" in result.stdout and len(fake["log"]()) == 4
+    (root / "dep-dp-matched3" / "seed1").mkdir(parents=True)  # started and stopped: resumed from its folder
+    (root / "dep-dp-matched3" / "seed1" / "config.yaml").write_text("tasks: [dep]\n")
+    study(tmp_path, "matched3", SETTINGS="dep", FAKE_RUN=str(trained), **fake["env"])
+    assert fake["log"]()[-1] == ["train", "resume=true", f"run_dir={root}/dep-dp-matched3/seed1", "train.progress=false"]
