@@ -16,6 +16,17 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from helpers import EWT, EWT_SOURCES
 
 DATA_FIXTURES = ("ewt", "ewt_sources_dir")  # the fixtures that need ../shared/data
+# The slowest tests that are no integration test, marked ``slow`` as every integration test is (``python -m
+# pytest -m "not slow"`` leaves them out for a first check; CI runs them): each took 10 s or more on 2 busy
+# cores (pytest --durations, November 2026); the longest integration tests took 1 to 3 minutes each.
+SLOW = {
+    "test_bf16.py::test_mtl5_dynamic_pruning_bf16_train_probe_prune_decode",  # 36 s
+    "test_published.py::test_study_claims_are_generated",  # 25 s: the study's claims computed again
+    "test_fsdp.py::test_fsdp_trains_like_ddp_resumes_exactly_and_saves_plain_files",  # 18 s
+    "test_train.py::test_ddp_two_processes_gloo",  # 13 s
+    "test_published.py::test_round1_claims_are_generated_from_round1s_record",  # 13 s
+    "test_readme.py::test_task_example_trains",  # 11 s
+}
 
 
 @pytest.fixture(scope="session")
@@ -38,10 +49,14 @@ def tiny_encoder_dir(tmp_path_factory) -> Path:
 @pytest.hookimpl(tryfirst=True)  # before -m selects on the markers
 def pytest_collection_modifyitems(items):
     """Every test that uses ../shared/data (through a fixture of ``DATA_FIXTURES``) is an integration test;
-    a test marked ``cuda`` is skipped where torch sees no CUDA device."""
+    every integration test, and every test of ``SLOW``, is ``slow``; a test marked ``cuda`` is skipped where
+    torch sees no CUDA device."""
     for item in items:
         if any(name in getattr(item, "fixturenames", ()) for name in DATA_FIXTURES):
             item.add_marker(pytest.mark.integration)
+        name = f"{Path(str(item.fspath)).name}::{getattr(item, 'originalname', item.name)}"
+        if item.get_closest_marker("integration") or name in SLOW:
+            item.add_marker(pytest.mark.slow)
     cuda = [item for item in items if item.get_closest_marker("cuda")]
     if cuda:
         import torch
