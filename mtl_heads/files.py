@@ -24,7 +24,7 @@ from pathlib import Path
 from mtl_heads.config import ConfigError
 
 __all__ = ["UnreadableFile", "RefusedFile", "STATE_GLOBALS", "atomic_write_text", "write_json", "read_json", "save_tensors",
-           "load_tensors", "save_weights", "load_weights", "save_state", "load_state", "load_numpy", "fsync_dir",
+           "load_tensors", "load_weights", "save_state", "load_state", "load_numpy", "fsync_dir",
            "is_load_error", "unreadable", "file_sha256"]
 
 STATE_GLOBALS: tuple = ()
@@ -92,11 +92,6 @@ def save_tensors(tensors: dict, path: Path, metadata: dict[str, str] | None = No
     tmp = _tmp(path)
     save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp), metadata=metadata)
     _replace(tmp, path)
-
-
-def save_weights(module, path: Path) -> None:
-    """``module``'s state dict as safetensors, written atomically."""
-    save_tensors(module.state_dict(), path)
 
 
 def save_state(obj: dict, path: Path) -> None:

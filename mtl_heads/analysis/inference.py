@@ -283,15 +283,6 @@ class Predictor:
         stats.seconds = time.perf_counter() - started
         return Prediction(out, stats)
 
-    def over_limit(self, sentences: Iterable) -> list[int]:
-        """Indices of the ``sentences`` (items as for :meth:`predict_sentences`) longer than the
-        encoder's limit: those that ``long_policy`` skips or splits."""
-        out = [self._as_sentence(item, i) for i, item in enumerate(sentences)]
-        encoder = self.model.encoder
-        examples, _ = tokenize(out, encoder.tokenizer, encoder.max_length, "skip")
-        fits = {id(e.sentence) for e in examples}
-        return [i for i, s in enumerate(out) if id(s) not in fits]
-
     def _as_sentence(self, item, i: int) -> Sentence:
         """A fresh words-only Sentence for one input item (see :meth:`predict_sentences`)."""
         if isinstance(item, Sentence):

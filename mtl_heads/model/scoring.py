@@ -42,10 +42,12 @@ def task_batches(model: nn.Module, examples: list[Example], batch_size: int = 32
         examples: tokenised examples of the task.
         batch_size: sentences per batch (default 32); batches group similar lengths.
         max_sentences: use the first N examples only (default: all).
+
+    Raises ValueError when no example is left (the task has no sentences in the split scored).
     """
     examples = examples[:max_sentences]
     if not examples:
-        raise ValueError("no examples to probe: the task has no sentences in this split")
+        raise ValueError("no examples to score: the task has no sentences in this split")
     device = next(model.parameters()).device
     pad_id = model.encoder.tokenizer.pad_token_id
     out = []
@@ -80,5 +82,6 @@ def batch_scores(model: nn.Module, tasks: Sequence[str], batches: list[tuple[dic
 
 
 def task_score(model: nn.Module, task: str, batches: list[tuple[dict, list]]) -> float:
-    """The task's main dev metric with the model as it is (full decode, as ``Trainer.evaluate``)."""
+    """The task's main metric on ``batches`` (:func:`task_batches` of any split: the caller picks it), with the
+    model as it is (full decode, as ``Trainer.evaluate``)."""
     return batch_scores(model, [task], batches)[task]
