@@ -133,6 +133,38 @@ def test_a_gates_json_that_cannot_be_read_is_said_not_dropped(tmp_path, capsys):
     assert 'id="runs"' in page and 'id="settings"' in page  # the rest of the page is there
 
 
+def _claims_section(page: Path) -> str:
+    text = page.read_text()
+    return text[text.index('<section id="claims"'):text.index('<section id="comparison">')]
+
+
+def test_an_experiment_under_root_keeps_its_claims(study_dir, tmp_path, monkeypatch):
+    """``report NAME root=FOLDER`` reads the study as ``report FOLDER/NAME`` does: the same claims, probe
+    reports and all (they are found below the folder the name resolves to)."""
+    by_path, by_name = tmp_path / "by-path.html", tmp_path / "by-name.html"
+    assert report([str(study_dir), f"html={by_path}"]) == 0
+    monkeypatch.chdir(tmp_path)  # the name names nothing here: only root= finds it
+    assert report([study_dir.name, f"root={study_dir.parent}", f"html={by_name}"]) == 0
+    claims = _claims_section(by_name)
+    assert [int(n) for n in re.findall(r'<li id="claim-(\d+)">', claims)] == [1, 2, 3, 4, 5, 6]
+    assert claims == _claims_section(by_path)
+
+
+def test_a_study_that_cannot_be_read_says_why(tmp_path, capsys):
+    """Runs of two encoders are no study the claims can read: in the claims' place the page says so, and why,
+    rather than leaving the section out."""
+    study = make_study(tmp_path / "study")
+    make_run(study / "other" / "seed1", ("pos",), 1, experiment="other",
+             encoder={"name": "another-encoder", "gate": "hard_concrete"})
+    out = tmp_path / "page.html"
+    assert report([str(study), f"html={out}"]) == 0
+    claims = html.unescape(_claims_section(out))
+    assert "The claims are not checked: runs of 2 encoders (encoder.name)" in re.sub(r"<[^>]+>", "", claims)
+    assert "another-encoder" in claims and 'id="claim-1"' not in claims
+    assert 'id="runs"' in out.read_text()  # the comparison is all there
+    assert "runs of 2 encoders" in study_lead([str(study)])  # the library says the same
+
+
 def test_a_study_page_folds_its_tables(study_dir, tmp_path, capsys):
     out = tmp_path / "page.html"
     assert report([str(study_dir), f"html={out}", "test=all"]) == 0

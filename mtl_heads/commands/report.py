@@ -25,7 +25,7 @@ from mtl_heads.config import ConfigError
 from mtl_heads.reports.page import write_html
 from mtl_heads.reports.probe_report import split_specs
 from mtl_heads.reports.runs import Note, folder_kind
-from mtl_heads.reports.study_page import read_study_or_none, stem_cell_groups, study_lead
+from mtl_heads.reports.study_page import read_page_study, stem_cell_groups, study_lead
 
 ARGUMENTS = Arguments(config_file("report"), positional="paths", many=True, repeat=frozenset({"test"}),
                       flags={"--html": "html", "--title": "title", "--root": "root", "--panels": "panels",
@@ -39,8 +39,8 @@ def report(cfg: DictConfig) -> None:
                           "e.g. python -m mtl_heads report runs html=report.html")
     notes: list[Note] = []
     run_specs, probe_dirs = split_specs(list(cfg.paths))
-    study = read_study_or_none(run_specs) if run_specs else None  # read once: the lead and the heads use it
-    lead = study_lead(study, notes) if study is not None else ""  # a study's claims and figures open the page
+    study = read_page_study(run_specs, cfg.root) if run_specs else None  # read once: the lead and the heads use it
+    lead = study_lead(study, notes) if study is not None else ""  # a study's claims and figures, or why not, first
     path = write_html(cfg.html, run_specs, probe_dirs, title=cfg.title, root=cfg.root, panels=cfg.panels,
                       notes=notes, tests=list(cfg.test), lead=lead,
                       heads=stem_cell_groups(study, notes) if lead else None)

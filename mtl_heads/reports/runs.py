@@ -22,7 +22,7 @@ import yaml
 from mtl_heads.config import ConfigError
 from mtl_heads.folders import KIND_WHY, RUNS, folder_kind, is_finished_run, is_unfinished_run
 
-__all__ = ["IGNORED_KEYS", "RUNS", "MAX_DEPTH", "SKIP_DIRS", "KIND_WHY", "Note", "folder_kind", "walk_runs",
+__all__ = ["IGNORED_KEYS", "RUNS", "MAX_DEPTH", "SKIP_DIRS", "KIND_WHY", "Note", "folder_kind", "walk_runs", "spec_folder",
            "find_runs", "read_yaml", "flatten_config", "setting_config", "varying_keys", "is_null",
            "value_text", "name_settings", "setting_names"]
 
@@ -103,6 +103,14 @@ def _experiment(spec: str, root: str | Path) -> bool:
     start with ``root`` (``runs/nope`` is a folder under runs, not the experiment ``runs/runs/nope``)."""
     parts, under = Path(spec).parts, Path(root).parts
     return not Path(spec).is_absolute() and parts[:len(under)] != under
+
+
+def spec_folder(spec: str, root: str | Path = RUNS) -> Path:
+    """Where ``spec`` points as :func:`find_runs` reads it: the path itself when it exists (or is a glob),
+    else the experiment ``<root>/<spec>`` when that folder exists; else the path as given."""
+    if not glob.has_magic(spec) and not Path(spec).exists() and _experiment(spec, root) and (Path(root) / spec).is_dir():
+        return Path(root) / spec
+    return Path(spec)
 
 
 def find_runs(specs: list[str], root: str | Path = RUNS, notes: list[Note] | None = None,

@@ -38,11 +38,11 @@ from mtl_heads.reports.claims import (REGIME_NAMES, REGIMES, Claim, Study, gate_
                                       regime_gates, stem_table, check_claims, read_study, stem_heads)
 from mtl_heads.reports.gates import run_consistency
 from mtl_heads.reports.page import error_path, heatmap_html, unreadable, viridis_colour
-from mtl_heads.reports.runs import Note
+from mtl_heads.reports.runs import RUNS, Note
 from mtl_heads.reports.plots import new_figure
 from mtl_heads.reports.static import asset
 
-__all__ = ["SHORT", "STABILITY", "study_lead", "stem_cell_groups", "read_study_or_none", "claims_list", "claims_legend",
+__all__ = ["SHORT", "STABILITY", "study_lead", "stem_cell_groups", "read_page_study", "claims_list", "claims_legend",
            "score_figure", "stem_map", "correlation_map"]
 
 # a short name per claim (keyed as claims.VERDICT_RULES), for the one-line list
@@ -263,38 +263,53 @@ def _figure(body: str, caption: str, ident: str) -> str:
     return f'<figure id="{ident}">{body}<figcaption>{caption}</figcaption></figure>'
 
 
-def read_study_or_none(specs: list[str]) -> Study | None:
-    """``read_study(specs)``, or None when the runs hold no study (a ConfigError)."""
+def read_page_study(specs: list[str], root: str | Path = RUNS) -> Study | str:
+    """The study the runs named by ``specs`` hold (:func:`~mtl_heads.reports.claims.read_study`, experiment
+    names looked up under ``root``), or why it cannot be read: the ConfigError's message (a file that
+    cannot be read, runs of several encoders), which :func:`study_lead` shows in the claims' place."""
     try:
-        return read_study(specs)
-    except ConfigError:
-        return None
+        return read_study(specs, root)
+    except ConfigError as err:
+        return str(err)
 
 
-def _as_study(specs: list[str] | Study) -> Study | None:
-    return specs if isinstance(specs, Study) else read_study_or_none(specs)
+def _claims_note(note: str) -> str:
+    return f'<section id="claims" class="lead"><h2>Claims</h2>{note}</section>'
 
 
-def study_lead(specs: list[str] | Study, notes: list[Note] | None = None) -> str:
+def _not_read(why: str, notes: list[Note] | None) -> str:
+    """The claims' place when the study cannot be read: the file and why where the error names one (and its
+    :class:`~mtl_heads.reports.runs.Note` in ``notes``), else why."""
+    left_out = "the claims and their figures are left out"
+    path = error_path(why, Path(""))
+    if str(path) not in ("", "."):
+        return _claims_note(unreadable(notes, path, why, left_out))
+    return _claims_note(f'<div class="notes unreadable"><b>The claims are not checked</b>: {_e(why)}; {left_out}.</div>')
+
+
+def study_lead(specs: list[str] | Study | str, notes: list[Note] | None = None, root: str | Path = RUNS) -> str:
     """The lead section of a study's page (claims and figures; module docstring), or "" when the runs
-    hold no study: no claim can be answered (a few runs of one setting). When the claims cannot be
-    checked because a file cannot be read (a broken gates.json), the section is a note naming the file
-    and why, in the claims' place (:func:`mtl_heads.reports.page.unreadable`).
+    hold no study: no claim can be answered (a few runs of one setting). When the study cannot be read
+    (runs of several encoders, a file that cannot be read) or its claims cannot be checked (a broken
+    gates.json), the section is a note saying why in the claims' place, naming the file where there is
+    one (:func:`mtl_heads.reports.page.unreadable`): nothing is dropped in silence.
 
     Args:
-        specs: run folders, globs or experiment names (as ``python -m mtl_heads claims`` takes), or
-            the :class:`~mtl_heads.reports.claims.Study` already read from them.
+        specs: run folders, globs or experiment names (as ``python -m mtl_heads claims`` takes), the
+            :class:`~mtl_heads.reports.claims.Study` already read from them, or why it could not be
+            (:func:`read_page_study`).
         notes: a file that cannot be read is appended to it as a :class:`~mtl_heads.reports.runs.Note`
-            (for the page's list and the command's stderr). Default none: the section's note only."""
-    study = _as_study(specs)
-    if study is None:
-        return ""
+            (for the page's list and the command's stderr). Default none: the section's note only.
+        root: where experiment names are looked up (default ``runs``, as ``report root=``)."""
+    study = read_page_study(specs, root) if isinstance(specs, list) else specs
+    if isinstance(study, str):
+        return _not_read(study, notes)
     try:
         claims = check_claims(study)
     except ConfigError as err:
         note = unreadable(notes, error_path(str(err), Path(str(study.runs["run"].iloc[0]))), str(err),
                           "the claims and their figures are left out")
-        return f'<section id="claims" class="lead"><h2>Claims</h2>{note}</section>'
+        return _claims_note(note)
     if not any(c.verdict for c in claims):
         return ""
     overlap = next((c for c in claims if c.key == "overlap"), None)
@@ -317,13 +332,15 @@ def study_lead(specs: list[str] | Study, notes: list[Note] | None = None) -> str
             f'<div class="figures">{"".join(figures)}</div><script>\n{JS}</script></section>')
 
 
-def stem_cell_groups(specs: list[str] | Study, notes: list[Note] | None = None) -> dict[str, list[tuple[int, int]]]:
+def stem_cell_groups(specs: list[str] | Study | str, notes: list[Note] | None = None,
+                     root: str | Path = RUNS) -> dict[str, list[tuple[int, int]]]:
     """``{"stem cells (DP)": [(layer, head), ...], ...}``: the stem cells of each regime of the study in
     ``specs`` (as for :func:`study_lead`) that has some (for the attention view); empty when the runs
-    hold none, or when a gates.json cannot be read (then a :class:`~mtl_heads.reports.runs.Note` naming
-    it and why is appended to ``notes``; default none: no note)."""
-    study = _as_study(specs)
-    if study is None:
+    hold none or the study cannot be read (:func:`study_lead` says why), or when a gates.json cannot be
+    read (then a :class:`~mtl_heads.reports.runs.Note` naming it and why is appended to ``notes``;
+    default none: no note)."""
+    study = read_page_study(specs, root) if isinstance(specs, list) else specs
+    if isinstance(study, str):
         return {}
     groups = {}
     for kind in REGIMES:

@@ -42,6 +42,7 @@ its docstring gives). This module reads a study (:func:`read_study`), checks its
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from mtl_heads.reports.claims.core import (REGIME_NAMES, REGIMES, Claim, Study, Test, build_study, read_ablations, regime,
                                            too_few_text)
@@ -57,6 +58,7 @@ from mtl_heads.reports.claims.rules import (ALPHA, CLAIM_SHUFFLES, MARGIN, MATCH
 from mtl_heads.reports.claims.sp_dp import sp_vs_dp
 from mtl_heads.reports.claims.stem import stem
 from mtl_heads.reports.comparison import compare_runs, markdown
+from mtl_heads.reports.runs import RUNS, spec_folder
 from mtl_heads.reports.significance import format_p
 
 __all__ = ["ALPHA", "NEAR_ALL", "CLAIM_SHUFFLES", "MIN_SEEDS", "MARGIN", "VERDICT_RULES", "MATCHED_RULE", "REPLICATION",
@@ -70,11 +72,12 @@ __all__ = ["ALPHA", "NEAR_ALL", "CLAIM_SHUFFLES", "MIN_SEEDS", "MARGIN", "VERDIC
 CLAIMS = (mtl_vs_stl, overlap, stem, probes_claim, sp_vs_dp, needed)  # in the order of the module docstring
 
 
-def read_study(specs: list[str]) -> Study:
-    """The finished runs, probe reports and head ablations found in ``specs`` (run folders, or folders
-    searched at any depth as ``compare`` does); a ConfigError when they hold no finished run."""
-    comparison = compare_runs(specs, uses=("probe report", "probe comparison"))
-    return build_study(comparison.runs, comparison.notes, specs)
+def read_study(specs: list[str], root: str | Path = RUNS) -> Study:
+    """The finished runs, probe reports and head ablations found in ``specs`` (run folders, folders
+    searched at any depth, or experiment names looked up under ``root``, as ``compare`` takes them); a
+    ConfigError when they hold no finished run, or a study that cannot be read."""
+    comparison = compare_runs(specs, root, uses=("probe report", "probe comparison"))
+    return build_study(comparison.runs, comparison.notes, [str(spec_folder(s, root)) for s in specs])
 
 
 def _too_few(again) -> bool:
