@@ -103,6 +103,22 @@ def test_round_rules_are_unchanged_since_the_commit_the_doc_quotes():
         f"docs/ewt-study/rules.md changed since {commit}, the commit docs/ewt-results.md quotes for the round's rules")
 
 
+def test_the_reproducible_mode_cost_quotes_its_record():
+    """The training guide's cost of reproducible mode: each figure from docs/reproducible-cost.json
+    (bench/reproducible_cost.py's record), the one-thread goal of 1.15 and the one-against-two-threads ratio."""
+    record = json.loads((REPO / "docs" / "reproducible-cost.json").read_text())
+    guide = (REPO / "docs" / "guides" / "training.md").read_text()
+    text = " ".join(guide[guide.index("What it costs, measured by"):guide.index("Turn the mode off")].split())
+    one, two = record["by_threads"]["1"], record["by_threads"]["2"]
+    assert (f"at one thread the pinned step took {one['pinned_seconds_per_step']:.3f} s against the default's "
+            f"{one['default_seconds_per_step']:.3f} s ({one['ratio']:.3f} times, within the goal of 1.15") in text
+    assert one["ratio"] <= 1.15
+    assert (f"at two threads {two['pinned_seconds_per_step']:.3f} s against {two['default_seconds_per_step']:.3f} s "
+            f"({two['ratio']:.3f} times)") in text
+    assert f"is {one['pinned_seconds_per_step'] / two['default_seconds_per_step']:.2f} times the step time" in text
+    assert record["cpu"]["name"] in text and "2-core" in text and record["cpu"]["threads"] == 2
+
+
 ROUND3_RULES = "docs/ewt-study/rules-round3.md"
 ROUND3 = "docs/ewt-study-round3"
 
