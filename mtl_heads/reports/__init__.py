@@ -2,10 +2,9 @@
 mtl_heads report`` and ``python -m mtl_heads gates`` (their command lines are in
 :mod:`mtl_heads.commands`; nothing here imports a command), and probe reports: probes compute, reports show.
 
-Imports run one way, each module using only those above it:
+Imports run one way, each module using only those above it; the figures they draw share
+:mod:`mtl_heads.figures` (a figure without pyplot, label sizes, one run's gate map), a floor below:
 
-- :mod:`~mtl_heads.reports.plots`: what the figures share (a figure without pyplot, label wrapping, sizes);
-- :mod:`~mtl_heads.reports.gate_map`: one run's gate map (also what training logs to W&B);
 - :mod:`~mtl_heads.reports.runs`: finding run folders, reading their config, settings and their names;
 - :mod:`~mtl_heads.reports.probe_report`: a probe report folder (``python -m mtl_heads probe``): writing, reading;
 - :mod:`~mtl_heads.reports.gates`: gate pictures and tables of runs (maps, overlaps, correlation and its

@@ -45,12 +45,12 @@ import pandas as pd
 
 from mtl_heads.config import ConfigError
 from mtl_heads.files import UnreadableFile, read_json
+from mtl_heads.figures.plots import new_figure, wrap_label
 from mtl_heads.reports.curves import curve_points, learning_curves, main_metric, plot_learning_curves
 from mtl_heads.model.gating import KEPT_AT
 from mtl_heads.reports.gates.pictures import write_correlation
 from mtl_heads.reports.gates.read import read_run
 from mtl_heads.reports.gates.stats import STILL_TEXT
-from mtl_heads.reports.plots import new_figure, wrap_label
 from mtl_heads.reports.runs import (RUNS, Note, find_runs, flatten_config, is_null, name_settings,
                                     read_yaml, setting_config, value_text, varying_keys)
 from mtl_heads.reports.significance import TESTS_TEXT, format_significance, resolve_pairs, significance_table

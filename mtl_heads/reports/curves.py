@@ -20,7 +20,7 @@ import pandas as pd
 
 from mtl_heads.config import ConfigError
 from mtl_heads.files import read_json
-from mtl_heads.reports.plots import new_figure, wrap_label
+from mtl_heads.figures.plots import new_figure, wrap_label
 
 __all__ = ["SELECTION", "main_metric", "run_history", "curve_points", "learning_curves", "plot_learning_curves"]
 

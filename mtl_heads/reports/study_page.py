@@ -34,12 +34,12 @@ import pandas as pd
 from matplotlib.lines import Line2D
 
 from mtl_heads.config import ConfigError
+from mtl_heads.figures.plots import new_figure
 from mtl_heads.reports.claims import (REGIME_NAMES, REGIMES, Claim, Study, gate_baseline,
                                       regime_gates, stem_table, check_claims, read_study, stem_heads)
 from mtl_heads.reports.gates import run_consistency
 from mtl_heads.reports.page import error_path, heatmap_html, unreadable, viridis_colour
 from mtl_heads.reports.runs import RUNS, Note
-from mtl_heads.reports.plots import new_figure
 from mtl_heads.reports.static import asset
 
 __all__ = ["SHORT", "STABILITY", "study_lead", "stem_cell_groups", "read_page_study", "claims_list", "claims_legend",

@@ -43,7 +43,7 @@ A head counts as kept when its gate is at least :data:`mtl_heads.model.gating.KE
 """
 from __future__ import annotations
 
-from mtl_heads.reports.gate_map import kept_per_layer, plot_gate_map
+from mtl_heads.figures.gate_map import kept_per_layer, plot_gate_map
 from mtl_heads.reports.gates.pictures import (WANDB_MODES, WHAT, correlation_note, default_out, describe_file,
                                               grey_mean, group_size, log_to_wandb, plot_correlation, plot_kept_bars,
                                               plot_pixels, rgb_overlap, write_correlation, write_kept, write_overlap,

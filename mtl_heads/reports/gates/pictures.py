@@ -12,13 +12,13 @@ import numpy as np
 import pandas as pd
 
 from mtl_heads.config import ConfigError
+from mtl_heads.figures.gate_map import grid_axes, kept_per_layer, plot_gate_map, save_figure
+from mtl_heads.figures.plots import chars_in, lines_height, new_figure, text_size, wrap_label
 from mtl_heads.model.gating import KEPT_AT
-from mtl_heads.reports.gate_map import grid_axes, kept_per_layer, plot_gate_map, save_figure
 from mtl_heads.reports.gates.read import RunGates, group_settings, moved_flags
 from mtl_heads.reports.gates.stats import (BASELINE_SHUFFLES, STILL_TEXT, correlation_matrix, permutation_baseline,
                                            stack_gates, still_settings)
 from mtl_heads.reports.gates.survivors import DRAWS, check_probe_grid, stem_cells, stem_cells_vs_probes
-from mtl_heads.reports.plots import chars_in, lines_height, new_figure, text_size, wrap_label
 
 __all__ = ["WANDB_MODES", "rgb_overlap", "grey_mean", "plot_pixels", "plot_correlation", "plot_kept_bars",
            "write_overlap", "group_size", "write_correlation", "correlation_note", "write_kept", "write_stem_cells",

@@ -1,4 +1,4 @@
-"""What the figures of the reports share: a matplotlib figure without pyplot's global state, and
+"""What the figures share: a matplotlib figure without pyplot's global state, and
 labels and figure sizes measured in characters, so that long setting names never squeeze the axes.
 
 matplotlib is imported when a figure is made, not with this module: the commands that import the

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from mtl_heads.model.gating import KEPT_AT
-from mtl_heads.reports.plots import chars_in, lines_height, new_figure, wrap_label
+from mtl_heads.figures.plots import chars_in, lines_height, new_figure, wrap_label
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
