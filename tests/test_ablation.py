@@ -562,3 +562,27 @@ def test_the_importance_matched_null_draws_within_each_layers_importance_bins(ru
         assert sorted(cells[parse_head(h)] for h in names) == wanted
     assert ablate(runs["llama"], "heads=L0H2,L0H3", "matched=importance", "random_sets=2", "progress=false",
                   f"out={tmp_path / 'kv'}")[0] == 2  # per-KV-group gates: drawn a group at a time, refused
+
+
+def test_the_plan_is_built_from_the_commands_config():
+    """AblationPlan.from_config reads configs/ablate.yaml's keys (reference_sentences is reference_max, an empty
+    tasks list is every task); the plan is frozen, and its defaults are the YAML's but for the progress bar."""
+    import dataclasses
+
+    from mtl_heads.analysis.ablation import AblationPlan
+    from mtl_heads.commands.ablate import parse_args
+    from mtl_heads.config import CONFIG_DIR, load_config
+
+    default = AblationPlan.from_config(load_config(parse_args(["runs/x"]), base=CONFIG_DIR / "ablate.yaml"))
+    assert default == AblationPlan(progress=True) and default.reference_first is None
+    cfg = load_config(parse_args(["runs/x", "methods=mean,zero", "random_sets=7", "seed=3", "matched=importance",
+                                  "split=dev", "reference=train", "tasks=pos", "max_sentences=4",
+                                  "reference_sentences=9", "batch_size=5", "precision=bf16", "label=a b",
+                                  "progress=false"]), base=CONFIG_DIR / "ablate.yaml")
+    plan = AblationPlan.from_config(cfg, source="stem cells")
+    assert plan == AblationPlan(methods=("mean", "zero"), random_sets=7, seed=3, matched="importance", split="dev",
+                                reference="train", tasks=("pos",), max_sentences=4, reference_max=9, batch_size=5,
+                                precision="bf16", source="stem cells", label="a b", progress=False)
+    assert plan.reference_first == 9 and dataclasses.replace(plan, reference_max=None).reference_first == 4
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.seed = 1

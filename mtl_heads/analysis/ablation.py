@@ -58,14 +58,71 @@ from probes.importance import gradient_importance, normalise_per_layer
 __all__ = ["METHODS", "DONORS_ON_DEVICE", "eval_mode", "open_heads", "split_examples", "task_batches",
            "task_score", "batch_scores", "chosen_tasks", "TaskGroup", "task_groups", "mean_contexts", "resample_donors",
            "collect_donors", "head_grid", "kv_block", "matched_sets", "task_importance", "MATCHED", "IMPORTANCE_BINS", "possible_sets", "drop_summary",
-           "ablation_study", "run_ablation", "table_lines"]
+           "AblationPlan", "ablation_study", "run_ablation", "table_lines"]
 
 logger = logging.getLogger(__name__)
 
 METHODS = ("zero", "mean", "resample")
-MATCHED = {"layer": "layer-matched", "importance": "layer- and importance-matched"}  # run_ablation's matched=
+MATCHED = {"layer": "layer-matched", "importance": "layer- and importance-matched"}  # AblationPlan.matched
 IMPORTANCE_BINS = 3           # the importance-matched null's bins per layer (docs/ewt-study/rules-round3.md)
 DONORS_ON_DEVICE = 1 << 30    # resample donors larger than this (bytes) wait in host memory
+
+
+@dataclass(frozen=True)
+class AblationPlan:
+    """What an ablation study is asked to do: everything of :func:`run_ablation` but the run and the heads.
+    Built from the ablate command's config by :meth:`from_config` (``configs/ablate.yaml``'s keys)."""
+
+    methods: tuple[str, ...] = METHODS
+    """How a head is replaced: some of :data:`METHODS` (default all three: zero, mean, resample)."""
+    random_sets: int = 20
+    """Random head sets of the null (default 20; at least 1)."""
+    seed: int = 0
+    """Seed of the random sets (numpy ``default_rng``; default 0)."""
+    matched: str = "layer"
+    """What the random sets match (a key of :data:`MATCHED`): ``layer`` (default: as many heads in each layer)
+    or ``importance`` (as many in each layer's importance tertile: :data:`IMPORTANCE_BINS` bins of the heads
+    ranked by Michel et al.'s importance for the scored tasks in this run, on the ``reference`` split's
+    sentences, each layer's row L2-normalised and averaged over the tasks)."""
+    split: str = "test"
+    """The role scored: train | dev | test (default ``test``)."""
+    reference: str = "dev"
+    """The role whose tokens give the mean contexts (default ``dev``; only read for ``mean`` and ``resample``,
+    and for ``matched="importance"``): every sentence of it that one of the run's tasks reads."""
+    tasks: tuple[str, ...] | None = None
+    """A subset of the run's tasks (default None: all)."""
+    max_sentences: int | None = None
+    """The first N sentences per task of the scored and reference splits (default None: all)."""
+    reference_max: int | None = None
+    """The first N sentences per task of the reference split (default None: ``max_sentences``): a small
+    scored sample with well-estimated mean contexts."""
+    batch_size: int = 32
+    """Sentences per pass (default 32)."""
+    precision: str = "auto"
+    """``auto | fp32 | bf16`` autocast of the passes (default auto: bf16 on CUDA, fp32 on CPU)."""
+    source: str = "list"
+    """How the set was chosen, kept in the record (default ``list``)."""
+    label: str = ""
+    """A free label kept in the record (default empty)."""
+    progress: bool = False
+    """A progress bar over the passes (default False)."""
+
+    @classmethod
+    def from_config(cls, cfg, source: str = "list") -> "AblationPlan":
+        """The plan of the ablate command's config (``configs/ablate.yaml`` with its ``key=value``
+        overrides): ``reference_sentences`` is :attr:`reference_max`, an empty ``tasks`` list is all
+        tasks; ``source``: how the heads were chosen (``mtl_heads.analysis.ablation_heads.head_source``)."""
+        return cls(methods=tuple(cfg.methods), random_sets=cfg.random_sets, seed=cfg.seed, matched=cfg.matched,
+                   split=cfg.split, reference=cfg.reference, tasks=tuple(cfg.tasks) or None,
+                   max_sentences=cfg.max_sentences, reference_max=cfg.reference_sentences,
+                   batch_size=cfg.batch_size, precision=cfg.precision, source=source, label=str(cfg.label),
+                   progress=cfg.progress)
+
+    @property
+    def reference_first(self) -> int | None:
+        """The first N sentences per task of the reference split: :attr:`reference_max`, else
+        :attr:`max_sentences`."""
+        return self.max_sentences if self.reference_max is None else self.reference_max
 
 
 # --- data ---------------------------------------------------------------------------------------
@@ -255,27 +312,24 @@ def drop_summary(metric: str, base: float, ablated: float, random_scores: Sequen
 
 
 # --- the study ----------------------------------------------------------------------------------
-def ablation_study(model: nn.Module, groups: list[TaskGroup], chosen: np.ndarray, methods: Sequence[str] = METHODS,
-                   random_sets: int = 20, seed: int = 0, block: int = 1, means: torch.Tensor | None = None,
-                   precision: str = "auto", progress: bool = False, *, cells: np.ndarray | None = None) -> dict:
-    """Ablate ``chosen`` and ``random_sets`` layer-matched random sets with each method; score every task.
+def ablation_study(model: nn.Module, groups: list[TaskGroup], chosen: np.ndarray, plan: AblationPlan = AblationPlan(),
+                   means: torch.Tensor | None = None, block: int = 1, cells: np.ndarray | None = None) -> dict:
+    """Ablate ``chosen`` and ``plan.random_sets`` matched random sets with each of ``plan.methods``; score every task.
 
     Args:
         model: the ``MultiTaskModel`` (put in eval mode for the study, then restored).
         groups: :func:`task_groups` of the scored split.
         chosen: ``[layers, heads]`` bool, the heads ablated (at least one).
-        methods: some of :data:`METHODS` (default all three).
-        random_sets: layer-matched random sets (default 20; at least 1).
-        seed: seed of the random sets (default 0).
-        block: heads drawn together (:func:`kv_block`; default 1).
+        plan: what to do (:class:`AblationPlan`); read here: ``methods``, ``random_sets``, ``seed``,
+            ``precision`` and ``progress`` (the data fields were read to build ``groups`` and ``means``).
         means: ``[layers, heads, head_dim]`` mean contexts (:func:`mean_contexts`), needed by ``mean``
-            and ``resample``.
-        precision: ``auto | fp32 | bf16`` autocast of the passes (default auto: bf16 on CUDA).
-        progress: a progress bar over the passes.
+            and ``resample`` (default None).
+        block: heads drawn together (:func:`kv_block`; default 1).
         cells: the random sets matched on these cells instead of the layers (:func:`matched_sets`; default None).
 
     Returns: ``{"methods": {method: {task: drop_summary}}, "random_heads": [[names] per random set]}``.
     """
+    methods, random_sets, precision = plan.methods, plan.random_sets, plan.precision
     chosen = np.asarray(chosen, dtype=bool)
     unknown = [m for m in methods if m not in METHODS]
     if unknown or not methods:
@@ -284,13 +338,13 @@ def ablation_study(model: nn.Module, groups: list[TaskGroup], chosen: np.ndarray
         raise ValueError("ablation_study needs at least one chosen head and one random set")
     if means is None and {"mean", "resample"} & set(methods):
         raise ValueError("the mean and resample methods need the mean contexts (mean_contexts)")
-    sets = matched_sets(chosen, random_sets, seed, block, cells=cells)  # [N, L, H]
+    sets = matched_sets(chosen, random_sets, plan.seed, block, cells=cells)  # [N, L, H]
     grids = [torch.from_numpy(g) for g in (chosen, *sets)]
     layers = [int(i) for i in np.nonzero(chosen.any(1))[0]]
     device = next(model.parameters()).device
     scores = {m: [{} for _ in grids] for m in methods}  # method -> per grid {task: score}
     base = {}
-    bar = progress_bar(total=len(methods) * len(grids) + 1, desc="ablation", disable=not progress)
+    bar = progress_bar(total=len(methods) * len(grids) + 1, desc="ablation", disable=not plan.progress)
     with eval_mode(model), autocast(device, precision):
         for group in groups:
             base.update(batch_scores(model, group.tasks, group.batches, group.golds))
@@ -319,34 +373,18 @@ def _donor_setter(patch, group: TaskGroup, device: torch.device) -> Callable[[in
     return set_donors
 
 
-def run_ablation(loaded_run, chosen: np.ndarray, methods: Sequence[str] = METHODS, random_sets: int = 20,
-                 seed: int = 0, split: str = "test", reference: str = "dev", tasks: Sequence[str] | None = None,
-                 max_sentences: int | None = None, batch_size: int = 32, precision: str = "auto",
-                 source: str = "list", label: str = "", run: str | None = None, progress: bool = False,
-                 log: Callable[[str], object] = logger.info, reference_max: int | None = None,
-                 matched: str = "layer") -> dict:
+def run_ablation(loaded_run, chosen: np.ndarray, plan: AblationPlan = AblationPlan(), run: str | None = None,
+                 log: Callable[[str], object] = logger.info) -> dict:
     """The whole study on a loaded run, as the record ``ablation.json`` holds (see ``python -m
     mtl_heads ablate -h``).
 
     Args:
         loaded_run: a ``mtl_heads.training.build.LoadedRun`` (a run folder, gates as trained).
         chosen: ``[layers, heads]`` bool, the heads ablated.
-        methods, random_sets, seed, precision, progress: as :func:`ablation_study`.
-        split: the role scored (default ``test``); reference: the role whose tokens give the mean
-            contexts (default ``dev``; only read for ``mean`` and ``resample``): every sentence of it
-            that one of the run's tasks reads.
-        tasks: a subset of the run's tasks (default: all).
-        max_sentences: the first N sentences per task of the scored and reference splits (default all).
-        reference_max: the first N sentences per task of the reference split (default
-            ``max_sentences``): a small scored sample with well-estimated mean contexts.
-        batch_size: sentences per pass (default 32).
-        source: how the set was chosen (for the record; default ``list``); label: a free label.
+        plan: what the study is asked to do (:class:`AblationPlan`: methods, the null, the splits, the
+            tasks, the sample sizes, the passes, and what the record says of the set).
         run: the run folder as the user gave it (default ``loaded_run.path``).
         log: where data reports go (default the module logger).
-        matched: what the random sets match: ``layer`` (default: as many heads in each layer) or
-            ``importance`` (as many in each layer's importance tertile: :data:`IMPORTANCE_BINS` bins of the
-            heads ranked by Michel et al.'s importance for the scored tasks in this run, on the reference
-            split's sentences, each layer's row L2-normalised and averaged over the tasks).
 
     The record's ``seconds`` is the wall-clock time of the whole study (the compute a study reports);
     its ``weights_sha256``, the SHA-256 of the weights file read (``LoadedRun.weights_sha256``), names the
@@ -360,8 +398,10 @@ def run_ablation(loaded_run, chosen: np.ndarray, methods: Sequence[str] = METHOD
     chosen = np.asarray(chosen, dtype=bool)
     if chosen.shape != (encoder.num_layers, encoder.num_heads) or not chosen.any():
         raise ValueError(f"chosen: expected a non-empty [{encoder.num_layers}, {encoder.num_heads}] grid")
-    tasks = chosen_tasks(tasks, list(loaded_run.tasks), loaded_run.path)
-    examples = {t: ex for t, ex in split_examples(loaded_run, split, max_sentences).items() if t in tasks}
+    methods, split, reference, matched = plan.methods, plan.split, plan.reference, plan.matched
+    batch_size, precision = plan.batch_size, plan.precision
+    tasks = chosen_tasks(plan.tasks, list(loaded_run.tasks), loaded_run.path)
+    examples = {t: ex for t, ex in split_examples(loaded_run, split, plan.max_sentences).items() if t in tasks}
     empty = [t for t in tasks if not examples[t]]
     if empty:
         raise DataError(f"the {split} split of {loaded_run.path}'s data has no sentence for {', '.join(empty)} "
@@ -370,7 +410,7 @@ def run_ablation(loaded_run, chosen: np.ndarray, methods: Sequence[str] = METHOD
     means, reference_sentences, cells, importance = None, 0, None, None
     if matched not in MATCHED:
         raise ValueError(f"matched: expected one of {', '.join(MATCHED)}, got {matched!r}")
-    first = max_sentences if reference_max is None else reference_max
+    first = plan.reference_first
     block = kv_block(chosen, encoder.group_size, encoder.gate_groups)
     if matched == "importance" and block != 1:
         raise ConfigError("config key 'matched': the importance-matched null draws single heads, and this run's gates "
@@ -387,20 +427,19 @@ def run_ablation(loaded_run, chosen: np.ndarray, methods: Sequence[str] = METHOD
         with eval_mode(model), autocast(next(model.parameters()).device, precision):
             means = mean_contexts(model, reference_batches)
         reference_sentences = len(pool)
-    log(f"ablating {int(chosen.sum())} heads with {', '.join(methods)} against {random_sets} {MATCHED[matched]} random "
+    log(f"ablating {int(chosen.sum())} heads with {', '.join(methods)} against {plan.random_sets} {MATCHED[matched]} random "
         f"sets on {split} ({', '.join(f'{t} {len(ex)}' for t, ex in examples.items())} sentences)")
-    study = ablation_study(model, groups, chosen, methods, random_sets, seed, block, means, precision, progress,
-                           cells=cells)
+    study = ablation_study(model, groups, chosen, plan, means, block, cells)
     record = {"kind": "head ablation", "run": str(run if run is not None else loaded_run.path),
               "run_resolved": str(Path(loaded_run.path).resolve()), "run_metrics_sha256": run_metrics_sha256,
               "weights_sha256": loaded_run.weights_sha256,
               "tasks": tasks, "heads": head_names(chosen),
-              "source": source, "label": label, "split": split, "sentences": {t: len(ex) for t, ex in examples.items()},
-              "random_sets": random_sets, "seed": seed, "matched": "layer" if matched == "layer" else "layer and importance",
+              "source": plan.source, "label": plan.label, "split": split, "sentences": {t: len(ex) for t, ex in examples.items()},
+              "random_sets": plan.random_sets, "seed": plan.seed, "matched": "layer" if matched == "layer" else "layer and importance",
               "gate_groups": encoder.gate_groups,
               "heads_per_layer": [int(k) for k in chosen.sum(1)], **study}
-    record.update(_null_facts(chosen, block, random_sets, encoder), reference=reference if means is not None else None,
-                  reference_sentences=reference_sentences, max_sentences=max_sentences, precision=precision,
+    record.update(_null_facts(chosen, block, plan.random_sets, encoder), reference=reference if means is not None else None,
+                  reference_sentences=reference_sentences, max_sentences=plan.max_sentences, precision=precision,
                   seconds=round(time.perf_counter() - started, 2))
     if importance is not None:  # the importance-matched null: each head's importance and its cell
         record.update(importance=np.round(importance, 6).tolist(), importance_bins=IMPORTANCE_BINS,

@@ -140,16 +140,14 @@ def run(argv: list[str], log=print) -> dict:
     chosen = check_run(Path(str(cfg.run)), heads, list(cfg.tasks))
 
     from mtl_heads.analysis.ablation import (  # torch from here on
+        AblationPlan,
         run_ablation,
         table_lines,
     )
     from mtl_heads.training.build import load_run, pick_device
 
     loaded = load_run(str(cfg.run), device=pick_device(cfg.device))
-    record = run_ablation(loaded, chosen, list(cfg.methods), cfg.random_sets, cfg.seed, cfg.split, cfg.reference,
-                          list(cfg.tasks) or None, cfg.max_sentences, cfg.batch_size, cfg.precision, heads.source,
-                          str(cfg.label), str(cfg.run), cfg.progress, log,
-                          reference_max=cfg.reference_sentences, matched=cfg.matched)
+    record = run_ablation(loaded, chosen, AblationPlan.from_config(cfg, source=heads.source), run=str(cfg.run), log=log)
     judge(record)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "ablation.json", record)
