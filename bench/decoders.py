@@ -5,8 +5,8 @@ Part ``table``: batches of 32 sentences of exactly 40 words, built by joining de
 sentences (so every layer is real: POS, trees, entities, SRL, dependencies converted from the
 trees). Prints, for each decoder, milliseconds per batch for forward+loss+backward on the
 encoder's (detached) output and for forward+decode (evaluation), next to the encoder's own forward
-time on the same batch, their ratios, and both times again on the decoder's reference path
-(``tasks/reference.py``: its previous implementation). SRL is timed twice: ``srl`` with its default candidate
+time on the same batch, their ratios, and both times again on the decoder's plain path
+(``tasks/plain.py``: its previous implementation). SRL is timed twice: ``srl`` with its default candidate
 pruning (the best ``task.srl.span_ratio`` x n spans per sentence, 0.8) and ``srl-all`` without
 (``span_ratio=off``: every span up to ``max_width`` words, the decoder before pruning).
 
@@ -22,8 +22,8 @@ busy CPU weighs less):
   training mode (dropout, gate samples), as a training step runs it;
 * step: the task's targets (``Task.targets``), ``model(batch, task, targets)`` (encoder, decoder,
   loss) and ``loss.backward()``: the trainer's step without the optimiser;
-* reference step: the same on the decoder's reference class (``tasks/reference.py``; its previous forward:
-  supar's modules one by one, every score computed; ``--no-reference`` skips it), so that the
+* plain step: the same on the decoder's plain class (``tasks/plain.py``; its previous forward:
+  supar's modules one by one, every score computed; ``--no-plain`` skips it), so that the
   gain of the current decoders shows in one run.
 
 A task's share is its probability in ``epoch_plan`` (``n_batches ** train.sampling_alpha``,
@@ -53,7 +53,7 @@ from mtl_heads.data.sentence import Sentence
 from mtl_heads.model.encoder import GatedEncoder
 from mtl_heads.model.model import MultiTaskModel, decoder_mask
 from tasks import TASKS
-from tasks.reference import reference_path
+from tasks.plain import plain_path
 
 EWT = Path(__file__).resolve().parents[2] / "shared" / "data" / "ewt"
 
@@ -73,8 +73,8 @@ def parse_args(argv=None):
                    help="corpus of the training ratio: auto = ewt when ../shared/data/ewt holds it, else demo")
     p.add_argument("--train-batches", type=int, default=12, help="batches drawn per task for the training ratio")
     p.add_argument("--seed", type=int, default=0, help="seed of the batch draw, the dropout and the gate samples")
-    p.add_argument("--no-reference", action="store_true",
-                   help="training ratio: skip the step with the decoders' reference path (tasks/reference.py)")
+    p.add_argument("--no-plain", action="store_true",
+                   help="training ratio: skip the step with the decoders' plain path (tasks/plain.py)")
     return p.parse_args(argv)
 
 
@@ -169,9 +169,9 @@ def decoder_table(args, device: torch.device) -> None:
         enc_ms = median_ms(encode, args.repeats, device)
     print(f"device={device} threads={torch.get_num_threads()} encoder={args.encoder} batch={args.batch} "
           f"words={args.words} sub-words={batch['input_ids'].shape[1]}")
-    print(f"{'':9} {'train ms':>12} {'decode ms':>10} {'/encoder fwd':>13} {'reference: train':>17} {'decode':>7}"
-          f"   (encoder forward: {enc_ms:.1f} ms; train = decoder forward+loss+backward; reference = "
-          "tasks/reference.py, the previous implementation)")
+    print(f"{'':9} {'train ms':>12} {'decode ms':>10} {'/encoder fwd':>13} {'plain: train':>17} {'decode':>7}"
+          f"   (encoder forward: {enc_ms:.1f} ms; train = decoder forward+loss+backward; plain = "
+          "tasks/plain.py, the previous implementation)")
     with torch.no_grad():
         out = encode()
     words = out.words.detach()
@@ -191,7 +191,7 @@ def decoder_table(args, device: torch.device) -> None:
                 decoder.decode(decoder(x, mask), mask)
 
         train_ms = median_ms(train_step, args.repeats, device)
-        reference_train_ms = median_ms(on_reference(decoder, train_step), args.repeats, device)
+        plain_train_ms = median_ms(on_plain(decoder, train_step), args.repeats, device)
         # Decode a decoder that has fitted this batch: an untrained one is the worst case for the
         # tree decoders (no greedy parse is a tree, so every sentence needs Chu-Liu/Edmonds).
         optimizer = torch.optim.Adam(decoder.parameters(), lr=1e-3)
@@ -201,16 +201,16 @@ def decoder_table(args, device: torch.device) -> None:
             optimizer.step()
         decoder.eval()
         decode_ms = median_ms(decode_step, args.repeats, device)
-        reference_decode_ms = median_ms(on_reference(decoder, decode_step), args.repeats, device)
+        plain_decode_ms = median_ms(on_plain(decoder, decode_step), args.repeats, device)
         decoder.train()
         print(f"{name:9} {train_ms:12.1f} {decode_ms:10.1f} {train_ms / enc_ms:6.2f} / {decode_ms / enc_ms:5.2f} "
-              f"{reference_train_ms:17.1f} {reference_decode_ms:7.1f}")
+              f"{plain_train_ms:17.1f} {plain_decode_ms:7.1f}")
 
 
-def on_reference(decoder, fn):
-    """``fn`` run with ``decoder`` on its reference path (:func:`tasks.reference.reference_path`)."""
+def on_plain(decoder, fn):
+    """``fn`` run with ``decoder`` on its plain path (:func:`tasks.plain.plain_path`)."""
     def run():
-        with reference_path(decoder):
+        with plain_path(decoder):
             return fn()
     return run
 
@@ -295,15 +295,15 @@ def training_ratio(args, device: torch.device) -> dict:
             loss, _ = model(batch, name, targets)
         loss.backward()
 
-    def reference_step(name, examples, batch, times):
-        with reference_path(model.decoders[name]):
+    def plain_step(name, examples, batch, times):
+        with plain_path(model.decoders[name]):
             task_step(name, examples, batch, times)
 
     print(f"training ratio: {what}; device={device} threads={torch.get_num_threads()}; "
           f"{args.train_batches} batches per task, best of {args.repeats}")
     print(f"{'':5} {'share':>6} {'encoder f+b ms':>15} {'step ms':>9} {'targets ms':>11} {'ratio':>6}"
-          + ("" if args.no_reference else f" {'reference step ms':>18} {'ratio':>6}"))
-    steps = {"step": task_step} if args.no_reference else {"step": task_step, "reference": reference_step}
+          + ("" if args.no_plain else f" {'plain step ms':>18} {'ratio':>6}"))
+    steps = {"step": task_step} if args.no_plain else {"step": task_step, "plain": plain_step}
     rows = {}
     for name, drawn in batches.items():
         encoder_step(drawn[0][1])  # warm-up
@@ -323,8 +323,8 @@ def training_ratio(args, device: torch.device) -> dict:
         row = rows[name]
         line = (f"{name:5} {shares[name]:6.3f} {1e3 * row['encoder']:15.1f} {1e3 * row['step']:9.1f} "
                 f"{1e3 * row['targets']:11.2f} {row['step'] / row['encoder']:6.2f}")
-        if "reference" in row:
-            line += f" {1e3 * row['reference']:18.1f} {row['reference'] / row['encoder']:6.2f}"
+        if "plain" in row:
+            line += f" {1e3 * row['plain']:18.1f} {row['plain'] / row['encoder']:6.2f}"
         print(line)
 
     def weighted(key: str) -> float:
@@ -333,9 +333,9 @@ def training_ratio(args, device: torch.device) -> dict:
     ratio = weighted("step")
     print(f"decoders' share of an MTL-5 training step: {100 * (1 - 1 / ratio):.0f}% (step time less encoder time)")
     out = {"ratio": ratio, "rows": rows, "shares": shares}
-    if not args.no_reference:
-        out["reference_ratio"] = weighted("reference")
-        print(f"reference path (the decoders' previous forward): ratio train/encoder = {out['reference_ratio']:.2f}")
+    if not args.no_plain:
+        out["plain_ratio"] = weighted("plain")
+        print(f"plain path (the decoders' previous forward): ratio train/encoder = {out['plain_ratio']:.2f}")
     print(f"ratio train/encoder = {ratio:.2f}")
     return out
 

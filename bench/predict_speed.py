@@ -29,16 +29,16 @@ Timed, each the best of ``--repeats`` after a warm-up:
   floor with this model: exact decoding reads every score they compute (each arc, span and
   label score), so only smaller decoder layers (``task.dep.n_arc_mlp``, ``task.con.n_span_mlp``,
   ``task.srl.n_mlp``, ...), not faster decoding, go below it;
-* reference: ``predict_sentences`` again with every decoder on its reference path
-  (``tasks.reference.reference_path``: their previous implementations, supar's structures as they
+* plain: ``predict_sentences`` again with every decoder on its plain path
+  (``tasks.plain.plain_path``: their previous implementations, supar's structures as they
   are, every label score computed), timed
   the same way, and its predictions compared with the fast path's, layer by layer, sentence by
-  sentence: the bench prints whether they are identical (``--no-reference`` skips this). Identical on
+  sentence: the bench prints whether they are identical (``--no-plain`` skips this). Identical on
   the machine it runs on: the two paths sum some scores in another order, so their float32 scores
   differ in the last bits by how much the CPU's BLAS kernels decide, and a label decided by a near-tie
   may flip on another CPU.
 
-Predict, encoder and reference runs take turns, ``--repeats`` times, and the fastest of each is
+Predict, encoder and plain-path runs take turns, ``--repeats`` times, and the fastest of each is
 kept, so that a CPU shared with other jobs weighs on all three alike; still, the figures move by
 tens of percent from run to run there: compare ratios taken in the same run, with ``--threads 1``.
 
@@ -63,7 +63,7 @@ from mtl_heads.data.sentence import Sentence
 from mtl_heads.analysis.inference import Predictor
 from mtl_heads.model.model import decoder_mask
 from mtl_heads.model.precision import autocast
-from tasks.reference import reference_path
+from tasks.plain import plain_path
 
 TASKS = ["pos", "ner", "dep", "con", "srl"]
 EWT_TEST = REPO.parent / "shared" / "data" / "ewt" / "en_ewt.test.gold_conll"
@@ -87,8 +87,8 @@ def parse_args(argv=None):
                         "NER on dev: EWT's real label sets, dearer label scorers)")
     p.add_argument("--epochs", type=int, default=3, help="epochs of the run trained without --run")
     p.add_argument("--work", help="folder for the trained run (default: a temporary folder)")
-    p.add_argument("--no-reference", action="store_true",
-                   help="skip the decoders' reference path (its time and the comparison of outputs)")
+    p.add_argument("--no-plain", action="store_true",
+                   help="skip the decoders' plain path (its time and the comparison of outputs)")
     return p.parse_args(argv)
 
 
@@ -201,20 +201,20 @@ def main(argv=None) -> dict:
         batches = batches_of(predictor, sentences, args.batch_size)
         prepare_seconds = time.perf_counter() - started
         time_encoder(predictor, batches[:2])  # warm-up
-        runs, reference_runs, encoder_times = [], [], []
+        runs, plain_runs, encoder_times = [], [], []
         for _ in range(args.repeats):  # in turns: a busy CPU slows all of them alike
             runs.append(predictor.predict_sentences(words, batch_size=args.batch_size))
             encoder_times.append(time_encoder(predictor, batches))
-            if not args.no_reference:
-                with reference_path(*predictor.model.decoders.values()):
-                    reference_runs.append(predictor.predict_sentences(words, batch_size=args.batch_size))
+            if not args.no_plain:
+                with plain_path(*predictor.model.decoders.values()):
+                    plain_runs.append(predictor.predict_sentences(words, batch_size=args.batch_size))
         best = min((r.stats for r in runs), key=lambda s: s.seconds)
         encoder_seconds = min(encoder_times)
         predicted = sum(len(s.predicates or []) for s in runs[0].sentences)
         gold = sum(len(s.predicates or []) for s in sentences)
         fitting = sum(b["word_mask"].shape[0] for b in batches)
         parts = time_parts(predictor, batches, args.repeats)
-        differ = None if args.no_reference else differences(runs[0].sentences, reference_runs[0].sentences)
+        differ = None if args.no_plain else differences(runs[0].sentences, plain_runs[0].sentences)
 
     print(f"predict: {best.seconds:.2f} s, {best.sentences_per_second:.1f} sentences/s, "
           f"{best.words_per_second:.0f} words/s ({best.batches} batches, {best.too_long} too long, "
@@ -235,15 +235,15 @@ def main(argv=None) -> dict:
            "floor": (parts["encoder"] + forward) / parts["encoder"],
            "sentences_per_second": best.sentences_per_second, "predicates": predicted}
     if differ is not None:
-        reference = min(r.stats.seconds for r in reference_runs)
+        plain = min(r.stats.seconds for r in plain_runs)
         whole = Path(args.data).resolve() == EWT_TEST.resolve() and not args.max_sentences
         where = "the whole EWT test set" if whole else f"these {len(words)} sentences"
-        print(f"reference path (the decoders' previous implementations): {reference:.2f} s, "
-              f"ratio reference/encoder = {reference / encoder_seconds:.2f}")
+        print(f"plain path (the decoders' previous implementations): {plain:.2f} s, "
+              f"ratio plain/encoder = {plain / encoder_seconds:.2f}")
         print(f"identical outputs on {where}: {'yes' if not differ else 'no'}"
               + (f" ({len(differ)} sentences differ: {', '.join(differ[:5])}{' ...' if len(differ) > 5 else ''})"
                  if differ else f" ({len(words)} sentences, every layer of {', '.join(TASKS)})"))
-        out.update(reference_seconds=reference, identical=not differ, differ=differ)
+        out.update(plain_seconds=plain, identical=not differ, differ=differ)
     print(f"ratio predict/encoder = {ratio:.2f}")
     return out
 
@@ -251,10 +251,10 @@ def main(argv=None) -> dict:
 LAYERS = ("pos", "entities", "heads", "rels", "tree", "predicates", "arguments")
 
 
-def differences(fast: list[Sentence], reference: list[Sentence]) -> list[str]:
+def differences(fast: list[Sentence], plain: list[Sentence]) -> list[str]:
     """``sentence k: layer, ...`` for each sentence whose predicted layers differ between the two runs."""
     out = []
-    for k, (a, b) in enumerate(zip(fast, reference)):
+    for k, (a, b) in enumerate(zip(fast, plain)):
         layers = [name for name in LAYERS if _layer(a, name) != _layer(b, name)]
         if layers:
             out.append(f"sentence {k + 1}: {'/'.join(layers)}")

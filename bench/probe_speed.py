@@ -8,7 +8,7 @@ Prints
     CON) need a first pass over the split to build centroids (head contexts only, through hooks on
     ``W_O`` with the fast attention kernel), so the ratio is given against one capture pass and
     against the passes the suite makes (one capture pass + one contexts-only pass);
-(b) the speed-up of the fast probes over the slow reference loops of ``probes/reference.py`` on the
+(b) the speed-up of the fast probes over the slow plain loops of ``probes/plain.py`` on the
     same captured batches, forward passes excluded (goal >= 50x);
 (c) memory of the suite for 1x and 4x the corpus: the growth of the process RSS while streaming
     (peak minus the RSS once corpus and model are loaded; the corpus itself is held in memory by
@@ -19,7 +19,7 @@ Prints
     batches although nothing is held (``--default-malloc`` shows that raw figure).
 
     python bench/probe_speed.py --data ewt --split test --sentences 512
-    python bench/probe_speed.py --data demo --sentences 200 --reference-sentences 24
+    python bench/probe_speed.py --data demo --sentences 200 --plain-sentences 24
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ from mtl_heads.data.corpus import load_corpus  # noqa: E402
 from mtl_heads.model.encoder import GatedEncoder  # noqa: E402
 from mtl_heads.training.build import pick_device  # noqa: E402
 from probes import PROBES  # noqa: E402
-from probes import reference as ref  # noqa: E402
+from probes import plain  # noqa: E402
 from probes.base import ProbeBatch, ProbeContext  # noqa: E402
 from probes.runner import probe_batches, run_probes  # noqa: E402
 
@@ -57,7 +57,7 @@ def parse_args(argv=None):
     p.add_argument("--data", default="ewt", help="data preset (configs/data/<name>.yaml): ewt, demo, ...")
     p.add_argument("--split", default="test")
     p.add_argument("--sentences", type=int, default=512, help="first N sentences of the split (0: all)")
-    p.add_argument("--reference-sentences", type=int, default=128, help="sentences timed against the reference")
+    p.add_argument("--plain-sentences", type=int, default=128, help="sentences timed against the plain loops")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int, default=0, help="CPU threads for torch (0: torch's default)")
@@ -148,31 +148,31 @@ def fresh(raw):
 
 
 def speedup(args, device, corpus, encoder):
-    small = {**corpus, args.split: corpus[args.split][: args.reference_sentences]}
+    small = {**corpus, args.split: corpus[args.split][: args.plain_sentences]}
     context = ProbeContext(encoder, small, args.split, device)
     from probes.runner import examples_for
 
     raws, records = [], []
     for b in probe_batches(encoder, examples_for(context, args.split), args.batch, device):
         raws.append((b.sentences, b.word_index, b.attention_mask, b._attentions, b._head_contexts))  # before stacking
-        records += ref.split_batch(b)
+        records += plain.split_batch(b)
     frequencies = Counter(w for s in small.get("train", []) for w in s.words)
-    reference = {"dep": lambda: ref.ref_dep(records), "srl": lambda: ref.ref_srl(records),
-                 "clark": lambda: ref.ref_clark(records), "voita": lambda: ref.ref_voita(records, frequencies),
-                "sink": lambda: ref.ref_sink(records),
-                 **{k: (lambda k=k: ref.ref_clustering(records, records, k)) for k in ("pos", "ner", "con")}}
-    print(f"(b) fast probes vs reference loops on {len(records)} sentences, {len(raws)} batches "
+    plain_loops = {"dep": lambda: plain.plain_dep(records), "srl": lambda: plain.plain_srl(records),
+                   "clark": lambda: plain.plain_clark(records), "voita": lambda: plain.plain_voita(records, frequencies),
+                   "sink": lambda: plain.plain_sink(records),
+                   **{k: (lambda k=k: plain.plain_clustering(records, records, k)) for k in ("pos", "ner", "con")}}
+    print(f"(b) fast probes vs plain loops on {len(records)} sentences, {len(raws)} batches "
           "(forward passes excluded)")
     total_slow = 0.0
     for name in ALL:
         fast = fast_time([name], raws, context, encoder, device)
         t = time.perf_counter()
-        reference[name]()
+        plain_loops[name]()
         slow = time.perf_counter() - t
         total_slow += slow
-        print(f"    {name:6s} fast {fast * 1000:8.1f} ms   reference {slow:8.2f} s   speed-up {slow / fast:8.0f}x")
+        print(f"    {name:6s} fast {fast * 1000:8.1f} ms   plain {slow:8.2f} s   speed-up {slow / fast:8.0f}x")
     fast = fast_time(ALL, raws, context, encoder, device)
-    print(f"    all {len(ALL)} together (word-level views shared, as in the suite): fast {fast * 1000:.1f} ms, reference "
+    print(f"    all {len(ALL)} together (word-level views shared, as in the suite): fast {fast * 1000:.1f} ms, plain "
           f"{total_slow:.2f} s, speed-up {total_slow / fast:.0f}x (goal >= 50x)")
 
 

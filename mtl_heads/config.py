@@ -424,12 +424,12 @@ def _mapping(values: Rule, example: str) -> Rule:
 def task_modules() -> list[str]:
     """The task modules in ``tasks/`` (a task named ``x`` lives in ``tasks/x.py``), found without
     importing them (they import torch): the fast check of ``tasks=``; ``build_tasks`` checks the
-    registry ``tasks.TASKS`` itself. ``base`` (the Task class) and ``reference`` (the previous decoders,
-    for tests and benches) are no tasks."""
+    registry ``tasks.TASKS`` itself. ``base`` (the Task class) and ``plain`` (the decoders' previous, plainer
+    implementations, which tests and benches check the fast ones against) are no tasks."""
     spec = importlib.util.find_spec("tasks")
     folders = spec.submodule_search_locations if spec is not None else []
     return sorted(p.stem for folder in folders for p in Path(folder).glob("*.py")
-                  if p.stem not in ("__init__", "base", "reference"))
+                  if p.stem not in ("__init__", "base", "plain"))
 
 
 def _tasks(v) -> str | None:

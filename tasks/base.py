@@ -33,7 +33,7 @@ class Decoder(nn.Module):
     sentence, in the same form as ``Task.gold``).
 
     The previous, plainer implementations of the dep, con, srl and NER-CRF decoders (supar's modules
-    and structures as they are, every score computed) live in :mod:`tasks.reference`, for the tests
+    and structures as they are, every score computed) live in :mod:`tasks.plain`, for the tests
     and benches that check the fast paths against them.
     """
 

@@ -217,7 +217,7 @@ class CRFConstituencyDecoder(Decoder):
         The four MLPs as one product (:func:`~tasks.base.mlps`), the span scores without supar's
         division by 1 (:func:`~tasks.base.biaffine`; the same values bit for bit), the label scores
         labels last (:func:`~tasks.base.biaffine_pairs`). Supar's modules as they are (the same scores,
-        up to rounding): :class:`tasks.reference.ReferenceCRFConstituencyDecoder`."""
+        up to rounding): :class:`tasks.plain.PlainCRFConstituencyDecoder`."""
         fences = self.fences(words, mask)  # [batch, n + 1, hidden]
         span_l, span_r, label_l, label_r = mlps(fences, [self.span_mlp_l, self.span_mlp_r, self.label_mlp_l,
                                                          self.label_mlp_r])
@@ -253,7 +253,7 @@ class CRFConstituencyDecoder(Decoder):
         span marginals (MBR, :func:`span_marginals`: inside-outside) or over the span scores, then
         the best label of each chosen span only. The previous path (supar's ``marginals`` and
         ``argmax``, every span labelled), which gives the same trees, is
-        :class:`tasks.reference.ReferenceCRFConstituencyDecoder`."""
+        :class:`tasks.plain.PlainCRFConstituencyDecoder`."""
         s_span, s_label = scores
         lens = mask.sum(-1)  # [batch]
         # marginals (inside-outside) and CKY in fp32 with autocast off
@@ -281,7 +281,7 @@ def span_marginals(crf: ConstituencyCRF) -> torch.Tensor:
     posterior ``exp(left + right - inside)``, widest spans first. Autograd computes the same
     derivatives but sums them in another order: the values agree to rounding (at most 5e-7 apart
     on EWT test), and CKY over them picks the same trees there (``bench/predict_speed.py`` checks
-    every prediction against :class:`tasks.reference.ReferenceCRFConstituencyDecoder`, which uses
+    every prediction against :class:`tasks.plain.PlainCRFConstituencyDecoder`, which uses
     ``crf.marginals``).
     """
     scores, lens = crf.scores.detach(), crf.lens

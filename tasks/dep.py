@@ -131,7 +131,7 @@ class BiaffineParser(Decoder):
         The four MLPs as one product (:func:`~tasks.base.mlps`), the arc scores without supar's
         division by 1 (:func:`~tasks.base.biaffine`; the same values bit for bit), the label scores
         labels last (:func:`~tasks.base.biaffine_pairs`). Supar's modules as they are (the same scores,
-        up to rounding): :class:`tasks.reference.ReferenceBiaffineParser`."""
+        up to rounding): :class:`tasks.plain.PlainBiaffineParser`."""
         arc_d, arc_h, rel_d, rel_h = mlps(words, [self.arc_mlp_d, self.arc_mlp_h, self.rel_mlp_d, self.rel_mlp_h])
         s_arc = biaffine(self.arc_attn, arc_d, arc_h).float()  # [batch, seq, seq]
         s_arc = s_arc.masked_fill(~mask.unsqueeze(1), MIN)  # padded heads impossible
@@ -166,7 +166,7 @@ class BiaffineParser(Decoder):
         (:func:`is_tree`, one batched test), else MST (:func:`mst`: supar's Chu-Liu/Edmonds on
         NumPy arrays) or Eisner (supar's ``DependencyCRF``); labels are read at the chosen arcs
         only. The previous path (supar's ``CoNLL.istree`` per sentence, ``MatrixTree``, every arc
-        labelled), which gives the same parses, is :class:`tasks.reference.ReferenceBiaffineParser`."""
+        labelled), which gives the same parses, is :class:`tasks.plain.PlainBiaffineParser`."""
         s_arc, s_rel = scores
         s_arc = s_arc.detach().float()  # [batch, seq, seq]
         lens = mask[:, 1:].sum(-1)  # [batch], words without the root

@@ -97,7 +97,7 @@ class CRFTagger(Decoder):
     def decode(self, scores: torch.Tensor, mask: torch.Tensor) -> list[list[str]]:
         """The best tag sequence of each sentence: :func:`viterbi` (supar's ``LinearChainCRF``
         argmax without its autograd pass). ``LinearChainCRF.argmax`` itself, which gives the same
-        tags: :class:`tasks.reference.ReferenceCRFTagger`."""
+        tags: :class:`tasks.plain.PlainCRFTagger`."""
         best = viterbi(self._crf(scores.detach(), mask)).tolist()  # [batch, n_words]
         lengths = mask.sum(-1).tolist()
         return [[self.labels[i] for i in row[:n]] for row, n in zip(best, lengths)]

@@ -230,7 +230,7 @@ class SpanSrlDecoder(Decoder):
     the most any has). The word-level linear maps run as one matrix product. The previous forward
     (``pred_repr`` ``[batch, n_words, n_mlp]`` of every word instead of ``words``) and decoding (the
     candidates read one predicate at a time), which give the same frames, are
-    :class:`tasks.reference.ReferenceSpanSrlDecoder`.
+    :class:`tasks.plain.PlainSpanSrlDecoder`.
     """
 
     def __init__(self, hidden_size: int, labels: list[str], max_width: int = 30, n_mlp: int = 300,
@@ -438,7 +438,7 @@ class SpanSrlDecoder(Decoder):
 
         The candidates of every predicate of the batch are read in one transfer. The previous path
         (one read per predicate), which gives the same frames, is
-        :class:`tasks.reference.ReferenceSpanSrlDecoder`."""
+        :class:`tasks.plain.PlainSpanSrlDecoder`."""
         scores = {k: v.detach() for k, v in scores.items()}
         is_pred = scores["predicates"].gt(0) & mask                        # [batch, n]
         n_preds = max(1, int(is_pred.sum(-1).max()))

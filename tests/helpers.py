@@ -234,7 +234,7 @@ def make_study(root):
 
 # ---------------------------------------------------------------------- probe tables, the prune benchmark, the headless browser
 def same_tables(fast: pd.DataFrame, slow: pd.DataFrame, keys=("layer", "head", "label"), atol=1e-4):
-    """Assert two probe tables (the fast probe's and the reference loop's) hold the same rows: every ``keys``
+    """Assert two probe tables (the fast probe's and the plain loop's) hold the same rows: every ``keys``
     row in both, equal counts, scores (and baseline / found / offset / reachable, where given) within ``atol``."""
     keys = list(keys)
     merged = fast.merge(slow, on=keys, how="outer", suffixes=("_fast", "_slow"), indicator=True)

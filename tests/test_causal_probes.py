@@ -1,6 +1,6 @@
 """Probes on causal (decoder-only) models: the reachable shares and the attention sink by hand on
 made-up attention, the reachable shares against brute force over every causal argmax pattern on
-small random trees, the fast probes against the reference loops on tiny decoders, and every probe
+small random trees, the fast probes against the plain loops on tiny decoders, and every probe
 kind through ``python -m mtl_heads probe`` on tiny random Llama (BOS) and GPT-2 (no BOS) models."""
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from mtl_heads.data.sentence import Sentence
 from mtl_heads.model.encoder import GatedEncoder
 from mtl_heads.commands.probe import main, run
 from probes import PROBES
-from probes import reference as ref
+from probes import plain
 from probes.base import CAUSAL_NOTE, NO_START_TOKEN, ProbeBatch, ProbeContext, pool_units
 from probes.runner import examples_for, probe_batches, run_probes
 from helpers import same_tables
@@ -120,8 +120,8 @@ def test_sink_share_by_hand(bos):
     assert meta["grid"] == [[pytest.approx(v, abs=1e-3) for v in expected]]
     assert meta["first_token"] == ("<s>" if bos else NO_START_TOKEN) and meta["max"]["head"] == int(np.argmax(expected))
     assert "can only attend to itself" in sink.caveat()
-    records = ref.split_batch(decoder_batch(hand_sentences(), hand_maps(bos), bos))
-    assert ref.ref_sink(records).score.tolist() == pytest.approx(expected)
+    records = plain.split_batch(decoder_batch(hand_sentences(), hand_maps(bos), bos))
+    assert plain.plain_sink(records).score.tolist() == pytest.approx(expected)
 
 
 def test_dep_reachable_by_hand():
@@ -301,7 +301,7 @@ def excerpt() -> list[Sentence]:
 
 
 @pytest.mark.parametrize("family", ["llama", "gpt2"])
-def test_fast_probes_match_the_reference_loops_on_decoders(decoders, excerpt, family):
+def test_fast_probes_match_the_plain_loops_on_decoders(decoders, excerpt, family):
     encoder = GatedEncoder.from_pretrained(str(decoders[family])).eval()
     assert encoder.causal and encoder.pool == "last"
     context = ProbeContext(encoder, {"test": excerpt, "train": excerpt[:5]}, "test", CPU)
@@ -310,14 +310,14 @@ def test_fast_probes_match_the_reference_loops_on_decoders(decoders, excerpt, fa
     run_probes(probes, context, batch_size=3, log=lambda *_: None)
     slow = []
     for batch in probe_batches(encoder, examples_for(context, "test"), 3, CPU):
-        slow += ref.split_batch(batch)
+        slow += plain.split_batch(batch)
     assert len(slow) >= 4 and any(len(set(r.word_index)) < len(r.word_index) - 1 for r in slow)  # multi-piece words
     frequencies = Counter(w for s in excerpt[:5] for w in s.words)
     start = f"to {'<s>' if family == 'llama' else '[CLS]'}"
-    expected = {"dep": ref.ref_dep(slow, causal=True), "srl": ref.ref_srl(slow, causal=True),
-                "clark": ref.ref_clark(slow, start_name=start, end_name="to <|endoftext|>", causal=True),
-                "voita": ref.ref_voita(slow, frequencies, min_arcs=3, causal=True), "sink": ref.ref_sink(slow),
-                **{k: ref.ref_clustering(slow, slow, k, pool="last") for k in ("pos", "ner", "con")}}
+    expected = {"dep": plain.plain_dep(slow, causal=True), "srl": plain.plain_srl(slow, causal=True),
+                "clark": plain.plain_clark(slow, start_name=start, end_name="to <|endoftext|>", causal=True),
+                "voita": plain.plain_voita(slow, frequencies, min_arcs=3, causal=True), "sink": plain.plain_sink(slow),
+                **{k: plain.plain_clustering(slow, slow, k, pool="last") for k in ("pos", "ner", "con")}}
     for name, probe in probes.items():
         keys = ("layer", "head", "label", "direction") if name == "clark" else ("layer", "head", "label")
         fast, slow_table = probe.result(), expected[name]

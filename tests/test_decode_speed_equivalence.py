@@ -1,6 +1,6 @@
 """The fast decoders give what the previous ones gave: each rewritten structure against supar's own
-(ties included: integer scores make many), each decoder's fast path against its reference path
-(its previous implementation, :mod:`tasks.reference`), and a five-task model on 50 EWT test sentences
+(ties included: integer scores make many), each decoder's fast path against its plain path
+(its previous implementation, :mod:`tasks.plain`), and a five-task model on 50 EWT test sentences
 predicting the same layers both ways.
 
 Where the fast path runs a product's sums in another order, float32 values are compared within the
@@ -22,7 +22,7 @@ from tasks.base import biaffine, biaffine_pairs, mlps
 from tasks.con import chart_to_tree, cky, span_marginals, tree_to_chart, with_leaves
 from tasks.dep import MIN, is_tree, mst
 from tasks.ner import viterbi
-from tasks.reference import REFERENCES, reference_path
+from tasks.plain import PLAIN_CLASSES, plain_path
 
 from helpers import assert_within, float32_sum_bound
 
@@ -176,9 +176,9 @@ def random_decoder(name, options=None, hidden=12, labels=None, seed=0):
 
 
 def both_ways(decoder, words, mask):
-    """The decoded outputs of ``decoder``'s fast path, then of its reference path."""
+    """The decoded outputs of ``decoder``'s fast path, then of its plain path."""
     out = []
-    for path in (contextlib.nullcontext(), reference_path(decoder)):
+    for path in (contextlib.nullcontext(), plain_path(decoder)):
         with path, torch.no_grad():
             out.append(decoder.decode(decoder(words, mask), mask))
     return out
@@ -189,7 +189,7 @@ CASES = [("dep", {"decode": "mst"}), ("dep", {"decode": "eisner"}), ("con", {"mb
 
 
 @pytest.mark.parametrize("name, options", CASES, ids=[f"{n}-{list(o.values())[0]}" for n, o in CASES])
-def test_fast_decoding_is_the_reference_decoding(name, options):
+def test_fast_decoding_is_the_plain_decoding(name, options):
     labels = ["B-ORG", "B-PER", "I-ORG", "I-PER", "O"] if name == "ner" else None
     lengths = [1, 2, 3, 6, 9, 12, 12]
     for seed in range(4):
@@ -197,11 +197,11 @@ def test_fast_decoding_is_the_reference_decoding(name, options):
         seq = max(lengths) + (name == "dep")
         mask = torch.tensor([[True] * (n + (name == "dep")) + [False] * (seq - n - (name == "dep")) for n in lengths])
         words = torch.randn(len(lengths), seq, 12, generator=torch.Generator().manual_seed(seed))
-        fast, reference = both_ways(decoder, words, mask)
-        assert fast == reference, seed
+        fast, plain = both_ways(decoder, words, mask)
+        assert fast == plain, seed
 
 
-def test_fast_and_reference_losses_agree():
+def test_fast_and_plain_losses_agree():
     """In float64: in float32 the fast label scores (their sums in another order) lie up to 3e-4 from
     supar's, at about 700, so the losses could part by about their default tolerance (9e-4 at 682). The
     loss casts the scores to float32, here doubles 1e-12 apart: the same floats (but for one that
@@ -217,7 +217,7 @@ def test_fast_and_reference_losses_agree():
             spans[b, i, j] = True
     targets = {"spans": spans, "labels": torch.where(spans, 2, -100)}
     losses = []
-    for path in (contextlib.nullcontext(), reference_path(con)):
+    for path in (contextlib.nullcontext(), plain_path(con)):
         with path:
             losses.append(con.loss(con(sentence_words, mask), targets, mask))
     torch.testing.assert_close(losses[0], losses[1])
@@ -225,7 +225,7 @@ def test_fast_and_reference_losses_agree():
 
 def test_five_tasks_on_ewt_test_slice_predict_the_same_both_ways(ewt, tiny_encoder_dir):
     """50 EWT test sentences through a five-task model (a small random encoder, random decoders):
-    every layer the Predictor writes is the same with the fast decoders and the reference ones."""
+    every layer the Predictor writes is the same with the fast decoders and the plain ones."""
     from mtl_heads.data.conll2012 import read_conll2012
     from mtl_heads.model.encoder import GatedEncoder
     from mtl_heads.analysis.inference import Predictor
@@ -247,11 +247,11 @@ def test_five_tasks_on_ewt_test_slice_predict_the_same_both_ways(ewt, tiny_encod
     predictor = Predictor(model, device="cpu")
     words = [s.words for s in sentences]
     fast = predictor.predict_sentences(words, batch_size=16).sentences
-    with reference_path(*model.decoders.values()):
-        reference = predictor.predict_sentences(words, batch_size=16).sentences
+    with plain_path(*model.decoders.values()):
+        plain = predictor.predict_sentences(words, batch_size=16).sentences
     for layer in ("pos", "entities", "heads", "rels", "predicates", "arguments"):
-        assert [getattr(s, layer) for s in fast] == [getattr(s, layer) for s in reference], layer
-    assert [str(s.tree) for s in fast] == [str(s.tree) for s in reference]
+        assert [getattr(s, layer) for s in fast] == [getattr(s, layer) for s in plain], layer
+    assert [str(s.tree) for s in fast] == [str(s.tree) for s in plain]
     assert sum(len(s.predicates) for s in fast) > 0 and sum(len(a) for s in fast for a in s.arguments) > 0
 
 
@@ -292,9 +292,9 @@ def test_srl_role_product_gathered_or_batched_is_the_biaffine(n_roles, span_rati
 
 
 @pytest.mark.parametrize("span_ratio", [0.8, "off"])
-def test_fast_and_reference_srl_losses_agree(span_ratio):
+def test_fast_and_plain_srl_losses_agree(span_ratio):
     """The SRL loss from the fast forward (predicate representations of the gold predicates only, padding
-    rows skipped) and from the reference one (every word's, padding rows computed and ignored), in
+    rows skipped) and from the plain one (every word's, padding rows computed and ignored), in
     float64 as above."""
     decoder = random_decoder("srl", {"span_ratio": span_ratio, "max_width": 4}).double()
     if span_ratio != "off":
@@ -307,15 +307,15 @@ def test_fast_and_reference_srl_losses_agree(span_ratio):
                "predicate_index": torch.tensor([[2, 3], [1, 0]]),
                "predicate_mask": torch.tensor([[True, True], [True, False]]), "roles": roles}
     losses = []
-    for path in (contextlib.nullcontext(), reference_path(decoder)):
+    for path in (contextlib.nullcontext(), plain_path(decoder)):
         with path:
             losses.append(decoder.loss(decoder(words, mask), targets, mask))
     assert losses[0] > 0
     torch.testing.assert_close(losses[0], losses[1])
 
 
-def test_reference_path_swaps_the_decoders_for_the_block_only():
-    """Inside ``reference_path`` each decoder with a previous implementation runs it (SRL's forward gives
+def test_plain_path_swaps_the_decoders_for_the_block_only():
+    """Inside ``plain_path`` each decoder with a previous implementation runs it (SRL's forward gives
     every word's ``pred_repr``), the others are left alone; afterwards, and after an error inside, every
     decoder is its production self again, with the same weights."""
     decoders = {name: random_decoder(name, labels=["B-ORG", "I-ORG", "O"] if name == "ner" else None)
@@ -324,16 +324,16 @@ def test_reference_path_swaps_the_decoders_for_the_block_only():
     weights = {name: {k: v.clone() for k, v in d.state_dict().items()} for name, d in decoders.items()}
     words, mask = torch.randn(2, 5, 12), torch.tensor([[True] * 5, [True] * 3 + [False] * 2])
     assert set(decoders["srl"](words, mask)) >= {"words"} and "pred_repr" not in decoders["srl"](words, mask)
-    with reference_path(*decoders.values()):
+    with plain_path(*decoders.values()):
         for name, decoder in decoders.items():
-            assert type(decoder) is REFERENCES.get(production[name], production[name]), name
+            assert type(decoder) is PLAIN_CLASSES.get(production[name], production[name]), name
         assert "pred_repr" in decoders["srl"](words, mask) and "words" not in decoders["srl"](words, mask)
     assert {name: type(d) for name, d in decoders.items()} == production
-    assert sum(production[name] in REFERENCES for name in decoders) == 4  # all but POS (NER is a CRF here)
-    with pytest.raises(RuntimeError, match="inside"), reference_path(decoders["dep"]):
+    assert sum(production[name] in PLAIN_CLASSES for name in decoders) == 4  # all but POS (NER is a CRF here)
+    with pytest.raises(RuntimeError, match="inside"), plain_path(decoders["dep"]):
         raise RuntimeError("inside")
     assert type(decoders["dep"]) is production["dep"]
     for name, decoder in decoders.items():
-        assert not hasattr(decoder, "reference"), name  # no flag left on the production classes
+        assert not hasattr(decoder, "plain"), name  # no flag left on the production classes
         for key, value in decoder.state_dict().items():
             assert torch.equal(value, weights[name][key]), (name, key)

@@ -1,5 +1,5 @@
 """Probes: hand-built attention maps and head contexts with known answers, and the fast probes
-against the slow reference loops (probes/reference.py) on the EWT excerpt with a tiny encoder."""
+against the slow plain loops (probes/plain.py) on the EWT excerpt with a tiny encoder."""
 from __future__ import annotations
 
 import math
@@ -21,7 +21,7 @@ from mtl_heads.model.encoder import GatedEncoder
 from probes import PROBES
 
 PARAMETER_FREE = [n for n, cls in PROBES.items() if not getattr(cls, "needs_run", False)]
-from probes import reference as ref
+from probes import plain
 from probes.base import LabelStats, ProbeBatch, ProbeContext, pool_units, slot_index, word_attention
 from probes.clustering import lowest_phrases
 from probes.runner import examples_for, probe_batches, run_probes
@@ -85,7 +85,7 @@ def test_word_attention_averages_rows_and_sums_columns():
                              [.0, .0, .5, .5]])
     assert torch.allclose(words, expected)
     assert torch.allclose(words.sum(-1), torch.ones(4))
-    assert np.allclose(ref.word_map(attn.double().numpy(), [0, 1, 1, 2, 3], 4), expected.double().numpy())
+    assert np.allclose(plain.word_map(attn.double().numpy(), [0, 1, 1, 2, 3], 4), expected.double().numpy())
 
 
 def test_pool_units_means_the_pieces_of_each_span():
@@ -346,7 +346,7 @@ def test_bad_probe_options_name_the_key():
         PROBES["dep"](1, 1, colour="red")
 
 
-# ---------------------------------------------------------------------- fast == reference on real sentences
+# -------------------------------------------------------------------------- fast == plain on real sentences
 @pytest.fixture(scope="module")
 def excerpt() -> list[Sentence]:
     sentences = read_conll2012(FIXTURES / "ewt_excerpt.gold_conll")
@@ -383,12 +383,12 @@ def probe_all(encoder, corpus, names, batch_size=3, **options) -> tuple[dict, Pr
 def records(encoder, context, role):
     out = []
     for batch in probe_batches(encoder, examples_for(context, role), 3, CPU):
-        out += ref.split_batch(batch)
+        out += plain.split_batch(batch)
     return out
 
 
 @pytest.mark.parametrize("deps", ["ud", "converted"])
-def test_fast_probes_match_the_reference_loops(tiny, excerpt, deps):
+def test_fast_probes_match_the_plain_loops(tiny, excerpt, deps):
     sentences = [Sentence(**{k: getattr(s, k) for k in ("words", "pos", "tree", "entities", "predicates",
                                                        "arguments", "heads", "rels")}) for s in excerpt]
     if deps == "converted":
@@ -397,9 +397,9 @@ def test_fast_probes_match_the_reference_loops(tiny, excerpt, deps):
     probes, context = probe_all(tiny, corpus, PARAMETER_FREE, min_arcs=3)
     slow = records(tiny, context, "test")
     frequencies = Counter(w for s in corpus["train"] for w in s.words)
-    expected = {"dep": ref.ref_dep(slow), "srl": ref.ref_srl(slow), "clark": ref.ref_clark(slow),
-                "voita": ref.ref_voita(slow, frequencies, min_arcs=3), "sink": ref.ref_sink(slow),
-                **{k: ref.ref_clustering(slow, slow, k) for k in ("pos", "ner", "con")}}
+    expected = {"dep": plain.plain_dep(slow), "srl": plain.plain_srl(slow), "clark": plain.plain_clark(slow),
+                "voita": plain.plain_voita(slow, frequencies, min_arcs=3), "sink": plain.plain_sink(slow),
+                **{k: plain.plain_clustering(slow, slow, k) for k in ("pos", "ner", "con")}}
     for name, probe in probes.items():
         keys = ("layer", "head", "label", "direction") if name == "clark" else ("layer", "head", "label")
         assert not probe.result().duplicated(list(keys)).any(), name  # e.g. no clash of "punct" the relation
@@ -425,35 +425,35 @@ def random_maps(sentences: list[Sentence], heads: int = 4, seed: int = 0) -> lis
 
 
 @pytest.mark.parametrize("root, relations", [("none", "full"), ("cls", "universal"), ("none", "universal")])
-def test_dep_and_clark_choices_match_the_reference_loops(tiny, gated, excerpt, root, relations):
+def test_dep_and_clark_choices_match_the_plain_loops(tiny, gated, excerpt, root, relations):
     assert any(":" in r for s in excerpt for r in s.rels)  # UD subtypes (nmod:poss, ...): universal merges rows
     # hand-built maps where [CLS] often wins the argmax, and rows with no weight on the words
     for maps, sentences in ((random_maps(excerpt[:5]), excerpt[:5]), ([gold_head_maps()], [tree_sentence()])):
         batch, heads = one_piece_batch(sentences, maps), maps[0].shape[1]
-        slow = ref.split_batch(batch)
+        slow = plain.split_batch(batch)
         same_tables(run_one("dep", batch, heads=heads, root=root, relations=relations).result(),
-                    ref.ref_dep(slow, root=root, relations=relations))
+                    plain.plain_dep(slow, root=root, relations=relations))
         same_tables(run_one("clark", batch, heads=heads, relations=relations).result().fillna({"direction": ""}),
-                    ref.ref_clark(slow, relations=relations).fillna({"direction": ""}), ("layer", "head", "label", "direction"))
+                    plain.plain_clark(slow, relations=relations).fillna({"direction": ""}), ("layer", "head", "label", "direction"))
     for encoder in (tiny, gated):
         probes, context = probe_all(encoder, {"test": excerpt}, ["dep", "clark"], root=root, relations=relations)
         slow = records(encoder, context, "test")
         dep = probes["dep"].result()
-        same_tables(dep, ref.ref_dep(slow, root=root, relations=relations))
+        same_tables(dep, plain.plain_dep(slow, root=root, relations=relations))
         assert ("root" in set(dep.label)) == (root == "cls")
         assert all(":" not in label for label in dep.label) or relations == "full"
         clark = probes["clark"].result().fillna({"direction": ""})
-        same_tables(clark, ref.ref_clark(slow, relations=relations).fillna({"direction": ""}),
+        same_tables(clark, plain.plain_clark(slow, relations=relations).fillna({"direction": ""}),
                     ("layer", "head", "label", "direction"))
 
 
-def test_gated_heads_and_held_out_centroids_match_the_reference(gated, excerpt):
+def test_gated_heads_and_held_out_centroids_match_the_plain_loops(gated, excerpt):
     corpus = {"test": excerpt[4:], "dev": excerpt[:4]}
     probes, context = probe_all(gated, corpus, ["pos", "ner", "con", "dep"], variant="held_out", centroid_split="dev")
     fit, slow = records(gated, context, "dev"), records(gated, context, "test")
     for kind in ("pos", "ner", "con"):
-        same_tables(probes[kind].result(), ref.ref_clustering(fit, slow, kind))
-    same_tables(probes["dep"].result(), ref.ref_dep(slow))
+        same_tables(probes[kind].result(), plain.plain_clustering(fit, slow, kind))
+    same_tables(probes["dep"].result(), plain.plain_dep(slow))
     pos = probes["pos"].result()
     assert (pos[(pos.layer == 0) & (pos["head"] == 1)].score == 0).all()  # gated to 0: no feature, no hit
     assert probes["pos"].meta()["variant_text"] == "centroids from 'dev', scored on 'test'"

@@ -1,5 +1,5 @@
 """SRL task: metric (strict and srl-eval.pl's convention) against hand counts and supar's
-SpanMetric, greedy decoding against brute force and reference loops (all spans, and the pruned
+SpanMetric, greedy decoding against brute force and plain loops (all spans, and the pruned
 candidates), loss against hand-written NLLs, overfitting, targets, annotate + CoNLL-2012 round trip,
 bad input."""
 import copy
@@ -226,7 +226,7 @@ def overlaps(a, b):
     return a[0] < b[1] and b[0] < a[1]
 
 
-def reference_greedy(margin, role, labels):
+def plain_greedy(margin, role, labels):
     """Repeatedly take the best positive span that overlaps nothing taken (margin [n, w])."""
     n, w = margin.shape
     chosen = []
@@ -320,7 +320,7 @@ def kept_by_hand(decoder, unary, n):
     return ranked[:math.ceil(decoder.span_ratio * n)]
 
 
-def reference_decode(decoder, words, p, n, candidates):
+def plain_decode(decoder, words, p, n, candidates):
     """Greedy decoding of predicate ``p`` over the spans ``(i, w)`` of ``candidates``, by hand:
     spans containing the predicate left out."""
     reprs, unary = by_hand(decoder, words)
@@ -331,11 +331,11 @@ def reference_decode(decoder, words, p, n, candidates):
             continue
         s = roles_by_hand(decoder, words, p, reprs[i, w]) + (unary[i, w] if unary is not None else 0)
         margin[i, w], role[i, w] = s.max(-1)
-    return reference_greedy(margin, role, LABELS)
+    return plain_greedy(margin, role, LABELS)
 
 
 @pytest.mark.parametrize("span_ratio", [None, 0.7, 100.0])
-def test_decode_equals_reference_loop(span_ratio):
+def test_decode_equals_plain_loop(span_ratio):
     decoder = random_decoder(span_ratio=span_ratio)
     words = torch.randn(2, 6, 8)
     mask = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])
@@ -356,7 +356,7 @@ def test_decode_equals_reference_loop(span_ratio):
             kept = scores["span_index"][b][scores["span_keep"][b]].tolist()
             assert sorted(kept) == sorted(i * 3 + w for i, w in candidates)
         for p, args in frames:
-            assert args == reference_decode(decoder, words[b, :n], p, n, candidates)
+            assert args == plain_decode(decoder, words[b, :n], p, n, candidates)
             assert not any(s <= p < e for s, e, _ in args)          # never over the predicate word
             n_args += len(args)
     assert n_args > 0

@@ -1,6 +1,7 @@
-"""Plain, slow reference implementations of every probe: Python loops over sentences, layers,
-heads and units on per-sentence numpy arrays, written from the definitions in
-He & Choi (2021) and Clark et al. (2019) without the vectorised helpers of the fast probes.
+"""Plain, slow implementations of every probe, which the fast probes are checked against: Python
+loops over sentences, layers, heads and units on per-sentence numpy arrays, written from the
+definitions in He & Choi (2021) and Clark et al. (2019) without the vectorised helpers of the fast
+probes.
 
 The tests check the fast probes against these on fixtures; ``bench/probe_speed.py`` times them.
 Each function returns a table in the fast probe's format (layer, head, label, score, count, and the
@@ -24,8 +25,8 @@ from probes.sink import LABEL as SINK_LABEL
 from probes.clustering import lowest_phrases
 from probes.voita import MAX_OFFSET, POSITIONAL, RARE, SYNTACTIC
 
-__all__ = ["Captured", "split_batch", "slots_of", "word_map", "ref_dep", "ref_srl", "ref_clustering", "ref_clark",
-           "ref_voita", "ref_sink", "UNITS"]
+__all__ = ["Captured", "split_batch", "slots_of", "word_map", "plain_dep", "plain_srl", "plain_clustering",
+           "plain_clark", "plain_voita", "plain_sink", "UNITS"]
 
 
 @dataclass
@@ -131,7 +132,8 @@ def _label(rel: str, relations: str) -> str:
 
 
 # ---------------------------------------------------------------------- DEP / SRL
-def ref_dep(records: list[Captured], root: str = "cls", relations: str = "full", causal: bool = False) -> pd.DataFrame:
+def plain_dep(records: list[Captured], root: str = "cls", relations: str = "full",
+              causal: bool = False) -> pd.DataFrame:
     """DEP attention probe. ``root="cls"``: argmax over [CLS] + words (self included); root arcs
     use [CLS]. ``root="none"``: root arcs skipped; argmax over the words (self included), and a row
     with no weight on any word predicts nothing. ``relations="universal"``: UD subtypes dropped.
@@ -169,7 +171,7 @@ def ref_dep(records: list[Captured], root: str = "cls", relations: str = "full",
     return _table(hits, counts, L, H, **extra)
 
 
-def ref_srl(records: list[Captured], causal: bool = False) -> pd.DataFrame:
+def plain_srl(records: list[Captured], causal: bool = False) -> pd.DataFrame:
     """SRL attention probe: a span is found if one of its words attends to the predicate or the
     predicate to one of its words. ``causal``: a ``reachable`` column, % of the role's arguments
     with a word at or after the predicate, or a word at or before it."""
@@ -224,7 +226,8 @@ def _cosine(x: np.ndarray, y: np.ndarray) -> float:
     return float((x * y).sum() / (nx * ny)) if nx > 0 and ny > 0 else 0.0
 
 
-def ref_clustering(fit_records: list[Captured], records: list[Captured], kind: str, pool: str = "mean") -> pd.DataFrame:
+def plain_clustering(fit_records: list[Captured], records: list[Captured], kind: str,
+                     pool: str = "mean") -> pd.DataFrame:
     """Pseudo-clustering probe ``kind`` (pos | ner | con): centroids from ``fit_records``, nearest
     centroid by cosine on ``records``; a zero feature is a miss. ``pool``: see :func:`_unit_features`."""
     units = UNITS[kind]
@@ -302,7 +305,7 @@ def _relation_table(records: list[Captured], relations: str = "full", causal: bo
     return pd.concat(parts, ignore_index=True) if hits else pd.DataFrame()
 
 
-def ref_clark(records: list[Captured], start_name: str = "to [CLS]", end_name: str = "to [SEP]",
+def plain_clark(records: list[Captured], start_name: str = "to [CLS]", end_name: str = "to [SEP]",
               relations: str = "full", causal: bool = False) -> pd.DataFrame:
     """Clark et al.: relation accuracy in both directions vs the best offset, plus attention to
     [CLS] / [SEP] / punctuation and entropy per sentence (token level), averaged over sentences;
@@ -336,7 +339,7 @@ def ref_clark(records: list[Captured], start_name: str = "to [CLS]", end_name: s
 
 
 # ---------------------------------------------------------------------- Voita et al.
-def ref_voita(records: list[Captured], frequencies: Counter, min_arcs: int = 100, causal: bool = False) -> pd.DataFrame:
+def plain_voita(records: list[Captured], frequencies: Counter, min_arcs: int = 100, causal: bool = False) -> pd.DataFrame:
     """Voita et al.: confidence, positional, rare-word (word queries, argmax over [CLS] + words +
     [SEP]) and syntactic heads (better direction vs the best offset over both directions).
     ``causal``: positional heads looked for at offsets -5..0 only."""
@@ -386,7 +389,7 @@ def ref_voita(records: list[Captured], frequencies: Counter, min_arcs: int = 100
 
 
 # ---------------------------------------------------------------------- attention sink
-def ref_sink(records: list[Captured]) -> pd.DataFrame:
+def plain_sink(records: list[Captured]) -> pd.DataFrame:
     """Attention sink: per sentence, the mean over query tokens 1..T-1 of the weight on token 0,
     then the mean over sentences (one-token sentences skipped), in %."""
     L, H = records[0].attentions.shape[:2]

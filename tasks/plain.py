@@ -7,10 +7,10 @@ same loss. The tests (``tests/test_decode_speed_equivalence.py``) and benches
 (``bench/predict_speed.py``, ``bench/decoders.py``) check the fast paths against these; nothing in
 the library imports this module.
 
-    with reference_path(decoder):                  # a built or trained decoder, in place
+    with plain_path(decoder):                  # a built or trained decoder, in place
         frames = decoder.decode(decoder(words, mask), mask)
 
-The POS tagger and the biaffine NER decoder have no previous implementation: :func:`reference_path`
+The POS tagger and the biaffine NER decoder have no previous implementation: :func:`plain_path`
 leaves them as they are.
 """
 from __future__ import annotations
@@ -32,16 +32,16 @@ from tasks.ner import CRFTagger
 from tasks.srl import Frame, SpanSrlDecoder, greedy_arguments, span_ends
 
 __all__ = [
-    "REFERENCES",
-    "ReferenceBiaffineParser",
-    "ReferenceCRFConstituencyDecoder",
-    "ReferenceCRFTagger",
-    "ReferenceSpanSrlDecoder",
-    "reference_path",
+    "PLAIN_CLASSES",
+    "PlainBiaffineParser",
+    "PlainCRFConstituencyDecoder",
+    "PlainCRFTagger",
+    "PlainSpanSrlDecoder",
+    "plain_path",
 ]
 
 
-class ReferenceBiaffineParser(BiaffineParser):
+class PlainBiaffineParser(BiaffineParser):
     """:class:`~tasks.dep.BiaffineParser` with supar's modules for the scores, supar's
     ``CoNLL.istree`` per sentence, ``MatrixTree`` / ``DependencyCRF`` for the trees, and every arc
     labelled. The same parses."""
@@ -83,7 +83,7 @@ class ReferenceBiaffineParser(BiaffineParser):
                 for row_arcs, row_rels, n in zip(arcs.tolist(), rels.tolist(), lens.tolist())]
 
 
-class ReferenceCRFConstituencyDecoder(CRFConstituencyDecoder):
+class PlainCRFConstituencyDecoder(CRFConstituencyDecoder):
     """:class:`~tasks.con.CRFConstituencyDecoder` with supar's modules for the scores and supar's
     ``ConstituencyCRF`` marginals and argmax (autograd through an inside pass), every span
     labelled. The same trees."""
@@ -114,7 +114,7 @@ class ReferenceCRFConstituencyDecoder(CRFConstituencyDecoder):
         return trees
 
 
-class ReferenceSpanSrlDecoder(SpanSrlDecoder):
+class PlainSpanSrlDecoder(SpanSrlDecoder):
     """:class:`~tasks.srl.SpanSrlDecoder` with one product per linear layer, the predicate
     representation ``pred_repr`` of every word (scores key ``pred_repr`` ``[batch, n_words, n_mlp]``
     in place of ``words``), and the candidates read one predicate at a time. The same frames."""
@@ -170,7 +170,7 @@ class ReferenceSpanSrlDecoder(SpanSrlDecoder):
         return out
 
 
-class ReferenceCRFTagger(CRFTagger):
+class PlainCRFTagger(CRFTagger):
     """:class:`~tasks.ner.CRFTagger` decoding with supar's ``LinearChainCRF.argmax`` (autograd
     through a max-semiring forward pass). The same tags."""
 
@@ -182,30 +182,30 @@ class ReferenceCRFTagger(CRFTagger):
         return [[self.labels[i] for i in row[:n]] for row, n in zip(best, lengths)]
 
 
-REFERENCES: dict[type[nn.Module], type[nn.Module]] = {
-    BiaffineParser: ReferenceBiaffineParser,
-    CRFConstituencyDecoder: ReferenceCRFConstituencyDecoder,
-    SpanSrlDecoder: ReferenceSpanSrlDecoder,
-    CRFTagger: ReferenceCRFTagger,
+PLAIN_CLASSES: dict[type[nn.Module], type[nn.Module]] = {
+    BiaffineParser: PlainBiaffineParser,
+    CRFConstituencyDecoder: PlainCRFConstituencyDecoder,
+    SpanSrlDecoder: PlainSpanSrlDecoder,
+    CRFTagger: PlainCRFTagger,
 }
-"""Production decoder class -> its reference subclass."""
+"""Production decoder class -> its plain subclass."""
 
 
 @contextlib.contextmanager
-def reference_path(*decoders: nn.Module) -> Iterator[None]:
-    """Every one of ``decoders`` on its reference path inside the block, then back.
+def plain_path(*decoders: nn.Module) -> Iterator[None]:
+    """Every one of ``decoders`` on its plain path inside the block, then back.
 
-    Each decoder whose class is a key of :data:`REFERENCES` becomes an instance of its reference
+    Each decoder whose class is a key of :data:`PLAIN_CLASSES` becomes an instance of its plain
     subclass for the block (its ``__class__`` is set, the object and its weights stay the same, so a
-    model or Predictor holding it runs the reference path too); any other decoder (POS, biaffine
-    NER, one already on its reference path) is left as it is.
+    model or Predictor holding it runs the plain path too); any other decoder (POS, biaffine
+    NER, one already on its plain path) is left as it is.
 
     Args:
         decoders: task decoders, e.g. ``model.decoders.values()`` unpacked.
     """
-    swapped = [(decoder, type(decoder)) for decoder in decoders if type(decoder) in REFERENCES]
+    swapped = [(decoder, type(decoder)) for decoder in decoders if type(decoder) in PLAIN_CLASSES]
     for decoder, production in swapped:
-        decoder.__class__ = REFERENCES[production]
+        decoder.__class__ = PLAIN_CLASSES[production]
     try:
         yield
     finally:
