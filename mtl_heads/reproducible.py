@@ -34,7 +34,7 @@ import platform
 from pathlib import Path
 from typing import Callable, Iterator
 
-from mtl_heads.config import ConfigError, load_saved_config
+from mtl_heads.config import RULES, ConfigError, load_saved_config
 from mtl_heads.files import read_json
 from mtl_heads.folders import RUNS, newest_unfinished_run, seed_dir
 
@@ -55,10 +55,11 @@ def threads_of(cfg) -> int | None:
     """The thread count a config asks for: ``threads`` as a number, or for ``threads=null`` (or ``auto``)
     1 in reproducible mode (:data:`DEFAULT_THREADS`) and None (torch's own default) otherwise."""
     value = cfg.get("threads", None)
+    expected = RULES["threads"](value)  # the config's own check (a config built without load_config meets it here)
+    if expected:
+        raise ConfigError(f"config key 'threads': expected {expected}, got {value!r}")
     if value in (None, "auto"):
         return DEFAULT_THREADS if cfg.get("reproducible", False) else None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"config key 'threads': expected null or a whole number of threads of at least 1, got {value!r}")
     return value
 
 

@@ -415,11 +415,14 @@ def run_ablation(loaded_run, chosen: np.ndarray, plan: AblationPlan = AblationPl
     if matched == "importance" and block != 1:
         raise ConfigError("config key 'matched': the importance-matched null draws single heads, and this run's gates "
                           f"are per key/value group ({block} heads each); use matched=layer")
+    contexts = bool({"mean", "resample"} & set(methods))
+    # the reference split, read once for both of its uses: the heads' importance and the mean contexts
+    reference_examples = split_examples(loaded_run, reference, first) if matched == "importance" or contexts else {}
     if matched == "importance":
-        importance = task_importance(model, split_examples(loaded_run, reference, first), tasks, batch_size, precision)
+        importance = task_importance(model, reference_examples, tasks, batch_size, precision)
         cells = importance_cells(importance, IMPORTANCE_BINS)
-    if {"mean", "resample"} & set(methods):
-        pool = {id(e): e for ex in split_examples(loaded_run, reference, first).values() for e in ex}
+    if contexts:
+        pool = {id(e): e for ex in reference_examples.values() for e in ex}
         if not pool:
             raise DataError(f"the {reference} split of {loaded_run.path}'s data has no sentence for the mean "
                             "contexts (see reference=)")

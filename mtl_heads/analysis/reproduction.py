@@ -36,14 +36,14 @@ class Reproduction:
         record: the run folder whose record was trained again.
         new: the folder it was trained again in (gone unless kept).
         differences: how the new run differs, one line each (empty: it reproduced).
-        digest: whether the weights' digests were compared (False for a record that names none).
+        digest: the record's weights digest, which was compared (None for a record that names none).
         kept: where the new weights were kept (None: not kept).
     """
 
     record: Path
     new: Path
     differences: list[str] = field(default_factory=list)
-    digest: bool = False
+    digest: str | None = None
     kept: Path | None = None
 
     @property
@@ -53,9 +53,8 @@ class Reproduction:
     def lines(self) -> list[str]:
         """The verdict as printed: ``reproduced: weights identical`` or what differs."""
         if self.reproduced:
-            record = read_json(self.record / "metrics.json") or {}
             if self.digest:
-                head = f"reproduced: weights identical (sha256 {record['weights_sha256']})"
+                head = f"reproduced: weights identical (sha256 {self.digest})"
             else:
                 head = ("reproduced: scores, dev curve, heads kept, labels and gates identical (the record names no "
                         "weights digest, so the weights themselves could not be compared)")
@@ -194,7 +193,7 @@ def reproduce(record: str | Path, out: str | Path | None = None, keep: bool = Fa
     if not is_finished_run(out):
         run_config(cfg, list(INHERITED) + ["resume", "run_dir"])  # INHERITED: the record's values, not its init run's
     result = Reproduction(record, out, differences(record, out),
-                          digest=bool((read_json(record / "metrics.json") or {}).get("weights_sha256")))
+                          digest=(read_json(record / "metrics.json") or {}).get("weights_sha256"))
     if keep and result.reproduced and not (record / "model.safetensors").exists():
         shutil.copyfile(out / "model.safetensors", record / "model.safetensors")
         result.kept = record
