@@ -19,7 +19,7 @@ from helpers import REPO
 from mtl_heads import config
 from mtl_heads.commands import ewt as ewt_command
 from mtl_heads.config import ConfigError, load_config
-from mtl_heads.data import ewt_sources
+from mtl_heads.data import corpus, ewt_sources
 from mtl_heads.data.corpus import load_corpus
 from mtl_heads.data.errors import DataError, MissingDataError
 from mtl_heads.data.ewt_align import REPOS, source_files
@@ -149,7 +149,7 @@ def test_http_error_and_offline_name_the_url_and_the_way_without_a_network(tmp_p
         download_sources(cache, missing, digests)
     assert str(err.value).startswith(f"{missing['propbank']}: cannot download it (HTTP 404 Not Found); ")
     assert "sources=<folder>" in str(err.value) and "\n" not in str(err.value)
-    assert "../shared" not in str(err.value) and ewt_sources.small_corpus_command() in str(err.value)
+    assert "../shared" not in str(err.value) and corpus.small_corpus_command() in str(err.value)
     offline = {key: f"http://127.0.0.1:{closed_port()}/archive.tar.gz" for key in REPOS}
     with pytest.raises(DataError, match=r"^http://127\.0\.0\.1:\d+/archive\.tar\.gz: cannot download it "
                                         r"\(.*refused; offline\?\); build without a network .* sources="):
@@ -264,7 +264,7 @@ def test_command_downloads_into_the_cache(tmp_path, digests, urls, server, monke
     monkeypatch.setattr(ewt_sources, "archive_urls", lambda: {k: f"http://127.0.0.1:{closed_port()}/x" for k in REPOS})
     code, _, err = build([f"out={tmp_path / 'other'}"], capsys)
     assert code == 2 and err.count("\n") == 1 and "offline?" in err and "sources=" in err
-    assert err.rstrip().endswith(ewt_sources.small_corpus_command()) and "../shared" not in err  # issue 53, item 10
+    assert err.rstrip().endswith(corpus.small_corpus_command()) and "../shared" not in err  # issue 53, item 10
     assert not (tmp_path / "other").exists()
 
 
@@ -272,13 +272,13 @@ def test_the_small_real_corpus_builds_offline(tmp_path, monkeypatch, capsys):
     """What the offline hint and the training guide promise: the tests' excerpts build a small real corpus
     that data=ewt reads (issue 53, item 10)."""
     monkeypatch.chdir(REPO)
-    command = ewt_sources.small_corpus_command()
+    command = corpus.small_corpus_command()
     assert command == "python -m mtl_heads ewt sources=tests/fixtures/ewt-sources check=false"
     assert command in (REPO / "docs" / "guides" / "training.md").read_text()
     code, printed, err = build(command.split()[4:] + [f"out={tmp_path / 'ewt'}"], capsys)
     assert code == 0, err
-    corpus = load_corpus(load_config(["data=ewt", f"data.path={tmp_path / 'ewt'}"]).data)
-    assert {split: len(sentences) for split, sentences in corpus.items()} == {"train": 15, "dev": 35, "test": 17}
+    small = load_corpus(load_config(["data=ewt", f"data.path={tmp_path / 'ewt'}"]).data)
+    assert {split: len(sentences) for split, sentences in small.items()} == {"train": 15, "dev": 35, "test": 17}
 
 
 def test_command_help_and_bad_keys(capsys):
@@ -302,7 +302,7 @@ def test_data_ewt_takes_the_first_folder_holding_the_corpus(tmp_path, monkeypatc
     assert load_config(["data=ewt"]).data.path is None
     with pytest.raises(ConfigError, match=r"^config key 'data.path': no EWT corpus in .*; build it from its public "
                                           rf"sources with `{re.escape(config.EWT_BUILD)}` \(offline, a small real "
-                                          rf"corpus: `{re.escape(ewt_sources.small_corpus_command())}`\)"):
+                                          rf"corpus: `{re.escape(corpus.small_corpus_command())}`\)"):
         load_corpus(load_config(["data=ewt"]).data)
     for folder in (second, first):
         folder.mkdir(parents=True)

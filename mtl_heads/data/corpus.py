@@ -18,9 +18,9 @@ from mtl_heads.config import EWT_BUILD, EWT_FOLDERS, UD_FORMATS, ConfigError, fi
 from mtl_heads.data.conll2012 import read_conll2012
 from mtl_heads.data.conllu import attach_conllu, read_conllu
 from mtl_heads.data.demo import ensure_demo_corpus
-from mtl_heads.data.ewt_sources import small_corpus_command
 from mtl_heads.data.headrules import tree_to_dependencies
 from mtl_heads.data.sentence import Sentence
+from mtl_heads.folders import shown
 
 ROLES = ("train", "dev", "test")
 # where dependencies come from: auto = UD from an aligned CoNLL-U file when the corpus has one
@@ -29,6 +29,17 @@ DEPS = ("auto", "ud", "converted", "none")
 DEPRELS = ("full", "universal")  # data.deprel: UD relations as written, or without ":subtype"
 LAYER_FIELDS = {"pos": ("pos",), "tree": ("tree",), "entities": ("entities",),
                 "srl": ("predicates", "arguments"), "deps": ("heads", "rels")}
+
+
+# the excerpts of the EWT corpus's three sources that the tests use (in a clone; mtl_heads.data.ewt_sources)
+EXCERPTS = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "ewt-sources"
+
+
+def small_corpus_command() -> str:
+    """The command that builds a small real corpus offline, from the excerpts of the three sources that the
+    tests use (:data:`EXCERPTS`, named relative to the working folder when below it; ``check=false``: they
+    are excerpts, not the pinned repositories)."""
+    return f"python -m mtl_heads ewt sources={shown(EXCERPTS)} check=false"
 
 
 def cache_dir() -> Path:

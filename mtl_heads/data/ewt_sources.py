@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Callable
 
 from mtl_heads.data.errors import DataError, MissingDataError
+from mtl_heads.data.corpus import small_corpus_command
 from mtl_heads.data.ewt_align import REPOS, source_files
 from mtl_heads.files import file_sha256
-from mtl_heads.folders import shown
 from mtl_heads.progress import progress_bar
 
 # Content digests of the files the build reads, per REPOS key, at the pinned commits (see above).
@@ -49,14 +49,6 @@ DIGESTS = {
 ARCHIVE_URL = "https://codeload.github.com/{github}/tar.gz/{commit}"
 TIMEOUT = 60  # seconds without a byte before a download gives up
 CHUNK = 1 << 20
-EXCERPTS = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "ewt-sources"  # in a clone
-
-
-def small_corpus_command() -> str:
-    """The command that builds a small real corpus offline, from the excerpts of the three sources that the
-    tests use (:data:`EXCERPTS`, named relative to the working folder when below it; ``check=false``: they
-    are excerpts, not the pinned repositories)."""
-    return f"python -m mtl_heads ewt sources={shown(EXCERPTS)} check=false"
 
 
 def offline_hint() -> str:
