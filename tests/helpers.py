@@ -232,7 +232,7 @@ def make_study(root):
     return root
 
 
-# ---------------------------------------------------------------------- probe tables, the prune benchmark, the headless browser
+# ---------------------------------------------------------------------- probe tables, the removal benchmark, the headless browser
 def same_tables(fast: pd.DataFrame, slow: pd.DataFrame, keys=("layer", "head", "label"), atol=1e-4):
     """Assert two probe tables (the fast probe's and the plain loop's) hold the same rows: every ``keys``
     row in both, equal counts, scores (and baseline / found / offset / reachable, where given) within ``atol``."""
@@ -250,8 +250,8 @@ def same_tables(fast: pd.DataFrame, slow: pd.DataFrame, keys=("layer", "head", "
 
 
 def _bench():
-    """bench/prune_speed.py, loaded as a module."""
-    spec = importlib.util.spec_from_file_location("prune_speed", REPO / "bench" / "prune_speed.py")
+    """bench/removal_speed.py, loaded as a module."""
+    spec = importlib.util.spec_from_file_location("removal_speed", REPO / "bench" / "removal_speed.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -7,8 +7,8 @@
   (CRF / TreeCRF partition functions, MST/Eisner/CKY/Viterbi decoding, cross-entropies over
   spans) ran in fp32 with autocast off, and decoding returns the same kinds of structures;
 - the L0 penalty is fp32 and bit-identical under autocast;
-- end to end: MTL-5 dynamic pruning trained with ``precision=bf16``, probed and pruned, and the
-  pruned model decoded under bf16.
+- end to end: MTL-5 dynamic pruning trained with ``precision=bf16``, probed, its closed heads removed,
+  and the smaller model decoded under bf16.
 
 Tolerance of the loss comparison: ``RTOL = 1e-2``. bf16 keeps 8 significant bits (unit roundoff
 2^-9 ~ 2e-3); under autocast every matmul of the encoder and of the decoders' scorers rounds its
@@ -283,13 +283,13 @@ def test_gate_multiply_keeps_the_context_dtype(tiny_encoder_dir):
 
 
 # ---------------------------------------------------------------- end to end
-def test_mtl5_dynamic_pruning_bf16_train_probe_prune_decode(tiny_encoder_dir, tmp_path, monkeypatch, capsys):
+def test_mtl5_dynamic_pruning_bf16_train_probe_remove_decode(tiny_encoder_dir, tmp_path, monkeypatch, capsys):
     """The CI proof of the CUDA path: train MTL-5 with dynamic pruning under precision=bf16 (CPU
-    autocast), probe the run under bf16, remove its pruned heads and decode with the pruned model
+    autocast), probe the run under bf16, remove its closed heads and decode with the smaller model
     under bf16."""
     from mtl_heads.commands.probe import run as probe
-    from mtl_heads.commands.prune import main as prune_main
-    from mtl_heads.training.build import load_pruned
+    from mtl_heads.commands.remove import main as remove_main
+    from mtl_heads.training.build import load_removal
     from mtl_heads.training.experiment import run as train
 
     started = time.perf_counter()
@@ -337,27 +337,27 @@ def test_mtl5_dynamic_pruning_bf16_train_probe_prune_decode(tiny_encoder_dir, tm
     for name in ("dep", "srl", "pos", "ner", "con", "clark", "voita", "importance"):
         assert (report / f"{name}.csv").exists(), name
 
-    # head removal, then the pruned model decodes every task under bf16
+    # head removal, then the smaller model decodes every task under bf16
     # threshold 0.5: the gates of a one-epoch run sit around 0.5, so some heads really go
-    assert prune_main([str(run_dir), "wandb.mode=disabled", "threshold=0.5"]) == 0
+    assert remove_main([str(run_dir), "wandb.mode=disabled", "threshold=0.5"]) == 0
     printed = capsys.readouterr().out
     kept = int(printed.split("heads kept: ")[1].split("/")[0])
-    pruned = load_pruned(run_dir / "pruned")
-    assert sum(pruned.encoder.heads_per_layer) == kept < 8
+    removed = load_removal(run_dir / "removal")
+    assert sum(removed.encoder.heads_per_layer) == kept < 8
     from mtl_heads.training.build import load_run
 
     loaded = load_run(run_dir)
     sentences = load_corpus(load_config([sizes]).data)["dev"]
-    examples, _ = tokenize(sentences, pruned.encoder.tokenizer, pruned.encoder.max_length)
+    examples, _ = tokenize(sentences, removed.encoder.tokenizer, removed.encoder.max_length)
     for name, task in loaded.tasks.items():
         chunk = [e for e in examples if task.usable(e.sentence)]
-        batch = collate(chunk, pruned.encoder.tokenizer.pad_token_id)
+        batch = collate(chunk, removed.encoder.tokenizer.pad_token_id)
         with autocast(CPU, "bf16"):
-            preds = pruned.decode(batch, name)
+            preds = removed.decode(batch, name)
         golds = [task.gold(e.sentence) for e in chunk]
         assert len(preds) == len(golds) and all(_same_kind(p, g) for p, g in zip(preds, golds)), name
         metric = task.metric()
         metric.update(preds, golds)
         assert all(math.isfinite(v) for v in metric.compute().values()), name
     seconds = time.perf_counter() - started
-    print(f"\nend-to-end bf16 (train MTL-5 DP, probe, prune, decode): {seconds:.1f} s")
+    print(f"\nend-to-end bf16 (train MTL-5 DP, probe, remove, decode): {seconds:.1f} s")

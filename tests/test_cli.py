@@ -28,7 +28,7 @@ def test_every_help_is_plain_text_with_keys(name, capsys):
 
 
 def test_help_lists_each_key_of_the_config():
-    for name in ("compare", "gates", "prune", "report", "claims"):
+    for name in ("compare", "gates", "remove", "report", "claims"):
         keys = [k for k, default, _ in yaml_keys(config_file(name)) if default is not None]
         text = subprocess.run([sys.executable, "-m", "mtl_heads", name, "-h"], capture_output=True, text=True).stdout
         for key in keys:
@@ -56,7 +56,7 @@ def test_bad_arguments_are_config_errors():
         overrides(["--nope", "x"], ARGS)
     with pytest.raises(ConfigError, match="expected a value"):
         overrides(["--out"], ARGS)
-    single = Arguments(config_file("prune"), positional="run")
+    single = Arguments(config_file("remove"), positional="run")
     with pytest.raises(ConfigError, match="argument 'b': expected key=value"):
         overrides(["a", "b"], single)
 
@@ -86,10 +86,10 @@ def test_the_documented_forms_run_and_train_keeps_its_module():
     assert importlib.util.find_spec("mtl_heads.compare") is None
 
 
-@pytest.mark.parametrize("name", ["prune", "compare"])
+@pytest.mark.parametrize("name", ["remove", "compare"])
 def test_help_answers_without_torch(name):
-    """-h of prune and compare imports neither torch nor transformers (prune -h once took 4.8 s: the
-    command module imported the model code at the top)."""
+    """-h of remove and compare imports neither torch nor transformers (remove -h, then called prune, once
+    took 4.8 s: the command module imported the model code at the top)."""
     code = ("import sys, io, contextlib\nfrom mtl_heads.__main__ import main\n"
             f"with contextlib.redirect_stdout(io.StringIO()):\n    assert main([{name!r}, '-h']) == 0\n"
             "print(sorted({'torch', 'transformers', 'wandb'} & set(sys.modules)))")

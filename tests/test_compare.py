@@ -113,7 +113,7 @@ def test_static_pruning_of_each_seed_is_one_setting(tmp_path):
     assert set(summary.attrs["config_columns"]) == {"prune.mode", "init"}
 
 
-def test_older_runs_and_pruned_folders(tmp_path):
+def test_older_runs_and_removal_folders(tmp_path):
     from safetensors.torch import save_file
     import torch
 
@@ -122,17 +122,23 @@ def test_older_runs_and_pruned_folders(tmp_path):
     for key in ("heads_kept", "heads_total", "seconds", "dev_mean"):
         metrics.pop(key)
     (old / "metrics.json").write_text(json.dumps(metrics))
-    new = make_run(tmp_path / "new", seed=2)
+    weights = {"encoder.model.w": torch.zeros(4, 8), "encoder.model.b": torch.zeros(3),
+               "encoder.gate.log_alpha": torch.zeros(2, 3), "decoders.pos.w": torch.zeros(10)}
+    new = make_run(tmp_path / "new", seed=2)  # its heads removed when the command was called prune (old records)
     (new / "pruned").mkdir()
     (new / "pruned" / "heads.json").write_text(json.dumps({"kept": 5, "weights": "pruned.safetensors"}))
-    save_file({"encoder.model.w": torch.zeros(4, 8), "encoder.model.b": torch.zeros(3),
-               "encoder.gate.log_alpha": torch.zeros(2, 3), "decoders.pos.w": torch.zeros(10)},
-              str(new / "pruned" / "pruned.safetensors"))
-    runs = run_table([old, new]).set_index("seed")
+    save_file(weights, str(new / "pruned" / "pruned.safetensors"))
+    newer = make_run(tmp_path / "newer", seed=3)  # python -m mtl_heads remove
+    (newer / "removal").mkdir()
+    (newer / "removal" / "heads.json").write_text(json.dumps({"kept": 4, "weights": "removal.safetensors"}))
+    save_file({**weights, "encoder.model.b": torch.zeros(5)}, str(newer / "removal" / "removal.safetensors"))
+    runs = run_table([old, new, newer]).set_index("seed")
     assert runs.loc[1, "heads kept"] == 2 and runs.loc[1, "heads total"] == 6  # from gates.json
     assert math.isnan(runs.loc[1, "seconds"]) and math.isnan(runs.loc[1, "dev score"])
-    assert runs.loc[2, "pruned heads"] == 5 and runs.loc[2, "pruned params"] == 35  # 4 * 8 + 3, gates/decoders left out
-    assert summarise(run_table([old, new]))["n"].tolist() == [2]
+    # 4 * 8 + 3, gates/decoders left out
+    assert runs.loc[2, "heads after removal"] == 5 and runs.loc[2, "params after removal"] == 35
+    assert runs.loc[3, "heads after removal"] == 4 and runs.loc[3, "params after removal"] == 37
+    assert summarise(run_table([old, new, newer]))["n"].tolist() == [3]
 
 
 def test_flatten_config():

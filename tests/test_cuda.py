@@ -1,6 +1,6 @@
 """The CUDA path against the CPU path: the same weights and batches on both devices give the same gates,
-encoder outputs, task losses, gradients and predictions, the same pruned model and the same probe tables;
-and a multi-task run trains on CUDA under bf16 autocast. Every test is marked ``cuda``: skipped where
+encoder outputs, task losses, gradients and predictions, the same model with heads removed and the same probe
+tables; and a multi-task run trains on CUDA under bf16 autocast. Every test is marked ``cuda``: skipped where
 torch sees no CUDA device (tests/conftest.py), run first by ``python bench/gpu_check.py``.
 
 The models are two tiny MTL-5 runs with dynamic pruning trained for one epoch on the CPU (every decoder:
@@ -27,7 +27,7 @@ from mtl_heads.data.batching import move_to
 from mtl_heads.data.corpus import load_corpus
 from mtl_heads.model.gating import build_gate
 from mtl_heads.model.precision import autocast
-from mtl_heads.model.removal import compare_outputs, prune_model
+from mtl_heads.model.removal import compare_outputs, remove_model_heads
 from mtl_heads.model.scoring import task_batches
 from mtl_heads.training.build import load_run
 from mtl_heads.training.experiment import run as train
@@ -185,15 +185,16 @@ def test_head_removal_on_cuda_matches_the_gated_model_and_the_cpu(runs):
     cpu_run, gpu_run = both(runs["crf-mst"])
     values = close_heads(gpu_run.model)
     assert torch.equal(close_heads(cpu_run.model), values) and 0 < values.sum() < values.numel()
-    pruned_gpu, pruned_cpu = prune_model(gpu_run.model), prune_model(cpu_run.model)  # on the device of their model
-    assert next(pruned_gpu.parameters()).device.type == "cuda"
-    assert sum(pruned_gpu.encoder.heads_per_layer) == int(values.sum())
+    # on the device of their model
+    removed_gpu, removed_cpu = remove_model_heads(gpu_run.model), remove_model_heads(cpu_run.model)
+    assert next(removed_gpu.parameters()).device.type == "cuda"
+    assert sum(removed_gpu.encoder.heads_per_layer) == int(values.sum())
     batches = on_both(cpu_run, gpu_run)
     for task, (cpu_batches, gpu_batches) in batches.items():
-        diffs = compare_outputs(gpu_run.model, pruned_gpu, [b for b, _ in gpu_batches])
+        diffs = compare_outputs(gpu_run.model, removed_gpu, [b for b, _ in gpu_batches])
         assert max(diffs.values()) <= FP32, (task, diffs)  # closed heads add nothing: removing them changes nothing
         for (batch_cpu, _), (batch_gpu, _) in zip(cpu_batches, gpu_batches):
-            assert_same_predictions(pruned_gpu.decode(batch_gpu, task), pruned_cpu.decode(batch_cpu, task), task)
+            assert_same_predictions(removed_gpu.decode(batch_gpu, task), removed_cpu.decode(batch_cpu, task), task)
 
 
 def probe_tables(loaded, corpus: dict, device: torch.device) -> dict:

@@ -191,7 +191,7 @@ def test_pre_split_words_are_encoded_as_in_running_text(tmp_path, tokenizer_clas
     assert [p for p, w in zip(pieces, word_ids) if w == 1][0] == "Ġcompany"
     assert sorted(set(w for w in word_ids if w is not None)) == list(range(len(words)))
     # words the regex cuts into several pieces (digits, dots, hyphens, clitics) get ONE space, before
-    # the word, as in running text; and loading the edited tokenizer again (a pruned folder) adds none
+    # the word, as in running text; and loading the edited tokenizer again (a removal folder) adds none
     from mtl_heads.model.encoder import word_tokenizer
 
     cut = "In 2024 the U.S. e-mail said 3.5 percent , n't".split()

@@ -297,7 +297,7 @@ def test_no_collapsed_axes_with_long_setting_names(tmp_path):
 
 
 def test_an_offline_wandb_run_says_where_it_went(tmp_path, monkeypatch, capsys):
-    """The one place (mtl_heads.training.tracking.start_run) that makes train, prune and probe print where an
+    """The one place (mtl_heads.training.tracking.start_run) that makes train, remove and probe print where an
     offline W&B run was written and how to upload it, once, when it finishes."""
     pytest.importorskip("wandb")
     from mtl_heads.training.tracking import start_run, wandb_section
@@ -728,9 +728,9 @@ def test_stem_count_p_matches_the_hypergeometric_tail():
 
 
 def test_the_commands_default_cut_off_is_the_kept_cut_off():
-    """configs/gates.yaml and configs/prune.yaml spell the cut-off as a number (YAML cannot import it):
+    """configs/gates.yaml and configs/remove.yaml spell the cut-off as a number (YAML cannot import it):
     it must stay mtl_heads.model.gating.KEPT_AT, the one value every count of kept heads uses."""
     from mtl_heads.model.gating import KEPT_AT
 
-    for name in ("gates", "prune"):
+    for name in ("gates", "remove"):
         assert yaml.safe_load((REPO / "configs" / f"{name}.yaml").read_text())["threshold"] == KEPT_AT, name

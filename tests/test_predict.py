@@ -1,6 +1,6 @@
 """Prediction: the Predictor API, ``Task.annotate`` (the inverse of ``Task.gold``), one encoder pass
 per batch, every input and output format of ``python -m mtl_heads predict``, too-long sentences,
-bad input, and a pruned folder. One tiny five-task run, trained once for the module."""
+bad input, and a removal folder. One tiny five-task run, trained once for the module."""
 from __future__ import annotations
 
 import json
@@ -399,16 +399,16 @@ def test_cli_bad_input_exits_2_naming_the_spot(run_dir, tmp_path, capsys):
     assert read_conll2012(tmp_path / "o.conll")[0].pos and "no place" not in err
 
 
-# --- a pruned folder --------------------------------------------------------------------------
-def test_pruned_folder_predicts(run_dir, expected, tmp_path, capsys):
-    from mtl_heads.commands.prune import main as prune_main
+# --- a removal folder -------------------------------------------------------------------------
+def test_removal_folder_predicts(run_dir, expected, tmp_path, capsys):
+    from mtl_heads.commands.remove import main as remove_main
 
-    folder = tmp_path / "pruned"
-    assert prune_main([str(run_dir), f"out={folder}"]) == 0
+    folder = tmp_path / "removal"
+    assert remove_main([str(run_dir), f"out={folder}"]) == 0
     capsys.readouterr()
-    pruned = Predictor.load(folder, device="cpu")
-    assert type(pruned.model.encoder).__name__ == "PrunedEncoder" and pruned.tasks == TASKS
-    got = pruned.predict(SENTENCES)
+    removed = Predictor.load(folder, device="cpu")
+    assert type(removed.model.encoder).__name__ == "HeadsRemovedEncoder" and removed.tasks == TASKS
+    got = removed.predict(SENTENCES)
     assert [s.pos for s in got] == [s.pos for s in expected]
     assert all(s.has(layer) for s in got for layer in ("pos", "entities", "deps", "tree", "srl"))
     source = write_inputs(tmp_path)["text"]

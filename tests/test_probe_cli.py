@@ -209,20 +209,20 @@ def test_run_folder_model_and_comparisons(base, trained_run, tmp_path, tiny_enco
 
 
 def test_best_heads_the_run_closed_are_marked(base, trained_run, tmp_path, capsys):
-    """Issue 53, item 2: a head whose gate is closed (and that prune removed) was named best, unmarked."""
+    """Issue 53, item 2: a head whose gate is closed (and that the remove command took out) was named best, unmarked."""
     from safetensors.torch import load_file, save_file
 
-    from mtl_heads.commands.prune import main as prune
+    from mtl_heads.commands.remove import main as remove
 
     weights = load_file(trained_run / "model.safetensors")
     weights["encoder.gate.log_alpha"][:] = -100.0  # every gate closed but L1H3's
     weights["encoder.gate.log_alpha"][1, 3] = 100.0
     save_file(weights, trained_run / "model.safetensors")
-    assert prune([str(trained_run)]) == 0
+    assert remove([str(trained_run)]) == 0
     capsys.readouterr()
     assert main(base + [f"model={trained_run}", "probes=dep", f"out={tmp_path / 'report'}"]) == 0
     out = capsys.readouterr().out
-    closed = {f"L{l}H{h}": "gate closed, removed in pruned/" for l in (0, 1) for h in range(4) if (l, h) != (1, 3)}
+    closed = {f"L{l}H{h}": "gate closed, removed in removal/" for l in (0, 1) for h in range(4) if (l, h) != (1, 3)}
     meta = json.loads((tmp_path / "report" / "report.json").read_text())
     assert meta["closed_heads"] == closed
     summary = pd.read_csv(tmp_path / "report" / "dep_summary.csv", keep_default_na=False, na_values=[""])
@@ -230,14 +230,14 @@ def test_best_heads_the_run_closed_are_marked(base, trained_run, tmp_path, capsy
     assert any(name in closed for name in best)
     text = (tmp_path / "report" / "report.md").read_text()
     for label, name in zip(summary.label, best):
-        mark = " (gate closed, removed in pruned/)" if name in closed else ""
+        mark = " (gate closed, removed in removal/)" if name in closed else ""
         assert f"| {label} | " in text and f" | {name}{mark} | " in text, (label, name)
     assert " best head(s) are closed in the run (marked in report.md): dep " in out  # and the sink probe's
-    assert "| closed heads | L0H0 (gate closed, removed in pruned/), " in text
+    assert "| closed heads | L0H0 (gate closed, removed in removal/), " in text
     from mtl_heads.reports.probe_compare import side_by_side  # compare= marks them too
 
     heads = side_by_side([summary, summary], ["run", "other"], [closed, {}])
-    assert sorted(heads["head:run"]) == sorted(n + (" (gate closed, removed in pruned/)" if n in closed else "")
+    assert sorted(heads["head:run"]) == sorted(n + (" (gate closed, removed in removal/)" if n in closed else "")
                                                for n in best) and sorted(heads["head:other"]) == sorted(best)
 
 

@@ -234,9 +234,11 @@ def test_the_checks_catch_mistakes():
     assert command_problems("python -m mtl_heads probe model=x probes=dep nope.key=1")
     assert command_problems("python -m mtl_heads gates runs --no-such-flag")
     assert command_problems("python -m mtl_heads.nope runs")
-    assert command_problems("python -m mtl_heads nope runs") and command_problems("python -m mtl_heads prune runs/x nope=1")
-    assert not command_problems("python -m mtl_heads prune runs/x threshold=0.01")  # = python -m mtl_heads prune
-    assert command_problems("python bench/prune_speed.py --no-such-flag")
+    assert command_problems("python -m mtl_heads nope runs")
+    assert command_problems("python -m mtl_heads remove runs/x nope=1")
+    assert not command_problems("python -m mtl_heads remove runs/x threshold=0.01")  # = python -m mtl_heads remove
+    assert command_problems("python -m mtl_heads prune runs/x")  # the old name of remove: no alias
+    assert command_problems("python bench/removal_speed.py --no-such-flag")
     assert command_problems("bash docs/ewt-study.sh nostage")
     assert not command_problems("python -m mtl_heads predict runs/x input=a.txt out=b.conllu")
     assert not command_problems("python -m mtl_heads evaluate runs/x data=ewt split=dev")
@@ -363,7 +365,7 @@ def test_readme_tour_runs(tmp_path, monkeypatch):
     for command in commands:
         run_as_written(command, tiny)
     assert (tmp_path / "runs/tour/metrics.json").is_file()
-    assert (tmp_path / "runs/tour/pruned").is_dir()
+    assert (tmp_path / "runs/tour/removal").is_dir()
     assert "NER=" in (tmp_path / "hello.conllu").read_text()
     assert (tmp_path / picture).is_file(), f"the tour's picture {picture} was not written"
     assert (REPO / "docs" / "tour-gates.png").is_file()
@@ -393,13 +395,13 @@ DECODER_GUIDE = REPO / "docs" / "guides" / "decoder-lms.md"
 def test_decoder_guide_runs(tmp_path, monkeypatch):
     """Every ``bash`` block of the decoder guide, every command as written, in a fresh folder, offline
     (conftest sets HF_HUB_OFFLINE): a tiny GQA Llama built by docs/guides/tiny_lm.py, trained with KV
-    gates, pruned, probed, ablated; the heads kept are the ones the guide says."""
+    gates, its closed heads removed, probed, ablated; the heads kept are the ones the guide says."""
     text = DECODER_GUIDE.read_text()
     commands = [line for block in code_blocks(text, "bash") for line in command_lines(block)]
     steps = [" ".join(tokens[2:4] if tokens[2] == "mtl_heads" else tokens[2:3]) if tokens[1] == "-m" else tokens[1]
              for tokens in map(shlex.split, commands)]
-    assert steps == ["docs/guides/tiny_lm.py", "mtl_heads.train", "mtl_heads prune", "mtl_heads probe",
-                     "mtl_heads ablate"], "the guide's path: build, train, prune, probe, ablate"
+    assert steps == ["docs/guides/tiny_lm.py", "mtl_heads.train", "mtl_heads remove", "mtl_heads probe",
+                     "mtl_heads ablate"], "the guide's path: build, train, remove, probe, ablate"
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MTL_HEADS_CACHE", str(tmp_path / "cache"))
     for command in commands:
@@ -412,7 +414,7 @@ def test_decoder_guide_runs(tmp_path, monkeypatch):
     kept, total = map(int, re.search(r"`heads kept (\d+)/(\d+)`", text).groups())
     assert (metrics["heads_kept"], metrics["heads_total"]) == (kept, total), "the guide's heads kept"
     assert json.loads((run / "gates.json").read_text())["gate_groups"] == "kv"
-    heads = json.loads((run / "pruned/heads.json").read_text())
+    heads = json.loads((run / "removal/heads.json").read_text())
     assert heads["kept"] == kept and heads["zeroed_query_heads"] == 0  # whole KV groups went
     assert sum(heads["kv_heads_per_layer"]) * config["num_attention_heads"] // config["num_key_value_heads"] == kept
     report = json.loads((tmp_path / "probe-reports/tiny-llama/report.json").read_text())

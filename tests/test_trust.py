@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from mtl_heads.commands import probe, prune
+from mtl_heads.commands import probe, remove
 from mtl_heads.config import ConfigError, load_config
 from mtl_heads.data.conll2012 import write_conll2012
 from mtl_heads.data.sentence import Sentence
 from mtl_heads.files import RefusedFile, UnreadableFile, load_state, load_tensors, save_state
-from mtl_heads.training.build import load_pruned, load_run
+from mtl_heads.training.build import load_removal, load_run
 from mtl_heads.training.experiment import run
 from mtl_heads.commands.train import main
 from mtl_heads.training.trainer import TrainingError
@@ -113,18 +113,18 @@ def test_truncated_run_weights_are_one_line_errors(finished_run, capsys):
     with pytest.raises(UnreadableFile, match="model.safetensors: not a complete weights file"):
         load_run(finished_run)
     for command in (lambda: probe.main([f"model={finished_run}", "probes=dep", "wandb.mode=disabled"]),
-                    lambda: prune.main([str(finished_run)])):
+                    lambda: remove.main([str(finished_run)])):
         assert command() == 2
         err = capsys.readouterr().err
         assert "model.safetensors: not a complete weights file" in err and "Traceback" not in err
 
 
-def test_truncated_pruned_weights(finished_run):
-    assert prune.main([str(finished_run), "wandb.mode=disabled"]) == 0
-    weights = finished_run / "pruned" / "pruned.safetensors"
+def test_truncated_removal_weights(finished_run):
+    assert remove.main([str(finished_run), "wandb.mode=disabled"]) == 0
+    weights = finished_run / "removal" / "removal.safetensors"
     weights.write_bytes(weights.read_bytes()[:64])
-    with pytest.raises(UnreadableFile, match="pruned.safetensors: not a complete weights file"):
-        load_pruned(finished_run / "pruned")
+    with pytest.raises(UnreadableFile, match="removal.safetensors: not a complete weights file"):
+        load_removal(finished_run / "removal")
 
 
 def test_load_tensors_names_empty_and_foreign_files(tmp_path):

@@ -140,19 +140,19 @@ def test_training_run_layout(trained, tiny_encoder_dir):
 
 
 def test_head_removal_offline_is_a_run_of_its_own_linked_to_the_training(trained, capsys):
-    """Offline, python -m mtl_heads prune logs to a run of its own (W&B cannot resume an offline run, and
+    """Offline, python -m mtl_heads remove logs to a run of its own (W&B cannot resume an offline run, and
     syncing two offline folders of one id has replaced the first's history): the training's group and tags
     plus ``removal``, the training's id in its config, its keys under removal/; the training's run is untouched."""
-    from mtl_heads.commands.prune import main
+    from mtl_heads.commands.remove import main
 
-    assert main([str(trained), f"out={trained / 'pruned'}", "wandb.mode=offline", "check_sentences=4"]) == 0
+    assert main([str(trained), f"out={trained / 'removal'}", "wandb.mode=offline", "check_sentences=4"]) == 0
     run_id = (trained / "wandb_id").read_text().strip()
     assert f"linked to the training's {run_id}" in capsys.readouterr().out
-    training, logged = read_offline_run(trained), read_offline_run(trained / "pruned")
+    training, logged = read_offline_run(trained), read_offline_run(trained / "removal")
     assert len(list((trained / "wandb").glob("offline-run-*"))) == 1  # no second folder with the training's id
     assert logged["id"] != run_id and logged["config"]["removal"]["training_run"] == run_id
-    assert logged["name"] == "seed3-pruned" and logged["group"] == training["group"] == "exp-x"
-    assert logged["job_type"] == "prune" and set(logged["tags"]) == set(training["tags"]) | {"removal"}
+    assert logged["name"] == "seed3-removal" and logged["group"] == training["group"] == "exp-x"
+    assert logged["job_type"] == "removal" and set(logged["tags"]) == set(training["tags"]) | {"removal"}
     assert logged["config"]["removal"]["run"] == str(trained) and logged["config"]["tasks"] == ["pos"]
     assert logged["summary"]["removal/heads_kept"] == 8 and logged["summary"]["removal/heads_total"] == 8
     assert logged["summary"]["removal/max_diff/reloaded"] < 1e-4
@@ -177,7 +177,7 @@ def test_head_removal_online_continues_the_training_run(trained, monkeypatch):
     monkeypatch.setattr(tracking, "start_run", lambda *args, **kwargs: calls.append((args, kwargs)))
     (trained / "wandb_step").write_text("41")
     cfg = load_saved_config(trained / "config.yaml")
-    tracking.log_head_removal(OmegaConf.create({"mode": "online", "project": "p"}), trained, cfg, trained / "pruned",
+    tracking.log_head_removal(OmegaConf.create({"mode": "online", "project": "p"}), trained, cfg, trained / "removal",
                               torch.ones(2, 4), [4, 4], {"heads_kept": 8}, {"threshold": 1e-3})
     [(args, kwargs)] = calls
     section, folder, job, config = args
@@ -188,12 +188,12 @@ def test_head_removal_online_continues_the_training_run(trained, monkeypatch):
 
 def test_head_removal_of_a_run_trained_without_wandb(trained):
     """A run without a W&B id (trained with wandb.mode=disabled) gets a removal run of its own."""
-    from mtl_heads.commands.prune import main
+    from mtl_heads.commands.remove import main
 
     (trained / "wandb_id").unlink()
-    assert main([str(trained), f"out={trained / 'pruned'}", "wandb.mode=offline", "check_sentences=4"]) == 0
-    logged = read_offline_run(trained / "pruned")
-    assert logged["name"] == "seed3-pruned" and logged["group"] == "exp-x" and logged["job_type"] == "prune"
+    assert main([str(trained), "wandb.mode=offline", "check_sentences=4"]) == 0  # into the default <run>/removal
+    logged = read_offline_run(trained / "removal")
+    assert logged["name"] == "seed3-removal" and logged["group"] == "exp-x" and logged["job_type"] == "removal"
     assert {"removal", "pos", "seed:3", "mine"} <= set(logged["tags"])
     assert logged["id"] != read_offline_run(trained)["id"] and logged["summary"]["removal/heads_kept"] == 8
 

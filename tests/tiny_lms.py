@@ -1,5 +1,5 @@
 """Tiny random decoder LMs, each built by the decoder guide's docs/guides/tiny_lm.py and saved to a folder
-(conftest's ``folders`` fixture makes them once per module); shared by the decoder LM, decoder pruning,
+(conftest's ``folders`` fixture makes them once per module); shared by the decoder LM, decoder head removal,
 ablation, attention view and causal probe tests."""
 from __future__ import annotations
 

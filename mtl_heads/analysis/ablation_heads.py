@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from mtl_heads.config import ConfigError, load_saved_config
-from mtl_heads.folders import check_run_dir, is_pruned_dir, is_run_dir
+from mtl_heads.folders import check_run_dir, is_removal_dir, is_run_dir
 from mtl_heads.model.headsets import head_name
 
 __all__ = ["HeadSource", "head_source", "stem_cell_heads", "probe_heads", "check_run"]
@@ -118,8 +118,8 @@ def check_run(run_dir: Path, heads: HeadSource, tasks: list[str]) -> np.ndarray:
     from mtl_heads.analysis.ablation import chosen_tasks, head_grid
     from mtl_heads.model.encoder import EncoderNotFound, attention_shape, encoder_config
 
-    if is_pruned_dir(run_dir) and not is_run_dir(run_dir):
-        raise ConfigError(f"config key 'run': {run_dir} is a pruned folder; ablate the run it came from "
+    if is_removal_dir(run_dir) and not is_run_dir(run_dir):
+        raise ConfigError(f"config key 'run': {run_dir} is a removal folder; ablate the run it came from "
                           f"({run_dir.parent})")
     check_run_dir(run_dir, key="run")
     saved = load_saved_config(run_dir / "config.yaml")

@@ -38,33 +38,33 @@ COUNT_METRICS = frozenset({"tokens", "words"})
 
 
 def load_trained(path: str | Path, device: str | torch.device = "cpu") -> LoadedRun:
-    """A trained model from a run folder (:func:`mtl_heads.training.build.load_run`) or from its pruned folder
-    (``runs/<run>/pruned/``, :func:`mtl_heads.training.build.load_pruned`), in eval mode on ``device``.
-    For a pruned folder, ``metrics`` and ``gates`` are those of the run it came from when it sits
-    inside it, and ``cfg`` is the pruned folder's config (``encoder.gate=none``)."""
+    """A trained model from a run folder (:func:`mtl_heads.training.build.load_run`) or from its removal folder
+    (``runs/<run>/removal/``, :func:`mtl_heads.training.build.load_removal`), in eval mode on ``device``.
+    For a removal folder, ``metrics`` and ``gates`` are those of the run it came from when it sits
+    inside it, and ``cfg`` is the removal folder's config (``encoder.gate=none``)."""
     # the model imports are deferred, as in evaluate_trained
     from mtl_heads.config import load_saved_config
     from mtl_heads.files import read_json
-    from mtl_heads.folders import is_pruned_dir, is_run_dir
-    from mtl_heads.training.build import LoadedRun, load_pruned, load_run
+    from mtl_heads.folders import is_removal_dir, is_run_dir
+    from mtl_heads.training.build import LoadedRun, load_removal, load_run
 
     path = Path(path)
     if is_run_dir(path):
         return load_run(path, device=device)
-    if is_pruned_dir(path):
-        model = load_pruned(path, device=device)
+    if is_removal_dir(path):
+        model = load_removal(path, device=device)
         parent = path.parent if is_run_dir(path.parent) else None
         return LoadedRun(path, load_saved_config(path / "config.yaml"), model, model.tasks,
                          read_json(parent / "metrics.json") if parent else None,
                          read_json(parent / "gates.json") if parent else None)
     raise ConfigError(f"{path} is neither a finished run folder (config.yaml, labels.json, model.safetensors) "
-                      "nor a pruned model folder (heads.json, config.yaml, labels.json)")
+                      "nor a removal folder (heads.json, config.yaml, labels.json; python -m mtl_heads remove)")
 
 
 def evaluate_trained(path: str | Path, data: DictConfig | None = None, split: str = "test",
                      tasks: list[str] | None = None, device: str = "auto", precision: str = "auto",
                      batch_size: int = 64, progress: bool = False, log: Callable = print) -> dict:
-    """Scores of a run folder (or its ``pruned/`` folder) on a corpus split.
+    """Scores of a run folder (or its ``removal/`` folder) on a corpus split.
 
     Args:
         path: the trained model's folder.
@@ -75,7 +75,7 @@ def evaluate_trained(path: str | Path, data: DictConfig | None = None, split: st
         log: where the data report goes.
 
     Returns: ``{"scores": {task: {metric: value}}, "sentences": {task: n}}``, ``weights_sha256`` (the digest
-    of the run's weights file scored; not for a pruned folder), and ``eval_cut`` when the data config keeps
+    of the run's weights file scored; not for a removal folder), and ``eval_cut`` when the data config keeps
     only part of the split (``load_corpus``'s ``cuts`` entry: scores not comparable with those on the whole
     split).
     """

@@ -4,7 +4,7 @@ Example::
 
     from mtl_heads.analysis.inference import Predictor
 
-    predictor = Predictor.load("runs/<run>")                   # or runs/<run>/pruned; tasks=["pos", "dep"]
+    predictor = Predictor.load("runs/<run>")                   # or runs/<run>/removal; tasks=["pos", "dep"]
     s = predictor.predict("The cat sat on the mat.")          # raw text of ONE sentence -> Sentence
     s.pos, s.entities, s.heads, s.rels, s.tree, s.predicates, s.arguments
     s = predictor.predict(["The", "cat", "sat", "."])         # one pre-tokenised sentence -> Sentence
@@ -55,7 +55,7 @@ from mtl_heads.data.errors import data_error
 from mtl_heads.data.sentence import Sentence
 from mtl_heads.data.text import check_words, tokenize_text
 from mtl_heads.folders import is_run_dir
-from mtl_heads.training.build import load_pruned, load_run, pick_device
+from mtl_heads.training.build import load_removal, load_run, pick_device
 from mtl_heads.model.precision import autocast, uses_bf16
 from mtl_heads.model.removal import HEADS
 from mtl_heads.progress import progress_bar
@@ -153,27 +153,27 @@ class Predictor:
     def load(cls, path: str | Path, device: str | torch.device = "auto", tasks=None, precision: str = "auto",
              long_policy: str = "skip") -> "Predictor":
         """A predictor from a run folder (``runs/<run>``, written by ``python -m mtl_heads.train``)
-        or a pruned folder (``runs/<run>/pruned``, written by ``python -m mtl_heads prune``).
+        or a removal folder (``runs/<run>/removal``, written by ``python -m mtl_heads remove``).
 
         ``tasks`` naming a task the model was not trained on is a ConfigError naming the key."""
         path = Path(path)
         device = pick_device(device) if isinstance(device, str) else device
         uses_bf16(device, precision)
-        heads_file = _pruned_marker()
+        heads_file = _removal_marker()
         if is_run_dir(path):
             loaded = load_run(path, device=device)
             model, cfg = loaded.model, loaded.cfg
         elif path.is_dir() and (path / heads_file).exists():
             cfg = load_saved_config(path / "config.yaml") if (path / "config.yaml").exists() else None
             attn = OmegaConf.select(cfg, "encoder.attn_implementation", default="sdpa") if cfg is not None else "sdpa"
-            model = load_pruned(path, device=device, attn_implementation=attn)
+            model = load_removal(path, device=device, attn_implementation=attn)
             if not hasattr(model, "decoders"):
-                raise ConfigError(f"{path}: a pruned encoder without task decoders; prune a trained run "
-                                  "(`python -m mtl_heads prune runs/<run>`) to predict with it")
+                raise ConfigError(f"{path}: an encoder with heads removed but without task decoders; remove the "
+                                  "heads of a trained run (`python -m mtl_heads remove runs/<run>`) to predict with it")
         else:
             raise ConfigError(f"{path} is neither a finished run folder (config.yaml, labels.json, model.safetensors) "
-                              f"nor a pruned model folder ({heads_file}); train one with `python -m mtl_heads.train` "
-                              "or prune one with `python -m mtl_heads prune runs/<run>`")
+                              f"nor a removal folder ({heads_file}); train one with `python -m mtl_heads.train` "
+                              "or write one with `python -m mtl_heads remove runs/<run>`")
         return cls(model, tasks=tasks, device=device, precision=precision, long_policy=long_policy,
                    pos_column=_pos_column(cfg), source=path, cfg=cfg)
 
@@ -327,5 +327,5 @@ def _pos_column(cfg: DictConfig | None) -> str:
     return pos_column(data) if data is not None and "format" in data else "xpos"
 
 
-def _pruned_marker() -> str:
+def _removal_marker() -> str:
     return HEADS

@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from mtl_heads.config import ConfigError, pick
 from mtl_heads.data.corpus import ROLES, load_corpus
-from mtl_heads.folders import is_probe_report, is_pruned_dir, is_run_dir
+from mtl_heads.folders import is_probe_report, is_run_dir, removal_dir
 from mtl_heads.training.build import load_run, pick_device
 from mtl_heads.model.encoder import EncoderNotFound, GatedEncoder
 from mtl_heads.model.gating import KEPT_AT, kept_count
@@ -98,20 +98,21 @@ def load_model(spec: str, device: torch.device) -> tuple[GatedEncoder, object | 
 def closed_heads(values: torch.Tensor, run: Path) -> dict[str, str]:
     """``{head name: why}`` for the heads of a run that add nothing to its output, which a probe report marks
     wherever it names them as best: ``gate closed`` (its eval gate below :data:`KEPT_AT`, as the run's
-    ``gates.json`` records), ``gate closed, removed in pruned/`` where ``python -m mtl_heads prune`` also
-    took it out of the run's ``pruned/`` model.
+    ``gates.json`` records), ``gate closed, removed in removal/`` where ``python -m mtl_heads remove`` also
+    took it out of the run's ``removal/`` model (``removed in pruned/`` for a folder written when the command
+    was called ``prune``: :func:`~mtl_heads.folders.removal_dir`).
 
     Args:
         values: the run's eval gate values, ``[layers, heads]``.
-        run: the run folder (its ``pruned/`` is read when present).
+        run: the run folder (its removal folder is read when present).
     """
-    removed = set()
-    if is_pruned_dir(run / "pruned"):
-        heads = read_heads(run / "pruned")
+    removed, folder = set(), removal_dir(run)
+    if folder is not None:
+        heads = read_heads(folder)
         removed = {(layer, head) for layer, (kept, zeroed) in
                    enumerate(zip(heads["kept_heads"], heads.get("zeroed_heads") or [[] for _ in heads["kept_heads"]]))
                    for head in range(heads["heads"]) if head not in kept or head in zeroed}
-    return {head_name(layer, head): "gate closed" + (", removed in pruned/" if (layer, head) in removed else "")
+    return {head_name(layer, head): "gate closed" + (f", removed in {folder.name}/" if (layer, head) in removed else "")
             for layer, head in (values < KEPT_AT).nonzero().tolist()}
 
 

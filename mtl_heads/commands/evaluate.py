@@ -5,7 +5,7 @@ Examples::
 
     python -m mtl_heads evaluate runs/<run>                            # the run's own test split
     python -m mtl_heads evaluate runs/<run> data=ewt split=dev         # another corpus or split
-    python -m mtl_heads evaluate runs/<run>/pruned split=test          # the pruned model
+    python -m mtl_heads evaluate runs/<run>/removal split=test         # the model with its heads removed
     python -m mtl_heads evaluate pred=out.conll gold=test.gold_conll tasks=pos,ner,dep,con,srl
 
 See ``configs/evaluate.yaml`` for every key; ``data.*`` keys are those of ``configs/train.yaml``.

@@ -5,10 +5,10 @@ Examples::
 
     python -m mtl_heads predict runs/<run> input=notes.txt out=notes.conll            # raw text, every task
     python -m mtl_heads predict runs/<run> input=notes.txt out=notes.conllu tasks=pos,dep
-    python -m mtl_heads predict runs/<run>/pruned input=test.conllu out=test.ptb      # a pruned model, trees
+    python -m mtl_heads predict runs/<run>/removal input=test.conllu out=test.ptb     # heads removed, trees
     python -m mtl_heads predict runs/<run> input=tok.txt input.tokenized=true out=tok.jsonl device=cuda
 
-RUN is a run folder or a pruned folder (``runs/<run>/pruned``). The input format follows the
+RUN is a run folder or a removal folder (``runs/<run>/removal``). The input format follows the
 input's name (``.conllu``, ``*_conll``/``.conll``, ``.jsonl``; anything else is text, one sentence
 per line, blank lines skipped) or ``input.format=``; the output format follows the output's name
 (``*_conll``/``.conll``, ``.conllu``, ``.ptb``/``.trees``, ``.jsonl``) or ``format=``. One sentence
@@ -56,7 +56,7 @@ def with_tasks(overrides: list[str]) -> list[str]:
                           "input=in.txt out=out.conll")
     saved = Path(runs[-1]) / "config.yaml"
     if not saved.is_file():
-        raise ConfigError(f"config key 'run': {runs[-1]} is not a run folder or a pruned folder (no config.yaml); "
+        raise ConfigError(f"config key 'run': {runs[-1]} is not a run folder or a removal folder (no config.yaml); "
                           "train one with `python -m mtl_heads.train`")
     return overrides + [f"tasks={','.join(load_saved_config(saved).tasks)}"]
 

@@ -6,7 +6,7 @@
 - :mod:`~mtl_heads.model.encoder`: :class:`~mtl_heads.model.encoder.GatedEncoder`, the gated pretrained encoder;
 - :mod:`~mtl_heads.model.model`: :class:`~mtl_heads.model.model.MultiTaskModel`, one encoder and a decoder per task;
 - :mod:`~mtl_heads.model.headsets`: head names (``L<layer>H<head>``) and random head sets;
-- :mod:`~mtl_heads.model.removal`: physical head removal, saving pruned models and rebuilding their encoder;
+- :mod:`~mtl_heads.model.removal`: physical head removal, saving the smaller models and rebuilding their encoder;
 - :mod:`~mtl_heads.model.sparsity`: the L0 weight or head budget that drives pruning;
 - :mod:`~mtl_heads.model.scoring`: a model's task scores as it is, and which of its heads are open.
 

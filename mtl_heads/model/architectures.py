@@ -22,7 +22,7 @@ class Adapter:
     """Dotted attribute paths of one architecture's attention modules.
 
     ``layers`` is relative to the bare ``AutoModel``; the others are relative to one layer.
-    ``query``/``key``/``value`` are for physical head pruning (slicing weights).
+    ``query``/``key``/``value`` are for physical head removal (slicing weights).
 
     ``qkv``: how Q/K/V are stored, for slicing heads out later:
 
@@ -159,7 +159,7 @@ def word_tokenizer(tokenizer, name: str):
       The tokenizer classes of Llama 3 and many others ignore the ``add_prefix_space`` argument,
       hence this edit of the backend. SentencePiece-style ``Metaspace`` tokenizers (Llama 2,
       Mistral, Gemma) already mark every pre-split word. Applying it twice changes nothing (a
-      pruned folder saves the edited tokenizer).
+      removal folder saves the edited tokenizer).
     - One without a pad token pads with its eos token (padding is masked anyway), else ValueError.
     """
     import json

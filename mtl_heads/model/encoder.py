@@ -205,7 +205,7 @@ class GatedEncoder(nn.Module):
         tokenizer: optional fast tokenizer, kept as ``self.tokenizer``. For a causal model it decides
             the DEP root: the BOS token's vector when the tokenizer puts one first, else a learnt vector.
         pool: ``auto`` (``last`` for causal models, ``mean`` for encoders), ``first``, ``last`` or ``mean``.
-        gate_groups: ``heads`` or ``kv``, what one gate stands for (kept for the record, e.g. in a pruned
+        gate_groups: ``heads`` or ``kv``, what one gate stands for (kept for the record, e.g. in a removal
             folder). Default None: ``kv`` when ``gate`` is a ``GroupedGate``, else ``heads``.
 
     ``num_heads`` counts query heads, ``num_kv_heads`` key/value heads (fewer with grouped-query
@@ -282,7 +282,8 @@ class GatedEncoder(nn.Module):
             self._hooks = self._register_hooks()
 
     def _check_widths(self) -> None:
-        """Every layer's ``W_O`` takes ``heads * head_dim`` inputs (a pruned encoder checks its own counts)."""
+        """Every layer's ``W_O`` takes ``heads * head_dim`` inputs (an encoder with heads removed checks its own
+        counts)."""
         width = self.num_heads * self.head_dim
         for i, proj in enumerate(self.out_projs):
             if _in_features(proj) != width:

@@ -1,9 +1,9 @@
-"""Physical removal of attention heads, and saving / loading pruned models.
+"""Physical removal of attention heads, and saving / loading the models whose heads were removed.
 
 A head whose deterministic gate value is below ``threshold`` (default :data:`mtl_heads.model.gating.KEPT_AT`,
 the paper's "pruned" rule) is removed by slicing the rows of Q, K and V and the
 columns of ``W_O``. The gate value ``g`` of each kept head is folded into its ``W_O`` columns, so
-the pruned model needs no gate and computes ``Concat_i(g_i * head_i) W_O`` over the kept heads:
+the model with its heads removed needs no gate and computes ``Concat_i(g_i * head_i) W_O`` over the kept heads:
 in eval mode it gives the gated model's outputs. Layers may keep different numbers of heads; a
 layer with none left skips Q/K/V and softmax altogether, and its attention sub-layer yields
 ``LayerNorm(input + W_O bias)`` (decoders: ``input + W_O bias``), exactly what the gated model
@@ -34,13 +34,14 @@ queries: those Q and K projections keep every row, and a forward hook on the nor
 heads' columns of its output (V, ``W_O``, the attention itself and the KV cache shrink; Q and K
 projections do not). Qwen3 and Gemma 3 normalise per head (``head_dim`` wide): nothing to do.
 
-Pruned folders hold the HF ``config.json`` (original head counts), the tokenizer, ``heads.json``
-(kept heads per layer, zeroed heads, KV groups) and ``pruned.safetensors``; for a multi-task model
-also the run's ``config.yaml`` and ``labels.json``. :func:`pruned_encoder` rebuilds the architecture
-from the config (no hub) and slices it the same way; :func:`mtl_heads.training.build.load_pruned` adds the
+Removal folders hold the HF ``config.json`` (original head counts), the tokenizer, ``heads.json``
+(kept heads per layer, zeroed heads, KV groups) and ``removal.safetensors`` (``heads.json`` names the file:
+``pruned.safetensors`` in folders written when the command was called ``prune``); for a multi-task
+model also the run's ``config.yaml`` and ``labels.json``. :func:`removal_encoder` rebuilds the architecture
+from the config (no hub) and slices it the same way; :func:`mtl_heads.training.build.load_removal` adds the
 decoders of a multi-task model (the task registry lives above this floor) and loads the weights strictly.
 
-The command over this module is ``python -m mtl_heads prune runs/<run> [out=FOLDER] [threshold=T]``
+The command over this module is ``python -m mtl_heads remove runs/<run> [out=FOLDER] [threshold=T]``
 (default ``KEPT_AT``).
 """
 from __future__ import annotations
@@ -60,18 +61,18 @@ from mtl_heads.files import atomic_write_text, read_json, save_tensors, write_js
 from mtl_heads.model.gating import KEPT_AT
 from mtl_heads.model.model import MultiTaskModel
 
-__all__ = ["PRUNABLE", "DECODERS", "LayerConfig", "PrunedEncoder", "removal_plan",
-           "remove_heads", "prune_encoder", "prune_model", "count_parameters", "attention_parameters", "save_pruned",
-           "read_heads", "pruned_encoder", "compare_outputs"]
+__all__ = ["REMOVABLE", "DECODERS", "LayerConfig", "HeadsRemovedEncoder", "removal_plan",
+           "remove_heads", "remove_encoder_heads", "remove_model_heads", "count_parameters", "attention_parameters",
+           "save_removal", "read_heads", "removal_encoder", "compare_outputs"]
 
-WEIGHTS = "pruned.safetensors"  # not model.safetensors: a pruned folder is not a run folder for load_run
+WEIGHTS = "removal.safetensors"  # not model.safetensors: a removal folder is not a run folder for load_run
 HEADS = "heads.json"
 
-# decoder-only model types checked with eager and SDPA attention (tests/test_decoder_prune.py)
+# decoder-only model types checked with eager and SDPA attention (tests/test_decoder_removal.py)
 DECODERS = {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "olmo", "olmo2", "olmo3",
             "phi3", "gpt2"}
 # model types whose attention infers the head count from the tensor (view(..., -1, head_dim)).
-PRUNABLE = {"bert", "roberta", "xlm-roberta", "electra", "distilbert"} | DECODERS
+REMOVABLE = {"bert", "roberta", "xlm-roberta", "electra", "distilbert"} | DECODERS
 _WHY_NOT = {
     "deberta-v2": "its disentangled attention reshapes by num_attention_heads and also projects the "
                   "relative-position embeddings with Q/K (pos_key_proj/pos_query_proj would need slicing too)",
@@ -86,11 +87,11 @@ _WIDTH_ATTRS = ("all_head_size", "split_size")
 _WHOLE_WIDTH_NORMS = {"q_norm": "q", "k_norm": "kv"}
 
 
-def _check_prunable(model_type: str) -> None:
-    if model_type not in PRUNABLE:
+def _check_removable(model_type: str) -> None:
+    if model_type not in REMOVABLE:
         why = _WHY_NOT.get(model_type, "it was not checked")
         raise ValueError(f"physical head removal does not support model_type {model_type!r}: {why}. "
-                         f"Supported model types: {sorted(PRUNABLE)}")
+                         f"Supported model types: {sorted(REMOVABLE)}")
 
 
 # ---------------------------------------------------------------------- which heads go
@@ -235,7 +236,7 @@ def remove_heads(layer: nn.Module, adapter: Adapter, kept: list[int], head_dim: 
     """Remove every head of ``layer`` but ``kept``, in place.
 
     Args:
-        layer: one Transformer layer (an element of ``model.<adapter.layers>``), not pruned before.
+        layer: one Transformer layer (an element of ``model.<adapter.layers>``), no head of it removed before.
         adapter: where Q, K, V and ``W_O`` live (``mtl_heads.model.encoder.ADAPTERS``).
         kept: indices of the query heads to keep, ascending; with ``group_size > 1`` whole KV groups
             (query head ``h`` is in group ``h // group_size``).
@@ -344,8 +345,8 @@ def _remove_heads_from_model(model: transformers.PreTrainedModel, kept_heads: li
         remove_heads(layer, adapter, kept, head_dim, None if gates is None else gates[i], group_size, model.config)
 
 
-# ---------------------------------------------------------------------- the pruned encoder
-class PrunedEncoder(GatedEncoder):
+# ---------------------------------------------------------------------- the encoder with its heads removed
+class HeadsRemovedEncoder(GatedEncoder):
     """A gate-less ``GatedEncoder`` whose removed heads are physically gone.
 
     Args:
@@ -353,7 +354,7 @@ class PrunedEncoder(GatedEncoder):
         kept_heads: per layer, the original indices of the query heads left in the weights.
         head_dim: width of one head.
         tokenizer: optional fast tokenizer.
-        threshold, gates: provenance kept for ``heads.json`` (the pruning threshold and the
+        threshold, gates: provenance kept for ``heads.json`` (the removal threshold and the
             ``[layers, heads]`` gate values folded in), or None.
         zeroed_heads: per layer, the heads of ``kept_heads`` whose ``W_O`` columns are 0 (pruned inside
             a KV group that keeps other heads). Default: none.
@@ -370,7 +371,7 @@ class PrunedEncoder(GatedEncoder):
     def __init__(self, model: transformers.PreTrainedModel, kept_heads: list[list[int]], head_dim: int,
                  tokenizer=None, threshold: float | None = None, gates: torch.Tensor | None = None,
                  zeroed_heads: list[list[int]] | None = None, pool: str = "auto", gate_groups: str = "heads"):
-        _check_prunable(model.config.model_type)
+        _check_removable(model.config.model_type)
         super().__init__(model, gate=None, tokenizer=tokenizer, pool=pool, gate_groups=gate_groups)
         self.head_dim = head_dim
         self.kept_heads = [list(map(int, kept)) for kept in kept_heads]
@@ -378,7 +379,7 @@ class PrunedEncoder(GatedEncoder):
         self.kv_heads_per_layer = [n // self.group_size for n in self.heads_per_layer]
         self.zeroed_heads = [sorted(map(int, z)) for z in (zeroed_heads or [[] for _ in self.kept_heads])]
         self.threshold = threshold
-        self.pruned_from_gates = None if gates is None else torch.as_tensor(gates).detach().cpu()
+        self.removal_gates = None if gates is None else torch.as_tensor(gates).detach().cpu()
         if len(self.zeroed_heads) != self.num_layers or any(not set(z) <= set(k) for z, k in
                                                             zip(self.zeroed_heads, self.kept_heads)):
             raise ValueError("zeroed_heads must list, per layer, some of that layer's kept heads")
@@ -407,10 +408,10 @@ class PrunedEncoder(GatedEncoder):
         return args
 
     def replace_heads(self, heads: torch.Tensor, value=None):
-        """Not for a pruned encoder: its layers keep different heads, and its hook only captures.
-        Ablate heads of the gated run the pruned folder came from."""
-        raise NotImplementedError("replace_heads: a pruned encoder has no full head grid; ablate the heads of "
-                                  "the run it was pruned from")
+        """Not for an encoder with heads removed: its layers keep different heads, and its hook only captures.
+        Ablate heads of the gated run the removal folder came from."""
+        raise NotImplementedError("replace_heads: an encoder with heads removed has no full head grid; ablate the "
+                                  "heads of the run they were removed from")
 
     def gate_values(self) -> torch.Tensor:
         """``[layers, heads]``: 1 for a kept head (its gate is folded into ``W_O``), 0 for a removed or zeroed one."""
@@ -430,9 +431,9 @@ def _copy_model(encoder: GatedEncoder) -> transformers.PreTrainedModel:
         encoder._hooks = encoder._register_hooks() if encoder._hooks else []
 
 
-def prune_encoder(encoder: GatedEncoder, threshold: float = KEPT_AT,
-                  values: torch.Tensor | None = None) -> PrunedEncoder:
-    """A pruned copy of ``encoder``: heads below ``threshold`` removed, the others' gates folded in.
+def remove_encoder_heads(encoder: GatedEncoder, threshold: float = KEPT_AT,
+                         values: torch.Tensor | None = None) -> HeadsRemovedEncoder:
+    """A copy of ``encoder`` with its heads below ``threshold`` removed, the others' gates folded in.
 
     Args:
         encoder: the gated encoder; it is left unchanged.
@@ -445,9 +446,9 @@ def prune_encoder(encoder: GatedEncoder, threshold: float = KEPT_AT,
     In eval mode the result's outputs equal ``encoder``'s (up to float rounding, and up to the
     removed heads whose gate lay in ``(0, threshold)``).
     """
-    if isinstance(encoder, PrunedEncoder):
-        raise ValueError("this encoder is already pruned; prune the gated encoder it came from")
-    _check_prunable(encoder.model.config.model_type)
+    if isinstance(encoder, HeadsRemovedEncoder):
+        raise ValueError("this encoder's heads are already removed; remove those of the gated encoder it came from")
+    _check_removable(encoder.model.config.model_type)
     values = encoder.gate_values() if values is None else torch.as_tensor(values)
     values = values.detach().float().cpu()  # [layers, heads]
     if tuple(values.shape) != (encoder.num_layers, encoder.num_heads):
@@ -457,22 +458,24 @@ def prune_encoder(encoder: GatedEncoder, threshold: float = KEPT_AT,
     model = _copy_model(encoder)
     _remove_heads_from_model(model, kept, encoder.head_dim, scale)
     with torch.random.fork_rng(devices=[]):  # a learnt root vector is drawn, then overwritten below
-        pruned = PrunedEncoder(model, kept, encoder.head_dim, tokenizer=encoder.tokenizer, threshold=threshold,
-                               gates=values, zeroed_heads=zeroed, pool=encoder.pool, gate_groups=encoder.gate_groups)
+        removed = HeadsRemovedEncoder(model, kept, encoder.head_dim, tokenizer=encoder.tokenizer, threshold=threshold,
+                                      gates=values, zeroed_heads=zeroed, pool=encoder.pool,
+                                      gate_groups=encoder.gate_groups)
     if encoder.root_embedding is not None:
         with torch.no_grad():
-            pruned.root_embedding.copy_(encoder.root_embedding)
-    return pruned
+            removed.root_embedding.copy_(encoder.root_embedding)
+    return removed
 
 
-def prune_model(model: nn.Module, threshold: float = KEPT_AT, values: torch.Tensor | None = None) -> nn.Module:
-    """A ``MultiTaskModel`` with the pruned encoder (:func:`prune_encoder`) and copies of the decoders."""
-    encoder = prune_encoder(model.encoder, threshold, values)
+def remove_model_heads(model: nn.Module, threshold: float = KEPT_AT, values: torch.Tensor | None = None) -> nn.Module:
+    """A ``MultiTaskModel`` with the encoder's heads removed (:func:`remove_encoder_heads`) and copies of the
+    decoders."""
+    encoder = remove_encoder_heads(model.encoder, threshold, values)
     with torch.random.fork_rng(devices=[]):  # building decoders must not move the caller's random stream
-        pruned = MultiTaskModel(encoder, model.tasks)
-    pruned.decoders.load_state_dict(model.decoders.state_dict())
+        removed = MultiTaskModel(encoder, model.tasks)
+    removed.decoders.load_state_dict(model.decoders.state_dict())
     device = next(model.parameters()).device
-    return pruned.to(device).train(model.training)
+    return removed.to(device).train(model.training)
 
 
 def count_parameters(module: nn.Module) -> int:
@@ -498,22 +501,23 @@ def _encoder_of(obj: nn.Module) -> GatedEncoder:
     return obj.encoder if isinstance(getattr(obj, "encoder", None), GatedEncoder) else obj
 
 
-def save_pruned(obj: nn.Module, folder: str | Path, cfg: DictConfig | None = None) -> Path:
-    """Write a pruned encoder or multi-task model to ``folder``; returns the folder.
+def save_removal(obj: nn.Module, folder: str | Path, cfg: DictConfig | None = None) -> Path:
+    """Write an encoder with heads removed, or a multi-task model holding one, to ``folder``; returns the folder.
 
     Args:
-        obj: a :class:`PrunedEncoder`, or a ``MultiTaskModel`` whose encoder is one.
+        obj: a :class:`HeadsRemovedEncoder`, or a ``MultiTaskModel`` whose encoder is one.
         folder: created if missing; files of the same names are overwritten.
         cfg: the run config, needed for a ``MultiTaskModel`` (saved as ``config.yaml`` with
-            ``encoder.gate=none``), so that :func:`mtl_heads.training.build.load_pruned` rebuilds the decoders).
+            ``encoder.gate=none``), so that :func:`mtl_heads.training.build.load_removal` rebuilds the decoders).
     """
     encoder = _encoder_of(obj)
-    if not isinstance(encoder, PrunedEncoder):
-        raise TypeError(f"save_pruned needs a PrunedEncoder or a model holding one, got {type(encoder).__name__}; "
-                        "prune it first with prune_encoder / prune_model")
+    if not isinstance(encoder, HeadsRemovedEncoder):
+        raise TypeError(f"save_removal needs a HeadsRemovedEncoder or a model holding one, got "
+                        f"{type(encoder).__name__}; remove its heads first with remove_encoder_heads or "
+                        "remove_model_heads")
     multitask = encoder is not obj
     if multitask and cfg is None:
-        raise ValueError("save_pruned: a multi-task model needs cfg= (the run config) to be loaded back")
+        raise ValueError("save_removal: a multi-task model needs cfg= (the run config) to be loaded back")
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     model = encoder.model
@@ -527,7 +531,7 @@ def save_pruned(obj: nn.Module, folder: str | Path, cfg: DictConfig | None = Non
              "zeroed_heads": encoder.zeroed_heads, "zeroed_query_heads": encoder.zeroed_query_heads,
              "kept": encoder.heads_kept, "threshold": encoder.threshold, "gate_groups": encoder.gate_groups,
              "pool": encoder.pool, "pooler": getattr(model, "pooler", None) is not None, "weights": WEIGHTS,
-             "gates": None if encoder.pruned_from_gates is None else encoder.pruned_from_gates.tolist()}
+             "gates": None if encoder.removal_gates is None else encoder.removal_gates.tolist()}
     write_json(folder / HEADS, heads)
     if multitask:
         cfg = copy.deepcopy(cfg)
@@ -541,13 +545,13 @@ def save_pruned(obj: nn.Module, folder: str | Path, cfg: DictConfig | None = Non
 
 
 def read_heads(folder: Path) -> dict:
-    """A pruned folder's heads.json (what :func:`save_pruned` wrote), checked: its keys, the kept and zeroed
-    heads, a model type this module can prune. Raises ``ConfigError`` naming the file."""
+    """A removal folder's heads.json (what :func:`save_removal` wrote), checked: its keys, the kept and zeroed
+    heads, a model type whose heads this module can remove. Raises ``ConfigError`` naming the file."""
     path = folder / HEADS
     heads = read_json(path)
     if heads is None:
-        raise ConfigError(f"{folder} is not a pruned model folder (no {HEADS}); write one with "
-                          "`python -m mtl_heads prune runs/<run>`")
+        raise ConfigError(f"{folder} is not a removal folder (no {HEADS}); write one with "
+                          "`python -m mtl_heads remove runs/<run>`")
     for key in ("kind", "model_type", "layers", "heads", "head_dim", "kept_heads"):
         if key not in heads:
             raise ConfigError(f"{path}: missing key '{key}'")
@@ -563,7 +567,7 @@ def read_heads(folder: Path) -> dict:
     for key, valid in (("pool", POOLING), ("gate_groups", GATE_GROUPS)):
         if heads.get(key, valid[0]) not in valid:
             raise ConfigError(f"{path}: '{key}' must be one of {', '.join(valid)}, got {heads[key]!r}")
-    _check_prunable(heads["model_type"])
+    _check_removable(heads["model_type"])
     return heads
 
 
@@ -591,13 +595,13 @@ def _load_tokenizer(folder: Path, model_type: str):
     return word_tokenizer(tokenizer, str(folder))
 
 
-def pruned_encoder(folder: Path, heads: dict, attn_implementation: str = "sdpa") -> PrunedEncoder:
-    """The pruned encoder that ``heads`` (a pruned folder's heads.json, :func:`read_heads`) describes, built
-    from ``folder``'s config.json and tokenizer; its weights are not loaded
-    (:func:`mtl_heads.training.build.load_pruned` loads them, with the decoders of a multi-task model).
+def removal_encoder(folder: Path, heads: dict, attn_implementation: str = "sdpa") -> HeadsRemovedEncoder:
+    """The encoder with heads removed that ``heads`` (a removal folder's heads.json, :func:`read_heads`)
+    describes, built from ``folder``'s config.json and tokenizer; its weights are not loaded
+    (:func:`mtl_heads.training.build.load_removal` loads them, with the decoders of a multi-task model).
 
     Args:
-        folder: the pruned model folder.
+        folder: the removal folder.
         heads: its heads.json, checked.
         attn_implementation: ``sdpa`` (falls back to eager where unsupported) or ``eager``. Default: sdpa.
     """
@@ -607,11 +611,11 @@ def pruned_encoder(folder: Path, heads: dict, attn_implementation: str = "sdpa")
     except ValueError as err:  # not whole KV groups
         raise ConfigError(f"{folder / HEADS}: 'kept_heads': {err}") from None
     gates = heads.get("gates")
-    return PrunedEncoder(model, heads["kept_heads"], heads["head_dim"],
-                         tokenizer=_load_tokenizer(folder, heads["model_type"]), threshold=heads.get("threshold"),
-                         gates=None if gates is None else torch.tensor(gates),
-                         zeroed_heads=heads.get("zeroed_heads"), pool=heads.get("pool", "auto"),
-                         gate_groups=heads.get("gate_groups", "heads"))
+    return HeadsRemovedEncoder(model, heads["kept_heads"], heads["head_dim"],
+                               tokenizer=_load_tokenizer(folder, heads["model_type"]), threshold=heads.get("threshold"),
+                               gates=None if gates is None else torch.tensor(gates),
+                               zeroed_heads=heads.get("zeroed_heads"), pool=heads.get("pool", "auto"),
+                               gate_groups=heads.get("gate_groups", "heads"))
 
 
 # ---------------------------------------------------------------------- checking

@@ -12,7 +12,8 @@ pooled. The table has one row per setting:
   (the task's main metric: pos accuracy, ner f1, dep las, con f1, srl f1); ``dev score`` and
   ``test score`` (the run's mean over its tasks; the tables shown leave them out, saying why, where the
   settings train different tasks: :func:`mixed_tasks`); ``heads kept`` and ``seconds`` (training time);
-  ``pruned heads`` and ``pruned params`` when a run has a ``pruned/`` folder (``python -m mtl_heads prune``);
+  ``heads after removal`` and ``params after removal`` when a run has a removal folder (``python -m mtl_heads
+  remove``: ``removal/``, or ``pruned/`` where the command was called ``prune``);
 - each number as mean and sample standard deviation (ddof 1; blank with one seed);
 - then the config keys (dotted, e.g. ``train.lr_encoder``) whose values differ between settings; the
   terminal and ``compare.md`` show them as a legend under the table (:func:`config_legend`: per setting
@@ -45,6 +46,7 @@ import pandas as pd
 
 from mtl_heads.config import ConfigError
 from mtl_heads.files import UnreadableFile, read_json
+from mtl_heads.folders import OLD_REMOVAL_WEIGHTS, removal_dir
 from mtl_heads.figures.plots import new_figure, wrap_label
 from mtl_heads.reports.curves import curve_points, learning_curves, main_metric, plot_learning_curves
 from mtl_heads.model.gating import KEPT_AT
@@ -79,15 +81,17 @@ def _encoder_params(weights: Path) -> int:
         raise UnreadableFile(f"{weights}: not a complete safetensors file ({err}); it may be truncated") from None
 
 
-def _pruned_info(run: Path) -> dict:
-    """``pruned heads`` and ``pruned params`` of ``run/pruned`` (written by ``python -m mtl_heads prune``)."""
-    heads = read_json(run / "pruned" / "heads.json")
+def _removal_info(run: Path) -> dict:
+    """``heads after removal`` and ``params after removal`` of the run's removal folder (written by ``python -m
+    mtl_heads remove``; :func:`~mtl_heads.folders.removal_dir`)."""
+    folder = removal_dir(run)
+    heads = read_json(folder / "heads.json") if folder else None
     if not heads:
         return {}
-    info = {"pruned heads": heads.get("kept", sum(len(k) for k in heads.get("kept_heads", [])))}
-    weights = run / "pruned" / heads.get("weights", "pruned.safetensors")
+    info = {"heads after removal": heads.get("kept", sum(len(k) for k in heads.get("kept_heads", [])))}
+    weights = folder / heads.get("weights", OLD_REMOVAL_WEIGHTS)  # no "weights": written as prune (old records)
     if weights.exists():
-        info["pruned params"] = _encoder_params(weights)
+        info["params after removal"] = _encoder_params(weights)
     return info
 
 
@@ -121,7 +125,7 @@ def read_run_row(path: Path, notes: list[Note] | None = None) -> tuple[dict, dic
 
     The row holds ``run`` (the folder), ``seed``, ``tasks``, ``prune``, per task ``dev <task> <metric>``
     and ``test <task> <metric>``, ``dev score``, ``test score``, ``heads kept``, ``heads total``,
-    ``seconds`` and, when present, ``pruned heads`` / ``pruned params``. Missing keys are left out
+    ``seconds`` and, when present, ``heads after removal`` / ``params after removal``. Missing keys are left out
     (older runs); a broken config.yaml or metrics.json is a ``ConfigError`` naming it. A broken
     gates.json is not: the heads then come from metrics.json alone (NaN when it has none).
 
@@ -153,7 +157,7 @@ def read_run_row(path: Path, notes: list[Note] | None = None) -> tuple[dict, dic
         row[f"{role} score"] = _number(metrics.get(f"{role}_mean"))
     row["heads kept"], row["heads total"] = _heads(metrics, _gates_or_none(path, notes))
     row["seconds"] = _number(metrics.get("seconds"))
-    row.update(_pruned_info(path))
+    row.update(_removal_info(path))
     return row, flatten_config(cfg)
 
 
@@ -276,12 +280,13 @@ def _ordered(columns: list[str]) -> list[str]:
         return (0 if column in ("setting", "run", "seed", "tasks", "prune") or column not in numbers else 5), 0
 
     numbers = {c for c in columns if c.startswith(("dev ", "test ")) or c in ("heads kept", "heads total", "seconds",
-                                                                            "pruned heads", "pruned params")}
+                                                                            "heads after removal",
+                                                                            "params after removal")}
     return sorted(columns, key=rank)  # stable: tasks keep their first-seen order
 
 
 def number_columns(runs: pd.DataFrame) -> list[str]:
-    """The numeric columns of a run table (scores, heads, seconds, pruned) that hold a value."""
+    """The numeric columns of a run table (scores, heads, seconds, removal) that hold a value."""
     identity = {"setting", "run", "seed", "tasks", "prune", "heads total", *runs.attrs.get("config_columns", [])}
     return [c for c in runs.columns if c not in identity and runs[c].notna().any()]
 
@@ -338,7 +343,7 @@ def _format(mean: float, std: float, digits: int) -> str:
 def _digits(column: str) -> int:
     if column.startswith(("dev ", "test ")):
         return SCORE_DIGITS
-    return 0 if column == "pruned params" else 1
+    return 0 if column == "params after removal" else 1
 
 
 def format_summary(summary: pd.DataFrame) -> pd.DataFrame:

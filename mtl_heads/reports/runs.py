@@ -32,7 +32,9 @@ IGNORED_KEYS = ("seed", "seeds", "run_dir", "experiment", "wandb", "resume", "tr
 
 # --- finding runs ------------------------------------------------------------------------------
 MAX_DEPTH = 4  # folders searched below a folder given: runs/<group>/<experiment>/seed<N> is depth 3
-SKIP_DIRS = {"wandb", "checkpoint", "checkpoint.prev", "pruned", "__pycache__", "node_modules", "site-packages"}
+# removal folders: "removal", and "pruned" where the command was called prune (old runs)
+SKIP_DIRS = {"wandb", "checkpoint", "checkpoint.prev", "removal", "pruned", "__pycache__", "node_modules",
+             "site-packages"}
 
 
 @dataclass
@@ -51,7 +53,7 @@ def walk_runs(folder: Path, is_run=is_finished_run, is_unfinished=is_unfinished_
     """(runs, unfinished runs, notes) at any depth up to ``max_depth`` below ``folder``.
 
     A run folder is taken whole (nothing below it is searched); hidden folders and W&B, checkpoint
-    and pruned folders are not searched. Probe reports and probe comparisons found on the way get a
+    and removal folders are not searched. Probe reports and probe comparisons found on the way get a
     note (they are not runs), unless their kind is in ``own_kinds`` (the caller uses them); so do
     folders with runs deeper than ``max_depth``.
     """

@@ -1,6 +1,6 @@
 """One home for building a model: from a config (train, probe, predict), from a run folder
-(prune, probe, predict, evaluate, static pruning's ``init=``) or from a pruned folder
-(:func:`load_pruned`, what ``python -m mtl_heads prune`` wrote).
+(remove, probe, predict, evaluate, static pruning's ``init=``) or from a removal folder
+(:func:`load_removal`, what ``python -m mtl_heads remove`` wrote).
 
 Above the task registry (a run's decoders are rebuilt from its config), so not in :mod:`mtl_heads.model`,
 which the tasks import.
@@ -18,16 +18,16 @@ from omegaconf import DictConfig, OmegaConf
 
 from mtl_heads.config import ConfigError, load_saved_config
 from mtl_heads.files import file_sha256, load_numpy, load_tensors, read_json
-from mtl_heads.folders import check_run_dir
+from mtl_heads.folders import OLD_REMOVAL_WEIGHTS, check_run_dir
 from mtl_heads.model.encoder import EncoderNotFound, GatedEncoder
 from mtl_heads.model.gating import GateMaskError
 from mtl_heads.model.model import MultiTaskModel
-from mtl_heads.model.removal import HEADS, WEIGHTS, pruned_encoder, read_heads
+from mtl_heads.model.removal import HEADS, read_heads, removal_encoder
 from mtl_heads.model.sparsity import prune_mode
 from mtl_heads.training.taskset import tasks_with_labels
 
 __all__ = ["build_encoder", "gate_init_mean", "load_gate_mask", "pick_device", "LoadedRun",
-           "load_run_weights", "load_run", "load_pruned"]
+           "load_run_weights", "load_run", "load_removal"]
 
 
 # --- from a config ----------------------------------------------------------------------------
@@ -112,7 +112,7 @@ class LoadedRun:
 
     cfg: the run's saved config; model: the ``MultiTaskModel`` with the best weights, in eval mode;
     tasks: ``{name: Task}`` with the saved label vocabularies; metrics/gates: the saved JSON (or None);
-    weights_sha256: the SHA-256 of the weights file read (``model.safetensors``; None for a pruned folder),
+    weights_sha256: the SHA-256 of the weights file read (``model.safetensors``; None for a removal folder),
     which whatever reports on the model records, so that it names the weights it read.
     """
 
@@ -169,30 +169,33 @@ def load_run(path: str | Path, device: str | torch.device = "cpu", gate: str | N
                      file_sha256(path / "model.safetensors"))
 
 
-# --- from a pruned folder ---------------------------------------------------------------------
-def load_pruned(folder: str | Path, device: str | torch.device = "cpu",
-                attn_implementation: str = "sdpa") -> torch.nn.Module:
-    """Load what :func:`mtl_heads.model.removal.save_pruned` wrote, in eval mode.
+# --- from a removal folder --------------------------------------------------------------------
+def load_removal(folder: str | Path, device: str | torch.device = "cpu",
+                 attn_implementation: str = "sdpa") -> torch.nn.Module:
+    """Load what :func:`mtl_heads.model.removal.save_removal` wrote, in eval mode.
 
     Args:
-        folder: the pruned model folder.
+        folder: the removal folder (``python -m mtl_heads remove``'s output; one written when the command
+            was called ``prune`` loads too).
         device: where the model goes. Default: cpu.
         attn_implementation: ``sdpa`` (falls back to eager where unsupported) or ``eager``. Default: sdpa.
 
     Returns:
-        a :class:`mtl_heads.model.removal.PrunedEncoder`, or a ``MultiTaskModel`` (usable with
+        a :class:`mtl_heads.model.removal.HeadsRemovedEncoder`, or a ``MultiTaskModel`` (usable with
         ``model.decode(batch, task)``) when the folder holds a multi-task model.
     """
     folder = Path(folder)
     heads = read_heads(folder)
-    weights = folder / heads.get("weights", WEIGHTS)
+    # heads.json names its weights file (removal.safetensors); one without the key is older than the
+    # rename of prune to remove (old records), whose weights are pruned.safetensors
+    weights = folder / heads.get("weights", OLD_REMOVAL_WEIGHTS)
     if not weights.exists():
         raise ConfigError(f"{folder}: weights file {weights.name} is missing")
-    obj = encoder = pruned_encoder(folder, heads, attn_implementation)
+    obj = encoder = removal_encoder(folder, heads, attn_implementation)
     if heads["kind"] == "multitask":
         for name in ("config.yaml", "labels.json"):
             if not (folder / name).exists():
-                raise ConfigError(f"{folder}: {name} is missing (a pruned multi-task model needs it)")
+                raise ConfigError(f"{folder}: {name} is missing (a multi-task model with heads removed needs it)")
         obj = MultiTaskModel(encoder, tasks_with_labels(load_saved_config(folder / "config.yaml"), folder / "labels.json"))
     try:
         obj.load_state_dict(load_tensors(weights))

@@ -1,7 +1,7 @@
 """The task set of a config: its decoders (``tasks=``, ``task.<name>.*``), and for a trained run
 with the label vocabularies saved in its ``labels.json``.
 
-Below :mod:`mtl_heads.training.build`, which rebuilds a run's tasks (of a run folder or a pruned one); no model here.
+Below :mod:`mtl_heads.training.build`, which rebuilds a run's tasks (of a run folder or a removal folder); no model here.
 """
 from __future__ import annotations
 

@@ -1,15 +1,15 @@
 """Weights & Biases logging with one layout for every command: config, per-epoch metrics, gates.
 
-Every W&B run made by this project (``python -m mtl_heads.train``, ``python -m mtl_heads prune``,
+Every W&B run made by this project (``python -m mtl_heads.train``, ``python -m mtl_heads remove``,
 ``python -m mtl_heads probe``) is started by :func:`start_run` and so has:
 
 - name: the run (or report) folder's name unless ``wandb.name`` is set;
 - group: the experiment (config ``experiment``; without one, the setting name ``pos-ner``,
-  ``dep-dynamic``), so the seeds of one setting and their pruned models and probes sit together;
+  ``dep-dynamic``), so the seeds of one setting and their head removals and probes sit together;
 - job_type: ``train`` (plain training), ``prune`` (training with gates pruned, ``prune.mode`` static
-  or dynamic), ``probe``; the head removal of ``python -m mtl_heads prune`` continues its training run's
-  W&B run online, and offline is a run of its own linked to it (:func:`log_head_removal`; tagged
-  ``removal``, its keys under ``removal/``);
+  or dynamic), ``probe``; the head removal of ``python -m mtl_heads remove`` continues its training run's
+  W&B run online, and offline is a run of its own linked to it (job type ``removal``,
+  :func:`log_head_removal`; tagged ``removal``, its keys under ``removal/``);
 - tags: ``wandb.tags`` plus the tasks, ``stl``/``mtl``, ``prune:<mode>``, ``encoder:<name>``, ``seed:<n>``;
 - config: the run folder's resolved config.
 
@@ -22,7 +22,7 @@ when ``WANDB_API_KEY`` is set and offline otherwise (no key needed; upload later
 ``wandb sync <folder>/wandb/offline-run-*``); ``disabled`` turns it off. The W&B run id is kept in
 the run folder (``wandb_id``, and the last step logged in ``wandb_step``) so that a resumed run (and,
 online, the head removal) continues the same W&B run. When an offline run finishes, the
-command prints where it went (:func:`offline_message`, the one place for train, prune and probe):
+command prints where it went (:func:`offline_message`, the one place for train, remove and probe):
 ``W&B: offline run written to <folder>; upload with `wandb sync <folder>```.
 """
 from __future__ import annotations
@@ -43,7 +43,7 @@ from mtl_heads.model.gating import kept_count
 from mtl_heads.model.sparsity import prune_mode
 
 MODES = ("auto", "online", "offline", "disabled")
-JOB_TYPES = ("train", "prune", "probe")
+JOB_TYPES = ("train", "prune", "removal", "probe")  # prune: training with pruning; removal: a head removal's own run
 ID_FILE = "wandb_id"      # in a run folder: its W&B run id
 STEP_FILE = "wandb_step"  # in a run folder: the last step its training logged (the removal logs after it)
 
@@ -90,7 +90,7 @@ def start_run(wandb_cfg, folder: Path, job: str, config: dict, run_cfg=None, nam
     Args:
         wandb_cfg: a ``wandb`` config section (mode, project, entity, name, tags).
         folder: the output folder; W&B files go to ``folder/wandb``.
-        job: ``train``, ``prune`` or ``probe``.
+        job: ``train``, ``prune``, ``removal`` or ``probe``.
         config: the W&B run config (the run folder's resolved config, plus the command's options).
         run_cfg: the training run's config that names group and tags (tasks, prune mode, encoder,
             seed); None (e.g. a probe of a pretrained encoder): group ``<job>``, tags ``wandb.tags``.
@@ -125,7 +125,7 @@ def offline_message(folder: Path) -> str:
 def tell_when_finished(run, log=print) -> None:
     """Make ``run.finish()`` of an offline W&B run print :func:`offline_message` (once) after it
     finishes. :func:`start_run` does this for every run, so train (:meth:`Tracker.finish`), the
-    head removal of prune and the probe all say where their offline run went."""
+    head removal (remove) and the probe all say where their offline run went."""
     if run is None or not getattr(run, "offline", False):
         return
     folder = Path(run.dir).parent  # run.dir is <folder>/wandb/offline-run-<time>-<id>/files
@@ -227,14 +227,14 @@ class Tracker:
 
 def log_head_removal(wandb_cfg, run_path: Path, run_cfg, out: Path, gates: torch.Tensor,
                      heads_per_layer: list[int], numbers: dict, options: dict) -> str | None:
-    """Log ``python -m mtl_heads prune``; returns the W&B run id (None when disabled or when W&B fails,
-    which is reported on stderr: the pruned folder is written either way).
+    """Log ``python -m mtl_heads remove``; returns the W&B run id (None when disabled or when W&B fails,
+    which is reported on stderr: the removal folder is written either way).
 
     Online, the training's W&B run (``run_path/wandb_id``) is continued (``resume="allow"``, W&B files
     in ``run_path/wandb``) with the training's project, entity, name, group, job type and tags, plus the
     tag ``removal``: one run holds the training and its head removal. Offline, and for a run trained
-    without W&B, the removal gets a run of its own in ``out/wandb`` (job type ``prune``, name
-    ``<run>-pruned``, the training's group and tags plus ``removal``, the training's id in the config's
+    without W&B, the removal gets a run of its own in ``out/wandb`` (job type ``removal``, name
+    ``<run>-removal``, the training's group and tags plus ``removal``, the training's id in the config's
     ``removal.training_run``): W&B cannot resume an offline run, and ``wandb sync`` of a second offline
     folder with the same id has replaced the first's history (wandb/wandb#3841, #5865), which would
     lose the training's curves. Either way the config gains ``removal`` (the command's ``options``,
@@ -248,7 +248,7 @@ def log_head_removal(wandb_cfg, run_path: Path, run_cfg, out: Path, gates: torch
             project only for a run of its own (a continued run stays in the training's project).
         run_path: the trained run folder; run_cfg: its config (the W&B config, under ``removal``
             the command's ``options`` and ``run_path``).
-        out: the pruned model folder.
+        out: the removal folder.
         gates: the run's gate values ``[layers, heads]`` (logged as ``removal/gates/table`` and ``.../heatmap``).
         heads_per_layer: heads kept in each layer (logged as the table ``removal/heads_per_layer``).
         numbers: scalars for the summary (heads kept, parameter counts, output differences).
@@ -271,7 +271,7 @@ def log_head_removal(wandb_cfg, run_path: Path, run_cfg, out: Path, gates: torch
                             extra_tags=("removal",), run_id=training_id)
         else:
             step = None
-            run = start_run(wandb_cfg, out, "prune", config, run_cfg=run_cfg, name=f"{run_path.name}-pruned",
+            run = start_run(wandb_cfg, out, "removal", config, run_cfg=run_cfg, name=f"{run_path.name}-removal",
                             extra_tags=("removal",))
         if run is None:
             return None
@@ -285,7 +285,7 @@ def log_head_removal(wandb_cfg, run_path: Path, run_cfg, out: Path, gates: torch
             return run.id
         finally:
             run.finish()
-    except Exception as err:  # noqa: BLE001 -- W&B's own errors (no network, bad key) must not undo the pruning
+    except Exception as err:  # noqa: BLE001 -- W&B's own errors (no network, bad key) must not undo the removal
         print(f"warning: W&B logging ({wandb_cfg.mode}) failed: {err}", file=sys.stderr)
         return None
 

@@ -1,8 +1,8 @@
-"""Forward latency of a full and a physically pruned encoder.
+"""Forward latency of a full encoder and of the same encoder with heads physically removed.
 
-The pruned encoder keeps about half of the heads (``--keep``, chosen by ``--seed``), or the heads of
+The smaller encoder keeps about half of the heads (``--keep``, chosen by ``--seed``), or the heads of
 a run (``--gates runs/<run>/gates.json``). For each batch size x length it prints the median forward
-latency of both (inference mode, no padding), the end-to-end ratio pruned / full, the latency ratio
+latency of both (inference mode, no padding), the end-to-end ratio removed / full, the latency ratio
 of the attention blocks alone (every layer's attention sub-module run on the same hidden states)
 next to their FLOP ratio, and the attention blocks' share of the full model's forward time.
 
@@ -19,12 +19,12 @@ masked half of ``QK^T`` and ``AV`` in both models alike). Removing whole KV grou
 so every term shrinks with the groups kept and the FLOP ratio is the fraction of heads kept; bias,
 softmax, rotary embeddings and norms are left out. Goal: attention latency ratio within 15% of it.
 
-    python bench/prune_speed.py                  # CPU or CUDA (auto), grid 1/8/32 x 32/128/512
-    python bench/prune_speed.py --quick          # batches 1, 8 x lengths 32, 128
-    python bench/prune_speed.py --device cuda --gates runs/x/gates.json
-    python bench/prune_speed.py --threads 1      # on a CPU shared with other jobs: far steadier timings
-    python bench/prune_speed.py --decoder --threads 1          # Llama-shaped GQA model, B=1, T=128
-    python bench/prune_speed.py --decoder --batches 1,4 --lengths 128,512 --device cuda
+    python bench/removal_speed.py                  # CPU or CUDA (auto), grid 1/8/32 x 32/128/512
+    python bench/removal_speed.py --quick          # batches 1, 8 x lengths 32, 128
+    python bench/removal_speed.py --device cuda --gates runs/x/gates.json
+    python bench/removal_speed.py --threads 1      # on a CPU shared with other jobs: far steadier timings
+    python bench/removal_speed.py --decoder --threads 1          # Llama-shaped GQA model, B=1, T=128
+    python bench/removal_speed.py --decoder --batches 1,4 --lengths 128,512 --device cuda
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ import pandas as pd
 import torch
 
 from mtl_heads.model.encoder import GatedEncoder
-from mtl_heads.model.removal import attention_parameters, count_parameters, prune_encoder
+from mtl_heads.model.removal import attention_parameters, count_parameters, remove_encoder_heads
 
 GOAL = 0.15  # attention latency ratio within 15% of the FLOP ratio
 # --decoder: a Llama-style shape of realistic width (TinyLlama-1.1B's widths, 8 of its 22 layers). The
@@ -184,12 +184,12 @@ def block_kwargs(encoder: GatedEncoder, hidden: torch.Tensor) -> dict:
     return {"attention_mask": None, "position_embeddings": encoder.model.rotary_emb(hidden, positions)}
 
 
-def measure(full: GatedEncoder, pruned: GatedEncoder, batch: int, length: int, device, dtype, args) -> dict:
+def measure(full: GatedEncoder, removed: GatedEncoder, batch: int, length: int, device, dtype, args) -> dict:
     g = torch.Generator().manual_seed(batch * 1000 + length)
     ids = torch.randint(1000, full.model.config.vocab_size, (batch, length), generator=g).to(device)
     mask = torch.ones_like(ids)
     hidden = torch.randn(batch, length, full.hidden_size, generator=g).to(device, dtype)
-    full_blocks, pruned_blocks = attention_blocks(full), attention_blocks(pruned)
+    full_blocks, removed_blocks = attention_blocks(full), attention_blocks(removed)
     kwargs = block_kwargs(full, hidden)
 
     def run_blocks(blocks):
@@ -198,17 +198,17 @@ def measure(full: GatedEncoder, pruned: GatedEncoder, batch: int, length: int, d
     extra = {"use_cache": False} if full.causal else {}  # a decoder would fill a KV cache nobody reads
 
     times, repeats = compare({"full": lambda: full.model(input_ids=ids, attention_mask=mask, **extra),
-                     "pruned": lambda: pruned.model(input_ids=ids, attention_mask=mask, **extra),
-                     "attn_full": run_blocks(full_blocks), "attn_pruned": run_blocks(pruned_blocks)},
+                     "removed": lambda: removed.model(input_ids=ids, attention_mask=mask, **extra),
+                     "attn_full": run_blocks(full_blocks), "attn_removed": run_blocks(removed_blocks)},
                              device, args)
     flops = [attention_flops(heads, full.head_dim, full.hidden_size, batch, length, kv)
              for heads, kv in (([full.num_heads] * full.num_layers, [full.num_kv_heads] * full.num_layers),
-                               (pruned.heads_per_layer, pruned.kv_heads_per_layer))]
-    attn_ratio, flop_ratio = times["attn_pruned"] / times["attn_full"], flops[1] / flops[0]
+                               (removed.heads_per_layer, removed.kv_heads_per_layer))]
+    attn_ratio, flop_ratio = times["attn_removed"] / times["attn_full"], flops[1] / flops[0]
     share = min(times["attn_full"] / times["full"], 1.0)  # attention blocks' share of the full forward
-    return {"batch": batch, "length": length, "full ms": 1e3 * times["full"], "pruned ms": 1e3 * times["pruned"],
-            "e2e ratio": times["pruned"] / times["full"], "attn full ms": 1e3 * times["attn_full"],
-            "attn pruned ms": 1e3 * times["attn_pruned"], "attn ratio": attn_ratio, "FLOP ratio": flop_ratio,
+    return {"batch": batch, "length": length, "full ms": 1e3 * times["full"], "removed ms": 1e3 * times["removed"],
+            "e2e ratio": times["removed"] / times["full"], "attn full ms": 1e3 * times["attn_full"],
+            "attn removed ms": 1e3 * times["attn_removed"], "attn ratio": attn_ratio, "FLOP ratio": flop_ratio,
             "off by": abs(attn_ratio - flop_ratio) / flop_ratio, "attn share": share,
             "e2e expected": 1 - share * (1 - attn_ratio),
             "attn GFLOP": flops[0] / 1e9, "samples": repeats}
@@ -251,19 +251,19 @@ def main(argv=None):
                   else head_mask(full.num_layers, full.num_heads, args.keep, args.seed))
         name = args.encoder
     lengths = [t for t in lengths if t <= full.max_length] or [full.max_length]
-    pruned = prune_encoder(full, args.threshold, values=values).eval()
+    removed = remove_encoder_heads(full, args.threshold, values=values).eval()
     full.to(device, dtype)
-    pruned.to(device, dtype)
-    kept = sum(pruned.heads_per_layer)
+    removed.to(device, dtype)
+    kept = sum(removed.heads_per_layer)
     print(f"{name} on {device} ({args.dtype}, {args.attn}, {torch.get_num_threads()} CPU threads); "
-          f"heads kept {kept}/{full.num_layers * full.num_heads}, per layer {pruned.heads_per_layer}"
+          f"heads kept {kept}/{full.num_layers * full.num_heads}, per layer {removed.heads_per_layer}"
           + (f" (from {args.gates})" if args.gates and not args.decoder else f" (random, seed {args.seed})"))
-    print(f"parameters: encoder {count_parameters(full.model):,} -> {count_parameters(pruned.model):,}; "
-          f"attention {attention_parameters(full):,} -> {attention_parameters(pruned):,}")
+    print(f"parameters: encoder {count_parameters(full.model):,} -> {count_parameters(removed.model):,}; "
+          f"attention {attention_parameters(full):,} -> {attention_parameters(removed):,}")
     if full.group_size > 1:
         before = kv_cache_bytes([full.num_kv_heads] * full.num_layers, full.head_dim, dtype)
-        after = kv_cache_bytes(pruned.kv_heads_per_layer, full.head_dim, dtype)
-        print(f"KV heads per layer {pruned.kv_heads_per_layer} of {full.num_kv_heads}; KV cache per token: "
+        after = kv_cache_bytes(removed.kv_heads_per_layer, full.head_dim, dtype)
+        print(f"KV heads per layer {removed.kv_heads_per_layer} of {full.num_kv_heads}; KV cache per token: "
               f"{before:,} -> {after:,} bytes ({after / before:.2f}x; 2 x layers x KV heads x head_dim "
               f"{full.head_dim} x {torch.finfo(dtype).bits // 8} bytes)")
 
@@ -271,9 +271,9 @@ def main(argv=None):
     with torch.inference_mode():
         for batch in batches:
             for length in lengths:
-                rows.append(measure(full, pruned, batch, length, device, dtype, args))
+                rows.append(measure(full, removed, batch, length, device, dtype, args))
                 r = rows[-1]
-                print(f"  B={batch:<3} T={length:<4} full {r['full ms']:9.2f} ms  pruned {r['pruned ms']:9.2f} ms  "
+                print(f"  B={batch:<3} T={length:<4} full {r['full ms']:9.2f} ms  removed {r['removed ms']:9.2f} ms  "
                       f"attention ratio {r['attn ratio']:.2f} (FLOPs {r['FLOP ratio']:.2f})", flush=True)
     table = pd.DataFrame(rows)
     print()

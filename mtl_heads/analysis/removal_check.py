@@ -1,6 +1,6 @@
-"""Checking a head removal (``python -m mtl_heads prune``, :mod:`mtl_heads.model.removal` does the work):
-the gated and the pruned model's outputs on a few dev sentences, the saved folder reloaded and
-compared again, and what was removed, in lines and in numbers.
+"""Checking a head removal (``python -m mtl_heads remove``, :mod:`mtl_heads.model.removal` does the work):
+the outputs of the gated model and of the model with its heads removed on a few dev sentences, the saved
+folder reloaded and compared again, and what was removed, in lines and in numbers.
 """
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from mtl_heads.data.corpus import load_corpus
 from mtl_heads.data.errors import DataError
 from mtl_heads.data.sentence import Sentence
 from mtl_heads.model.encoder import GatedEncoder
-from mtl_heads.model.removal import PrunedEncoder, attention_parameters, compare_outputs, count_parameters
-from mtl_heads.training.build import load_pruned
+from mtl_heads.model.removal import HeadsRemovedEncoder, attention_parameters, compare_outputs, count_parameters
+from mtl_heads.training.build import load_removal
 
-__all__ = ["FALLBACK_SENTENCES", "PruneCheck", "check_batches", "check_pruned", "removal_lines", "removal_numbers"]
+__all__ = ["FALLBACK_SENTENCES", "RemovalCheck", "check_batches", "check_removal", "removal_lines", "removal_numbers"]
 
 
 FALLBACK_SENTENCES = [
@@ -47,7 +47,7 @@ def check_batches(run, n: int, device) -> tuple[list[dict], str]:
     return batches, source
 
 
-def removal_lines(gated: GatedEncoder, encoder: PrunedEncoder) -> list[str]:
+def removal_lines(gated: GatedEncoder, encoder: HeadsRemovedEncoder) -> list[str]:
     """What the removal did, for the terminal: heads (and KV heads) kept per layer, zeroed query heads,
     parameters before and after."""
     gqa = encoder.group_size > 1
@@ -73,25 +73,25 @@ def removal_lines(gated: GatedEncoder, encoder: PrunedEncoder) -> list[str]:
 
 
 @dataclass
-class PruneCheck:
-    """Max abs differences: gated vs pruned (``diffs``, per output as :func:`compare_outputs` keys them),
-    pruned vs reloaded from its folder (``reload_diff``), on ``source`` (which sentences)."""
+class RemovalCheck:
+    """Max abs differences: gated vs heads removed (``diffs``, per output as :func:`compare_outputs` keys
+    them), heads removed vs reloaded from its folder (``reload_diff``), on ``source`` (which sentences)."""
 
     source: str
     diffs: dict[str, float]
     reload_diff: float
 
 
-def check_pruned(run, pruned, out: Path, n: int, device) -> PruneCheck:
-    """Compare the run's gated model with ``pruned`` on up to ``n`` dev sentences, then reload the
-    pruned folder ``out`` and compare it with ``pruned``."""
+def check_removal(run, removed, out: Path, n: int, device) -> RemovalCheck:
+    """Compare the run's gated model with ``removed`` (its heads removed) on up to ``n`` dev sentences, then
+    reload the removal folder ``out`` and compare it with ``removed``."""
     batches, source = check_batches(run, n, device)
-    diffs = compare_outputs(run.model, pruned, batches)
-    reloaded = load_pruned(out, device=device, attn_implementation=pruned.encoder.model.config._attn_implementation)
-    return PruneCheck(source, diffs, max(compare_outputs(pruned, reloaded, batches).values()))
+    diffs = compare_outputs(run.model, removed, batches)
+    reloaded = load_removal(out, device=device, attn_implementation=removed.encoder.model.config._attn_implementation)
+    return RemovalCheck(source, diffs, max(compare_outputs(removed, reloaded, batches).values()))
 
 
-def removal_numbers(gated: GatedEncoder, kept: PrunedEncoder, check: PruneCheck) -> dict:
+def removal_numbers(gated: GatedEncoder, kept: HeadsRemovedEncoder, check: RemovalCheck) -> dict:
     """The numbers of a removal and its check, as logged to W&B."""
     return {"heads_kept": kept.heads_kept, "heads_total": kept.num_layers * kept.num_heads,
             "kv_heads_kept": sum(kept.kv_heads_per_layer), "zeroed_query_heads": kept.zeroed_query_heads,

@@ -11,8 +11,9 @@ import torch
 from mtl_heads.config import ConfigError, load_config
 from mtl_heads.model.encoder import ADAPTERS, GatedEncoder
 from mtl_heads.model.gating import GroupedGate, HardConcreteGate
-from mtl_heads.model.removal import DECODERS, LayerConfig, PrunedEncoder, prune_encoder, removal_plan, save_pruned
-from mtl_heads.training.build import load_pruned
+from mtl_heads.model.removal import (DECODERS, HeadsRemovedEncoder, LayerConfig, remove_encoder_heads, removal_plan,
+                                     save_removal)
+from mtl_heads.training.build import load_removal
 from mtl_heads.model.sparsity import resolve_budget, sparsity_from_config
 from tiny_lms import CASES, HEADS, _batch
 
@@ -49,25 +50,25 @@ def _diff(a, b) -> float:
     return (a - b).abs().max().item()
 
 
-def test_every_decoder_adapter_is_prunable():
+def test_every_decoder_adapter_is_removable():
     assert DECODERS == {t for t, a in ADAPTERS.items() if a.causal}
 
 
 @pytest.mark.parametrize("family,kv_heads,attn", PRUNE_CASES, ids=[f"{f}-kv{kv}-{a}" for f, kv, a in PRUNE_CASES])
-def test_pruned_decoder_computes_the_gated_model(folders, tmp_path, family, kv_heads, attn):
+def test_decoder_with_heads_removed_computes_the_gated_model(folders, tmp_path, family, kv_heads, attn):
     gated, plain = _encoders(folders(family, kv_heads), kv_heads, attn)
     _, kept, zeroed = PLANS[kv_heads]
     ids, attention, _, _ = _batch(gated)
-    pruned = prune_encoder(gated).eval()
-    assert pruned.kept_heads == kept and pruned.zeroed_heads == zeroed and pruned.gate is None
-    assert pruned.kv_heads_per_layer == [len(k) * kv_heads // HEADS for k in kept]
-    want, got = _hidden(gated, ids, attention), _hidden(pruned, ids, attention)
+    removed = remove_encoder_heads(gated).eval()
+    assert removed.kept_heads == kept and removed.zeroed_heads == zeroed and removed.gate is None
+    assert removed.kv_heads_per_layer == [len(k) * kv_heads // HEADS for k in kept]
+    want, got = _hidden(gated, ids, attention), _hidden(removed, ids, attention)
     assert _diff(want, got) < 1e-4
     assert _diff(want, _hidden(plain, ids, attention)) > 1e-3, "the gates must matter, or this test could not fail"
 
     # the weights really shrank: layer 0's W_O inputs, and its K/V (or fused Q|K|V) outputs
-    d, n_q, n_kv = pruned.head_dim, len(kept[0]), pruned.kv_heads_per_layer[0]
-    adapter, layer = gated.adapter, pruned.layers[0]
+    d, n_q, n_kv = removed.head_dim, len(kept[0]), removed.kv_heads_per_layer[0]
+    adapter, layer = gated.adapter, removed.layers[0]
     o_proj = layer.get_submodule(adapter.out_proj)
     assert (o_proj.weight.shape[0] if adapter.out_proj_conv1d else o_proj.weight.shape[1]) == n_q * d
     if adapter.qkv == "separate":
@@ -82,30 +83,30 @@ def test_pruned_decoder_computes_the_gated_model(folders, tmp_path, family, kv_h
     assert attention_module.config._attn_implementation == gated.model.config._attn_implementation
 
     # save, reload with the same attention (identical) and with the other one (equal within float rounding)
-    save_pruned(pruned, tmp_path / "p")
+    save_removal(removed, tmp_path / "p")
     heads = json.loads((tmp_path / "p" / "heads.json").read_text())
     assert heads["kept_heads"] == kept and heads["zeroed_heads"] == zeroed
     assert heads["zeroed_query_heads"] == sum(map(len, zeroed)) and heads["kv_heads"] == kv_heads
     assert heads["kept"] == sum(map(len, kept)) - sum(map(len, zeroed))
-    loaded = load_pruned(tmp_path / "p", attn_implementation=attn)
-    assert isinstance(loaded, PrunedEncoder) and loaded.zeroed_heads == zeroed
+    loaded = load_removal(tmp_path / "p", attn_implementation=attn)
+    assert isinstance(loaded, HeadsRemovedEncoder) and loaded.zeroed_heads == zeroed
     assert torch.equal(_hidden(loaded, ids, attention), got)
-    other = load_pruned(tmp_path / "p", attn_implementation=ATTN[1 - ATTN.index(attn)])
+    other = load_removal(tmp_path / "p", attn_implementation=ATTN[1 - ATTN.index(attn)])
     assert _diff(_hidden(other, ids, attention), want) < 1e-4
-    if family == "gpt2":  # a learnt DEP root (no BOS) travels with the pruned encoder
+    if family == "gpt2":  # a learnt DEP root (no BOS) travels with the smaller encoder
         assert torch.equal(loaded.root_embedding, gated.root_embedding)
 
 
 def test_zeroed_heads_are_zero_columns_of_w_o(folders):
     gated, _ = _encoders(folders("llama", 2), 2, "sdpa")
-    pruned = prune_encoder(gated)
+    removed = remove_encoder_heads(gated)
     original = gated.out_projs[0].weight  # [hidden, 4 * d]
     d = gated.head_dim
-    kept_w = pruned.out_projs[0].weight  # [hidden, 2 * d]: heads 2 (gate 0.6) and 3 (zeroed)
+    kept_w = removed.out_projs[0].weight  # [hidden, 2 * d]: heads 2 (gate 0.6) and 3 (zeroed)
     assert torch.allclose(kept_w[:, :d], 0.6 * original[:, 2 * d:3 * d]) and not kept_w[:, d:].any()
-    k_proj = pruned.layers[0].self_attn.k_proj
+    k_proj = removed.layers[0].self_attn.k_proj
     assert torch.equal(k_proj.weight, gated.layers[0].self_attn.k_proj.weight[d:])  # group 1's K rows only
-    assert pruned.gate_values().tolist() == [[0, 0, 1, 0], [1, 1, 1, 1]]
+    assert removed.gate_values().tolist() == [[0, 0, 1, 0], [1, 1, 1, 1]]
 
 
 @pytest.mark.parametrize("family", ["olmo2", "olmo3"])
@@ -113,8 +114,8 @@ def test_norm_over_all_heads_keeps_q_and_k_rows(folders, family):
     """OLMo 2/3 normalise Q (and K) over all heads together: the removed heads' raw queries change
     the kept heads' normalised ones, so Q/K keep every row and the norm's output is sliced."""
     gated, _ = _encoders(folders(family, 2), 2, "sdpa")
-    pruned = prune_encoder(gated)
-    attention, d = pruned.layers[0].self_attn, gated.head_dim
+    removed = remove_encoder_heads(gated)
+    attention, d = removed.layers[0].self_attn, gated.head_dim
     assert attention.q_proj.out_features == HEADS * d and attention.k_proj.out_features == 2 * d
     assert attention.v_proj.out_features == d  # one KV group kept
     assert attention.q_norm.kept_columns.tolist() == list(range(2 * d, 4 * d))
@@ -123,29 +124,29 @@ def test_norm_over_all_heads_keeps_q_and_k_rows(folders, family):
 
 def test_uneven_groups_shrink_the_kv_cache(folders):
     gated, _ = _encoders(folders("llama", 2), 2, "sdpa")
-    pruned = prune_encoder(gated).eval()
+    removed = remove_encoder_heads(gated).eval()
     ids, attention, _, _ = _batch(gated)
     with torch.no_grad():
-        cache = pruned.model(input_ids=ids, attention_mask=attention, use_cache=True).past_key_values
+        cache = removed.model(input_ids=ids, attention_mask=attention, use_cache=True).past_key_values
         full = gated.model(input_ids=ids, attention_mask=attention, use_cache=True).past_key_values
     kv_heads = [layer.keys.shape[1] for layer in cache.layers]
-    assert kv_heads == pruned.kv_heads_per_layer == [1, 2] and [layer.keys.shape[1] for layer in full.layers] == [2, 2]
+    assert kv_heads == removed.kv_heads_per_layer == [1, 2] and [layer.keys.shape[1] for layer in full.layers] == [2, 2]
 
 
 def test_removal_plan_and_bad_groups(folders, tmp_path):
     kept, zeroed, scale = removal_plan(torch.tensor([[0.0, 0.0, 0.5, 0.0005]]), group_size=2)
     assert kept == [[2, 3]] and zeroed == [[3]] and scale.tolist() == [[0.0, 0.0, 0.5, 0.0]]
     gated, _ = _encoders(folders("llama", 2), 2, "sdpa")
-    save_pruned(prune_encoder(gated), tmp_path / "p")
+    save_removal(remove_encoder_heads(gated), tmp_path / "p")
     heads_file = tmp_path / "p" / "heads.json"
     heads = json.loads(heads_file.read_text())
     heads_file.write_text(json.dumps({**heads, "kept_heads": [[1, 2], [0, 1, 2, 3]], "zeroed_heads": [[], []]}))
     # heads 1 and 2 split the KV groups (0, 1) and (2, 3)
     with pytest.raises(ConfigError, match="heads.json.*whole KV groups"):
-        load_pruned(tmp_path / "p")
+        load_removal(tmp_path / "p")
     heads_file.write_text(json.dumps({**heads, "zeroed_heads": [[0], []]}))  # head 0 is not kept in layer 0
     with pytest.raises(ConfigError, match="zeroed_heads"):
-        load_pruned(tmp_path / "p")
+        load_removal(tmp_path / "p")
 
 
 # ---------------------------------------------------------------------- gates per KV group
@@ -175,15 +176,15 @@ def test_kv_gates_are_shared_by_their_query_heads(folders):
         GatedEncoder.from_pretrained(str(folder), gate="hard_concrete", gate_groups="pairs")
 
 
-def test_kv_gates_prune_whole_groups(folders):
+def test_kv_gates_remove_whole_groups(folders):
     encoder = GatedEncoder.from_pretrained(str(folders("qwen3", 1)), gate="hard_concrete", gate_groups="kv").eval()
     with torch.no_grad():
         encoder.gate.base.log_alpha.copy_(torch.tensor([[-10.0], [1.0]]))
-    pruned = prune_encoder(encoder).eval()
-    assert pruned.kept_heads == [[], [0, 1, 2, 3]] and pruned.zeroed_query_heads == 0
-    assert pruned.gate_groups == "kv"
+    removed = remove_encoder_heads(encoder).eval()
+    assert removed.kept_heads == [[], [0, 1, 2, 3]] and removed.zeroed_query_heads == 0
+    assert removed.gate_groups == "kv"
     ids, attention, _, _ = _batch(encoder)
-    assert _diff(_hidden(encoder, ids, attention), _hidden(pruned, ids, attention)) < 1e-4
+    assert _diff(_hidden(encoder, ids, attention), _hidden(removed, ids, attention)) < 1e-4
 
 
 def test_budget_and_penalty_count_query_heads():
@@ -215,10 +216,10 @@ def test_budget_eval_rule_keeps_whole_groups():
 
 
 def test_static_pruning_with_kv_gates_and_removal(folders, tmp_path, monkeypatch, capsys):
-    """A run with fixed per-head gates on a GQA model, pruned by the command (a zeroed head), then
-    static pruning from it with KV gates and a budget, pruned again (no zeroed head)."""
+    """A run with fixed per-head gates on a GQA model, its heads removed by the command (a zeroed head), then
+    static pruning from it with KV gates and a budget, its heads removed again (no zeroed head)."""
     from mtl_heads.training.experiment import run
-    from mtl_heads.commands.prune import main
+    from mtl_heads.commands.remove import main
 
     monkeypatch.setenv("MTL_HEADS_CACHE", str(tmp_path / "cache"))
     base = ["data.demo_sizes={train: 16, dev: 8, test: 8}", "train.epochs=1", "train.batch_size=8",
@@ -230,7 +231,7 @@ def test_static_pruning_with_kv_gates_and_removal(folders, tmp_path, monkeypatch
     assert main([str(trained), "wandb.mode=disabled"]) == 0
     printed = capsys.readouterr().out
     assert "zeroed query heads: 1" in printed and "KV heads kept: 3/4" in printed and "heads kept: 5/8" in printed
-    heads = json.loads((trained / "pruned" / "heads.json").read_text())
+    heads = json.loads((trained / "removal" / "heads.json").read_text())
     assert heads["zeroed_query_heads"] == 1 and heads["gate_groups"] == "heads"
 
     static = tmp_path / "static"
@@ -241,7 +242,7 @@ def test_static_pruning_with_kv_gates_and_removal(folders, tmp_path, monkeypatch
     assert values.shape == (2, HEADS) and torch.equal(values[:, 0::2], values[:, 1::2])
     assert metrics["heads_total"] == 8 and metrics["heads_kept"] % 2 == 0
     assert main([str(static), "wandb.mode=disabled"]) == 0
-    heads = json.loads((static / "pruned" / "heads.json").read_text())
+    heads = json.loads((static / "removal" / "heads.json").read_text())
     assert heads["zeroed_query_heads"] == 0 and heads["gate_groups"] == "kv"
     assert heads["kept"] == metrics["heads_kept"]
 
