@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from mtl_heads.reports.claims.core import as_number
+from mtl_heads.study.core import as_number
 
 PEERS = {"dep": "supar BiaffineDependencyParser", "con": "supar CRFConstituencyParser",
          "pos": "HF AutoModelForTokenClassification + Trainer", "ner": "HF AutoModelForTokenClassification + Trainer"}

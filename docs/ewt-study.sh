@@ -71,6 +71,12 @@ BUDGET_ABLATE_SEEDS=${BUDGET_ABLATE_SEEDS:-1}  # equal sparsity's sets: these se
 read -r -a ABLATE_EXTRA <<< "${ABLATE_EXTRA:-}"  # more key=value for every ablation (ABLATE_EXTRA="batch_size=64")
 NER_LAMBDAS=${NER_LAMBDAS:-0.002 0.006 0.02}  # nersearch: 10, 30 and 100 times NER's reference L0 lambda (0.0002)
 export HF_HUB_OFFLINE=1 WANDB_MODE=${WANDB_MODE:-offline}
+# the study's folder and file names, as printf formats (SEED_FOLDER=seed%s, RETRAINED_FOLDER, RETRAINING_METRICS,
+# EARLIER_RETRAINING, ABLATION_FOLDER, ABLATION_FILE): declared once in mtl_heads/folders.py, which the claims read
+layout=$(python -c 'from mtl_heads.folders import study_layout_shell; print(study_layout_shell())') \
+  || { echo "the study's folder names could not be read from mtl_heads/folders.py (is the project installed?)" >&2; exit 2; }
+eval "$layout"
+seed_folder() { printf "$SEED_FOLDER" "$1"; }  # the run folder name of seed $1 (seed3)
 
 # setting name -> its training arguments (the unpruned baselines; pruned settings add to these)
 declare -A SETTING=(
@@ -123,10 +129,10 @@ run() {
 }
 
 baselines() { for n in $SEEDS; do for s in "${ORDER[@]}"; do
-  job run "$STUDY/$s/seed$n" ${SETTING[$s]} seed="$n" experiment="$s"; done; done; }
+  job run "$STUDY/$s/$(seed_folder "$n")" ${SETTING[$s]} seed="$n" experiment="$s"; done; done; }
 
 dp() { for n in $SEEDS; do for s in "${ORDER[@]}"; do
-  job run "$STUDY/$s-dp/seed$n" ${SETTING[$s]} $DP seed="$n" experiment="$s-dp"; done; done; }
+  job run "$STUDY/$s-dp/$(seed_folder "$n")" ${SETTING[$s]} $DP seed="$n" experiment="$s-dp"; done; done; }
 
 # static pruning: gates learnt on the trained baseline of the same seed, its decoders frozen, for
 # SP_EPOCHS epochs, with DP's gate learning rate and the reference's encoder rate while pruning
@@ -135,7 +141,7 @@ dp() { for n in $SEEDS; do for s in "${ORDER[@]}"; do
 # the same session as the baseline (the stage order does), or after the retrain stage.
 sp_one() {  # setting $1, seed $2, into $STUDY/$3/seed$2; more training arguments after
   local s=$1 n=$2 name=$3; shift 3
-  local base=$STUDY/$s/seed$n dir=$STUDY/$name/seed$n weights
+  local base=$STUDY/$s/$(seed_folder "$n") dir=$STUDY/$name/$(seed_folder "$n") weights
   weights=$(weights_of "$base")  # a retraining that did not reproduce the record stands in for it
   if [[ -f $dir/metrics.json ]]; then echo "done: $dir"
   elif [[ -z $weights ]]; then
@@ -150,7 +156,7 @@ sp_one() {  # setting $1, seed $2, into $STUDY/$3/seed$2; more training argument
 sp() { for n in $SEEDS; do for s in "${ORDER[@]}"; do sp_one "$s" "$n" "$s-sp"; done; done; }
 
 budget() { for n in $SEEDS; do for s in "${ORDER[@]}"; do
-  job run "$STUDY/$s-dp-budget/seed$n" ${SETTING[$s]} $DP $BUDGET seed="$n" experiment="$s-dp-budget"; done; done; }
+  job run "$STUDY/$s-dp-budget/$(seed_folder "$n")" ${SETTING[$s]} $DP $BUDGET seed="$n" experiment="$s-dp-budget"; done; done; }
 
 # probes before (the pretrained encoder) and after fine-tuning (each STL run and MTL-5), EWT test
 probe() {  # one probe report into $1 (skipped when written), model $2
@@ -164,7 +170,7 @@ probes() {
   [[ $PROBE_PRETRAINED == no ]] || job probe "$STUDY/probes/pretrained" "$PRETRAINED"
   [[ $PROBE_PRETRAINED == only ]] && return
   for n in $SEEDS; do for s in "${ORDER[@]}"; do
-    run=$STUDY/$s/seed$n weights=$(weights_of "$run")  # a retraining that did not reproduce stands in
+    run=$STUDY/$s/$(seed_folder "$n") weights=$(weights_of "$run")  # a retraining that did not reproduce stands in
     if [[ -f $STUDY/probes/$s-seed$n/report.json ]]; then echo "done: $STUDY/probes/$s-seed$n"
     elif [[ -z $weights ]]; then echo "not probed (no finished run with its weights): $run"
     else
@@ -188,16 +194,16 @@ probes() {
 # retraining.<k>.metrics.json (k = 1, 2, ...: the first retraining first), since what read the earlier
 # weights (an ablation names the digest of the metrics.json it read) is scored on them.
 keep_retraining() {  # the record's folder $1 keeps the metrics.json of the retraining in $2
-  local dir=$1 side=$2 k=1
-  if [[ -f $dir/retraining.metrics.json ]] && ! cmp -s "$side/metrics.json" "$dir/retraining.metrics.json"; then
-    while [[ -e $dir/retraining.$k.metrics.json ]]; do k=$((k + 1)); done
-    mv "$dir/retraining.metrics.json" "$dir/retraining.$k.metrics.json" || return 1
+  local dir=$1 side=$2 k=1 latest=$1/$RETRAINING_METRICS
+  if [[ -f $latest ]] && ! cmp -s "$side/metrics.json" "$latest"; then
+    while [[ -e $dir/$(printf "$EARLIER_RETRAINING" "$k") ]]; do k=$((k + 1)); done
+    mv "$latest" "$dir/$(printf "$EARLIER_RETRAINING" "$k")" || return 1
   fi
-  cp "$side/metrics.json" "$dir/retraining.metrics.json"
+  cp "$side/metrics.json" "$latest"
 }
 retrain_one() {  # setting $1, seed $2; with $3, a regime of the setting (-dp: its DP run)
   local s=$1 n=$2 regime=${3:-}
-  local dir=$STUDY/$s$regime/seed$n side status
+  local dir=$STUDY/$s$regime/$(seed_folder "$n") side status
   side=$(retrained_of "$dir")
   local stage=${regime#-}
   if [[ ! -f $dir/metrics.json ]]; then echo "not retrained: $dir has no record (the ${stage:-baselines} stage trains it)"
@@ -220,7 +226,7 @@ retrain() { for n in $SEEDS; do for s in "${ORDER[@]}"; do job retrain_one "$s" 
 
 # claim 6, held out (docs/ewt-study/rules.md): for each task T and regime R (ABLATE: dp, budget), the
 # stem cells found without T (heads kept in every single-task setting of R that pruned, T's own left
-# out: mtl_heads.reports.claims.stem_heads) ablated in T's unpruned runs, STL T and MTL-5 scored on T
+# out: mtl_heads.study.stem_heads) ablated in T's unpruned runs, STL T and MTL-5 scored on T
 # alone, on the first ABLATE_SENTENCES sentences of EWT test: zero and mean ablation (mean contexts
 # from the first ABLATE_REFERENCE dev sentences), each against ABLATE_SETS layer-matched random head
 # sets of the same size. The sets come from the study's DP and equal-sparsity runs as they are now
@@ -232,7 +238,7 @@ retrain() { for n in $SEEDS; do for s in "${ORDER[@]}"; do job retrain_one "$s" 
 stem_cells() {  # "<regime> <task> <heads,...>" for dp and budget and each task: the stem cells found without it
   python - "$STUDY" <<'EOF'
 import sys
-from mtl_heads.reports.claims import read_study, stem_heads
+from mtl_heads.study import read_study, stem_heads
 
 study = read_study([sys.argv[1]])
 for kind in ("dp", "budget"):
@@ -247,7 +253,11 @@ import json, sys
 sys.exit(sorted(json.load(open(sys.argv[1]))["heads"]) != sorted(sys.argv[2].split(",")))
 EOF
 }
-retrained_of() { echo "${1%/*}/.${1##*/}.retrained"; }  # where run $1 is trained again (retrain_one)
+retrained_of() {  # where run $1 (<setting folder>/seed<N>) is trained again (retrain_one)
+  local name=${1##*/} head=${SEED_FOLDER%%%s*} tail=${SEED_FOLDER#*%s}
+  name=${name#"$head"}
+  printf "%s/$RETRAINED_FOLDER" "${1%/*}" "${name%"$tail"}"
+}
 weights_of() {  # the folder with the weights of run $1: itself, else its retraining that did not reproduce it,
   local side  # once finished (a stopped one has a model.safetensors of its best epoch so far)
   side=$(retrained_of "$1")
@@ -259,10 +269,11 @@ tasks_of() {  # the tasks of setting $1, one per line (its arguments start tasks
   tr , '\n' <<< "${first#tasks=}"
 }
 ablate_one() {  # run folder $1, regime $2, task $3 (scored alone; the set is the stem cells found without it),
-  local dir=$1 kind=$2 task=$3 heads=$4 out=$1/ablation-$2-stem-cells-without-$3 weights  # heads $4; setting $5, seed $6
+  local dir=$1 kind=$2 task=$3 heads=$4 out weights  # heads $4; setting $5, seed $6
+  out=$dir/$(printf "$ABLATION_FOLDER" "$kind" "$task")
   weights=$(weights_of "$dir")
-  if [[ -f $out/ablation.json ]]; then
-    if same_heads "$out/ablation.json" "$heads"; then echo "done: $out"
+  if [[ -f $out/$ABLATION_FILE ]]; then
+    if same_heads "$out/$ABLATION_FILE" "$heads"; then echo "done: $out"
     else echo "stale: $out ablated other heads than today's $kind stem cells without $task ($heads): remove it to ablate them"
       failed "$out"; fi
   elif [[ -z $weights ]]; then
@@ -292,7 +303,7 @@ ablate() {
       if [[ $heads == - ]]; then
         echo "not ablated: no $kind stem cells without $task in $STUDY (fewer than two other single-task $kind" \
           "settings that pruned)"
-      else job ablate_one "$STUDY/$s/seed$n" "$kind" "$task" "$heads" "$s" "$n"; fi
+      else job ablate_one "$STUDY/$s/$(seed_folder "$n")" "$kind" "$task" "$heads" "$s" "$n"; fi
     done < <(tasks_of "$s")
   done; done; done
 }
@@ -303,13 +314,13 @@ ablate() {
 # SP_EPOCHS more epochs from its weights and gates (prune.init_gates=init) at SP_RATE, the gates still
 # learning, into $STUDY/<setting>-dp-matched
 matched_one() {  # setting $1, seed $2
-  local s=$1 n=$2 dir=$STUDY/$1-dp-matched/seed$2 weights
+  local s=$1 n=$2 dir=$STUDY/$1-dp-matched/$(seed_folder "$2") weights
   if [[ -f $dir/metrics.json ]]; then echo "done: $dir"; return; fi
   if [[ -f $dir/config.yaml ]]; then run "$dir"; return; fi  # started: it resumes (its init is in its config)
   retrain_one "$s" "$n" -dp
-  weights=$(weights_of "$STUDY/$s-dp/seed$n")
+  weights=$(weights_of "$STUDY/$s-dp/$(seed_folder "$n")")
   if [[ -z $weights ]]; then
-    echo "not run: $dir needs the weights of $STUDY/$s-dp/seed$n (its record, or its retraining here, is missing)"
+    echo "not run: $dir needs the weights of $STUDY/$s-dp/$(seed_folder "$n") (its record, or its retraining here, is missing)"
     failed "$dir"; return
   fi
   run "$dir" ${SETTING[$s]} $DP init="$weights" prune.init_gates=init train.epochs="${SP_EPOCHS_OF[$s]:-$SP_EPOCHS}" \
@@ -326,7 +337,7 @@ done; done; }
 # is in the run's config, so a stopped run resumes from its own checkpoint. Into $STUDY/<setting>-dp-matched3
 matched3() { for n in $SEEDS; do for s in "${ORDER[@]}"; do
   if [[ " $MATCHED_SETTINGS " == *" $s "* ]]; then
-    job run "$STUDY/$s-dp-matched3/seed$n" ${SETTING[$s]} $DP train.epochs=$((EPOCHS + SP_EPOCHS)) \
+    job run "$STUDY/$s-dp-matched3/$(seed_folder "$n")" ${SETTING[$s]} $DP train.epochs=$((EPOCHS + SP_EPOCHS)) \
       "train.phases=[{epochs: $EPOCHS}, {epochs: $SP_EPOCHS, lr_encoder: $SP_RATE, freeze: [decoders]}]" \
       seed="$n" experiment="$s-dp-matched3"
   fi
@@ -338,7 +349,7 @@ done; done; }
 # (seed 1 is the search's run) and SP. The search reads heads kept, not scores: NER trains on the
 # dev split, so its dev score is no held-out score (the search prints it all the same).
 ner_dp() {  # DP of NER at lambda $1, seed $2
-  job run "$STUDY/ner-dp-lambda$1/seed$2" ${SETTING[ner]} $DP prune.lambda="$1" seed="$2" experiment="ner-dp-lambda$1"
+  job run "$STUDY/ner-dp-lambda$1/$(seed_folder "$2")" ${SETTING[ner]} $DP prune.lambda="$1" seed="$2" experiment="ner-dp-lambda$1"
 }
 nersearch() {
   has ner || { echo "nersearch: ner is not in SETTINGS"; return; }
@@ -350,10 +361,12 @@ ner_lambda() {  # the lambda of nerlambda, its search's table on stderr
 import json, sys
 from pathlib import Path
 
+from mtl_heads.folders import seed_dir
+
 study, keep, lambdas = Path(sys.argv[1]), float(sys.argv[2]), sorted(sys.argv[3:], key=float)
 chosen = None
 for lam in lambdas:
-    metrics = study / f"ner-dp-lambda{lam}" / "seed1" / "metrics.json"
+    metrics = seed_dir(study / f"ner-dp-lambda{lam}", 1) / "metrics.json"
     if not metrics.is_file():
         sys.exit(f"nerlambda: {metrics.parent} is not finished (the nersearch stage trains it)")
     m = json.loads(metrics.read_text())
@@ -384,8 +397,9 @@ doc() {
   python -m mtl_heads compare "$STUDY" out="$STUDY/compare" plot=true test=all || failed doc:compare
   shopt -s nullglob  # a stage not run yet adds no folder
   local pruned=() pages=("$STUDY") finished  # the finished pruned runs (a run still training is no input)
-  for finished in "$STUDY"/*-dp/seed*/metrics.json "$STUDY"/*-sp/seed*/metrics.json \
-                  "$STUDY"/*-dp-budget/seed*/metrics.json; do pruned+=("${finished%/metrics.json}"); done
+  local seeds=${SEED_FOLDER/\%s/*}  # every seed's folder, as a glob
+  for finished in "$STUDY"/*-dp/$seeds/metrics.json "$STUDY"/*-sp/$seeds/metrics.json \
+                  "$STUDY"/*-dp-budget/$seeds/metrics.json; do pruned+=("${finished%/metrics.json}"); done
   local pretrained=()  # are the heads that survive everywhere the pretrained encoder's best probe heads?
   [[ -f $STUDY/probes/pretrained/report.json ]] && pretrained=(probes="$STUDY/probes/pretrained")
   if [[ ${#pruned[@]} -gt 0 ]]; then

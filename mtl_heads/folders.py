@@ -12,10 +12,19 @@ Kinds (the files that make one, written by the command in brackets):
 - probe report (``probe``): ``report.json``; probe comparison (``probe compare=...``): ``compare.json``;
 - run comparison (``compare``): ``compare.csv`` and ``compare-runs.csv``;
 - gate report (``gates``): ``correlation.csv`` and ``kept-per-layer.csv``;
-- head ablation (``ablate``): ``ablation.json``, by default ``<run>/ablation[-<label>]/``.
+- head ablation (``ablate``): ``ablation.json``, by default ``<run>/ablation[-<label>]/``;
+- study (``docs/ewt-study.sh``, read by :mod:`mtl_heads.study`): ``<setting>/seed<N>`` run folders; beside a
+  run whose weights were trained again and did not reproduce its record, the retraining
+  (:data:`RETRAINED_FOLDER`, not committed: it holds weights); in the record's folder, the retraining's
+  ``metrics.json`` (:data:`RETRAINING_METRICS`, and :data:`EARLIER_RETRAINING` for each earlier one, the
+  first numbered 1); under a run, each of the study's head ablations (:data:`ABLATION_FOLDER`). The study
+  script reads these names from :func:`study_layout_shell` at its start, so that a name changed here
+  changes in both. Each template's fields are in braces, in the order the script's ``printf`` fills them.
 """
 from __future__ import annotations
 
+import re
+import shlex
 from pathlib import Path
 
 from mtl_heads.config import ConfigError
@@ -23,7 +32,21 @@ from mtl_heads.config import ConfigError
 __all__ = ["RUN_FILES", "REMOVAL_FILES", "REMOVAL_DIR", "is_run_dir", "is_finished_run", "is_unfinished_run",
            "is_removal_dir", "removal_dir",
            "is_gate_run", "is_probe_report", "is_probe_comparison", "check_run_dir", "check_record", "seed_dir", "folder_kind",
+           "SEED_FOLDER", "ABLATION_FILE", "RETRAINED_FOLDER", "RETRAINING_METRICS", "EARLIER_RETRAINING",
+           "ABLATION_FOLDER", "STUDY_LAYOUT", "match_name", "record_folder_name", "study_layout_shell",
            "KIND_WHY", "shown", "RUNS", "newest_unfinished_run"]
+
+SEED_FOLDER = "seed{seed}"  # the run folder of one seed in an experiment (train seeds=...) or a study
+ABLATION_FILE = "ablation.json"  # what python -m mtl_heads ablate writes
+# a study's (docs/ewt-study.sh; the module docstring)
+RETRAINED_FOLDER = ".seed{seed}.retrained"  # the retrain stage's run trained again, beside the record
+RETRAINING_METRICS = "retraining.metrics.json"  # in the record's folder: the latest retraining's metrics.json
+EARLIER_RETRAINING = "retraining.{k}.metrics.json"  # ... an earlier retraining's, whose weights were lost
+ABLATION_FOLDER = "ablation-{kind}-stem-cells-without-{task}"  # the ablate stage's: kind dp or budget, task T
+STUDY_LAYOUT = {"SEED_FOLDER": SEED_FOLDER, "RETRAINED_FOLDER": RETRAINED_FOLDER, "RETRAINING_METRICS": RETRAINING_METRICS,
+                "EARLIER_RETRAINING": EARLIER_RETRAINING, "ABLATION_FOLDER": ABLATION_FOLDER, "ABLATION_FILE": ABLATION_FILE}
+NUMBERS = {"seed", "k"}  # the template fields that are whole numbers; the others are names without a slash
+FIELD = re.compile(r"\{(\w+)\}")
 
 RUNS = Path("runs")  # where runs go when no folder is named (train's run_dir, compare's and report's root)
 
@@ -119,8 +142,8 @@ def shown(path: str | Path) -> str:
 
 
 def seed_dir(experiment: Path, seed: int) -> Path:
-    """The run folder of one seed of an experiment: ``<experiment>/seed<N>``."""
-    return Path(experiment) / f"seed{seed}"
+    """The run folder of one seed of an experiment: ``<experiment>/seed<N>`` (:data:`SEED_FOLDER`)."""
+    return Path(experiment) / SEED_FOLDER.format(seed=seed)
 
 
 def newest_unfinished_run(root: Path = RUNS) -> Path:
@@ -150,7 +173,7 @@ def folder_kind(path: Path) -> str | None:
         return "gate report"
     if (path / "heads.json").is_file():
         return "head removal"
-    if (path / "ablation.json").is_file():
+    if (path / ABLATION_FILE).is_file():
         return "head ablation"
     return None
 
@@ -164,3 +187,24 @@ KIND_WHY = {  # why a folder of each kind is not used as a run
     "head removal": "a model with heads removed (python -m mtl_heads remove); its numbers are read with its run",
     "head ablation": "output of python -m mtl_heads ablate, not a run",
 }
+
+
+def match_name(template: str, name: str) -> dict[str, str] | None:
+    """The fields of ``name`` read as ``template`` (``match_name(RETRAINED_FOLDER, ".seed2.retrained")`` ->
+    ``{"seed": "2"}``), or None when ``name`` is not one."""
+    parts = FIELD.split(template)  # literal, field, literal, ...
+    pattern = "".join(re.escape(part) if i % 2 == 0 else f"(?P<{part}>\\d+)" if part in NUMBERS else f"(?P<{part}>[^/]+)"
+                      for i, part in enumerate(parts))
+    found = re.fullmatch(pattern, name)
+    return found.groupdict() if found else None
+
+
+def record_folder_name(name: str) -> str:
+    """The run folder name a retraining stands for (``.seed2.retrained`` -> ``seed2``); any other name as is."""
+    found = match_name(RETRAINED_FOLDER, name)
+    return SEED_FOLDER.format(seed=int(found["seed"])) if found else name
+
+
+def study_layout_shell() -> str:
+    """The layout as bash assignments, each template a ``printf`` format (``SEED_FOLDER=seed%s``)."""
+    return "\n".join(f"{key}={shlex.quote(FIELD.sub('%s', value))}" for key, value in STUDY_LAYOUT.items())

@@ -262,7 +262,7 @@ def test_committed_study_records_read_and_judge():
     """The study's ablation.json files print and judge, and feed claim 6's reader: those written before
     the verdicts print as before and gain a verdict column when judged; those written since carry their
     verdicts, and judging them again changes none."""
-    from mtl_heads.reports.claims import read_ablations
+    from mtl_heads.study import read_ablations
 
     root = Path(__file__).resolve().parents[1] / "docs" / "ewt-study"
     found, notes = read_ablations([str(root)])
@@ -513,7 +513,7 @@ def test_claims_read_what_the_command_writes(runs, tmp_path, monkeypatch):
     is the command's p, per method and task."""
     import shutil
 
-    from mtl_heads.reports.claims import REGIME_NAMES, check_claims, read_study, stem_heads
+    from mtl_heads.study import REGIME_NAMES, check_claims, read_study, stem_heads
     from helpers import make_run
 
     monkeypatch.setenv("MTL_HEADS_CACHE", str(runs["bert"].parent / "cache"))

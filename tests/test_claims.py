@@ -11,7 +11,7 @@ from scipy import stats
 
 from mtl_heads.commands.claims import main
 from mtl_heads.config import ConfigError
-from mtl_heads.reports.claims import (BEGIN, END, MARGIN, MATCHED_RULE, REGIME_NAMES, SCHEMA, TOO_FEW, VERDICT_RULES, Claim,
+from mtl_heads.study import (BEGIN, END, MARGIN, MATCHED_RULE, REGIME_NAMES, SCHEMA, TOO_FEW, VERDICT_RULES, Claim,
                                       check_claims, claims_json, claims_markdown, pooled_ablation, probe_skill,
                                       read_since, read_study, regime, score_grid, since_line, splice, sp_vs_dp,
                                       stem_heads)
@@ -230,7 +230,7 @@ def test_sp_against_dp_on_sps_schedule(study_dir):
     assert {n.split(" [")[1] for n in named} == {"pos-dp]", "pos-dp-lr1e-5]", "pos-dp-matched]"}
     assert f"{chosen} [pos-dp]" in named and f"the claims use '{chosen}'" in several
     # their hours in the page's header, each with its folder (make_run's runs take 10 s each)
-    from mtl_heads.reports.claims.render import _other_settings_hours
+    from mtl_heads.study.render import _other_settings_hours
     others = _other_settings_hours(study)
     assert others.startswith(" Of those, the settings no claim's cell uses (compared in claim 5 where they pair with "
                              f"SP) took {6 * 10 / 3600:.1f} hours: ") and others.count("(3 runs)") == 2, others
@@ -435,7 +435,7 @@ def test_a_retraining_kept_in_the_record_gives_its_scores_and_hours(study_dir):
     """Where the record's folder keeps the retraining's metrics.json (retraining.metrics.json, written by
     the retrain stage when it does not reproduce), the note gives its test scores against the record's
     and the page's header its hours."""
-    from mtl_heads.reports.claims.render import _retraining_hours
+    from mtl_heads.study.render import _retraining_hours
 
     write_ablation(study_dir / "pos" / "seed2" / "ablation-dp-stem-cells", study_dir / "pos" / ".seed2.retrained",
                    sorted(STEM), {"zero": {"pos": 1.0}}, {"zero": {"pos": [0.0, 0.5]}})
@@ -476,7 +476,7 @@ def test_a_run_trained_again_twice_names_what_read_each_retraining(study_dir):
     one's scores and time and the ablations that name its weights (run_metrics_sha256, the digest of the
     metrics.json they read), those that name weights it does not keep, and those that name none; the
     header counts both retrainings' hours."""
-    from mtl_heads.reports.claims.render import _retraining_hours
+    from mtl_heads.study.render import _retraining_hours
 
     folder = study_dir / "pos" / "seed2"
     record = json.loads((folder / "metrics.json").read_text())
@@ -699,7 +699,7 @@ def test_ablation_hours_from_the_records_that_have_them():
     """The page's header sums the wall time of the head ablations whose records keep it (older ones do not)."""
     from types import SimpleNamespace
 
-    from mtl_heads.reports.claims.render import _ablation_hours
+    from mtl_heads.study.render import _ablation_hours
 
     study = SimpleNamespace(ablations=[("a", {"seconds": 1800.0}), ("b", {"seconds": 5400}), ("c", {})])
     assert _ablation_hours(study) == (" The head ablations that record their time took 2.0 hours (2 of 3: the sum of "

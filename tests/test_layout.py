@@ -17,6 +17,7 @@ FLOORS = [
     ("tasks, probes", ["tasks", "probes"]),
     ("figures", ["mtl_heads.figures"]),
     ("training, reports", ["mtl_heads.training", "mtl_heads.reports"]),
+    ("study", ["mtl_heads.study"]),
     ("analysis", ["mtl_heads.analysis"]),
     ("commands", ["mtl_heads.commands", "mtl_heads.cli", "mtl_heads.__main__", "mtl_heads.train"]),
 ]

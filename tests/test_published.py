@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mtl_heads.reports.claims import check_claims, claims_json, claims_markdown, read_since, read_study, splice
+from mtl_heads.study import check_claims, claims_json, claims_markdown, read_since, read_study, splice
 
 REPO = Path(__file__).resolve().parents[1]
 STUDY = "docs/ewt-study"

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from mtl_heads.commands.report import main as report
-from mtl_heads.reports.claims import REGIME_NAMES, check_claims, read_study, stem_heads
+from mtl_heads.study import REGIME_NAMES, check_claims, read_study, stem_heads
 from mtl_heads.reports.page import heat_cells
-from mtl_heads.reports.study_page import STABILITY, claims_legend, study_lead
+from mtl_heads.study.lead import STABILITY, claims_legend, study_lead
 from helpers import STEM, make_run, make_study
 from helpers import STUDY_LAYERS as LAYERS
 

@@ -3,6 +3,7 @@ train or ablate, ``python`` is a stub on PATH that fakes ``-m mtl_heads train`` 
 FAKE_RUN, into run_dir and adds weights) and ``-m mtl_heads ablate`` (it writes an ablation.json of the
 heads asked for) and ``-m mtl_heads probe`` (an empty report.json), logs their arguments (FAKE_LOG) and hands anything else to the real python."""
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mtl_heads.reports.claims import read_study
+from mtl_heads.study import read_study
 from helpers import make_run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -432,3 +433,22 @@ def test_matched3_trains_dp_on_sp_schedule_in_one_run_with_phases(tmp_path, fake
     (root / "dep-dp-matched3" / "seed1" / "config.yaml").write_text("tasks: [dep]\n")
     study(tmp_path, "matched3", SETTINGS="dep", FAKE_RUN=str(trained), **fake["env"])
     assert fake["log"]()[-1] == ["train", "resume=true", f"run_dir={root}/dep-dp-matched3/seed1", "train.progress=false"]
+
+
+def test_the_script_takes_the_study_layout_from_folders():
+    """The study's folder and file names are declared once (mtl_heads/folders.py) and the script reads them from
+    there: none of them is written out in its code (comments aside), and each of its printf formats gives the
+    name Python's template gives."""
+    from mtl_heads.folders import STUDY_LAYOUT, match_name, record_folder_name, study_layout_shell
+
+    code = "\n".join(line.split(" #")[0] for line in SCRIPT.read_text().splitlines() if not line.lstrip().startswith("#"))
+    for name in ("retraining.", ".retrained", "stem-cells-without", "ablation.json", "/seed$n", "/seed$2", '"seed1"'):
+        assert name not in code, name
+    fields = {"seed": 7, "k": 2, "kind": "dp", "task": "pos"}
+    for key, template in STUDY_LAYOUT.items():
+        wanted = [fields[f] for f in re.findall(r"\{(\w+)\}", template)]
+        printed = subprocess.run(["bash", "-c", f'{study_layout_shell()}\nprintf "${key}" "$@"', "-", *map(str, wanted)],
+                                 capture_output=True, text=True, check=True).stdout
+        assert printed == template.format(**fields)
+        assert match_name(template, printed) == {f: str(fields[f]) for f in re.findall(r"\{(\w+)\}", template)}
+    assert record_folder_name(".seed7.retrained") == "seed7" and record_folder_name("seed7") == "seed7"

@@ -23,7 +23,7 @@ from mtl_heads.model.gating import KEPT_AT, kept_count
 from mtl_heads.model.headsets import head_name
 from mtl_heads.model.precision import autocast
 from mtl_heads.model.removal import read_heads
-from mtl_heads.reports.claims.core import heads_text
+from mtl_heads.study.core import heads_text
 from mtl_heads.reports.probe_compare import compare_reports, group_reports
 from mtl_heads.reports.probe_report import closed_best, read_report, safe_name, write_report
 from mtl_heads.training.tracking import resolve_mode, start_run

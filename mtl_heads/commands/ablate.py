@@ -36,6 +36,7 @@ from mtl_heads.analysis.ablation_heads import check_run, head_source
 from mtl_heads.cli import command
 from mtl_heads.config import CONFIG_DIR, ConfigError, load_config
 from mtl_heads.files import write_json
+from mtl_heads.folders import ABLATION_FILE
 
 
 def parse_args(argv: list[str]) -> list[str]:
@@ -150,7 +151,7 @@ def run(argv: list[str], log=print) -> dict:
     record = run_ablation(loaded, chosen, AblationPlan.from_config(cfg, source=heads.source), run=str(cfg.run), log=log)
     judge(record)
     out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "ablation.json", record)
+    write_json(out / ABLATION_FILE, record)
     for line in table_lines(record):
         log(line)
     log(f"wrote {out / 'ablation.json'}")

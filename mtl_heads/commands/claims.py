@@ -3,11 +3,11 @@ claims checked on a study's run folders and probe reports, one line each with it
 
 ``FOLDERS`` are run folders or folders holding runs and probe reports at any depth (a study folder
 such as ``docs/ewt-study``). What each claim compares and which test it uses:
-:mod:`mtl_heads.reports.claims`. Prints the claims; ``out=`` writes them as markdown (default
+:mod:`mtl_heads.study`. Prints the claims; ``out=`` writes them as markdown (default
 ``claims.md`` in the first folder); ``doc=`` also puts them into a markdown file between the lines
 ``<!-- claims:begin -->`` and ``<!-- claims:end -->``, so that a hand-written document carries numbers
 that cannot drift from the runs. ``format=json`` prints the claims as JSON instead, every test with
-its fields, statistic and p-values (schema: :mod:`mtl_heads.reports.claims.render`), and writes it
+its fields, statistic and p-values (schema: :mod:`mtl_heads.study.render`), and writes it
 only where ``out=`` says. ``since=FILE`` (such a JSON, of an earlier round) adds under each verdict what
 changed since it, called ``since_name=`` (default: ``the claims in FILE``): the verdict then and now, and
 each test whose significance changed, its Holm p and value then and now.
@@ -22,7 +22,7 @@ from omegaconf import DictConfig
 from mtl_heads.cli import Arguments, command, config_file
 from mtl_heads.config import ConfigError
 from mtl_heads.files import atomic_write_text
-from mtl_heads.reports.claims import check_claims, claims_json, claims_markdown, read_since, read_study, splice
+from mtl_heads.study import check_claims, claims_json, claims_markdown, read_since, read_study, splice
 
 ARGUMENTS = Arguments(config_file("claims"), positional="folders", many=True,
                       flags={"--out": "out", "--doc": "doc"})

@@ -25,7 +25,7 @@ from mtl_heads.config import ConfigError
 from mtl_heads.reports.page import write_html
 from mtl_heads.reports.probe_report import split_specs
 from mtl_heads.reports.runs import Note, folder_kind
-from mtl_heads.reports.study_page import read_page_study, stem_cell_groups, study_lead
+from mtl_heads.study.lead import read_page_study, stem_cell_groups, study_lead
 
 ARGUMENTS = Arguments(config_file("report"), positional="paths", many=True, repeat=frozenset({"test"}),
                       flags={"--html": "html", "--title": "title", "--root": "root", "--panels": "panels",

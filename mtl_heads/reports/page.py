@@ -729,9 +729,9 @@ def build_page(run_specs: list[str], probe_dirs: list[Path], title: str = "mtl-h
         tests: ``A,B`` texts or ``all`` of ``test=`` (:func:`mtl_heads.reports.significance.resolve_pairs`):
             adds the section of :func:`significance_section`. Default none: no such section.
         lead: an HTML section put first (the claims and figures of a study,
-            :func:`mtl_heads.reports.study_page.study_lead`); default none.
+            :func:`mtl_heads.study.lead.study_lead`); default none.
         heads: head groups the attention view offers first (``{"stem cells (DP)": [(layer, head)]}``,
-            :func:`mtl_heads.reports.study_page.stem_cell_groups`), before the probes' best heads;
+            :func:`mtl_heads.study.lead.stem_cell_groups`), before the probes' best heads;
             default none: the best heads only.
 
     Raises ``ConfigError`` for nothing to report, ``tests`` without runs, a bad ``--test`` name (the
@@ -748,7 +748,7 @@ def build_page(run_specs: list[str], probe_dirs: list[Path], title: str = "mtl-h
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         if lead:
-            sections.append(lead)  # the answer first: the claims and figures (mtl_heads.reports.study_page)
+            sections.append(lead)  # the answer first: the claims and figures (mtl_heads.study.lead)
             nav.append(("claims", "Claims"))
         comparisons = [Path(p) for p in probe_dirs if folder_kind(Path(p)) == "probe comparison"]
         covered = {f.resolve() for f in _report_folders(comparisons)}  # reports a comparison shows are not repeated

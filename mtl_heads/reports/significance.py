@@ -16,7 +16,7 @@ A setting with fewer than two seeds cannot be tested (its row says so). No corre
 testing many scores or pairs at once.
 
 Every p-value the reports print goes through :func:`format_p` (this table's and the claims' of
-:mod:`mtl_heads.reports.claims`), so that a p prints one way everywhere.
+:mod:`mtl_heads.study`), so that a p prints one way everywhere.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The heads that survive pruning in every setting, the stem cells (He & Choi 2021): which they are, how
 many chance would give (:func:`chance_stem_cells`, :func:`stem_count_p` and their layer-aware twins), and
 whether they are among the best heads of the (pretrained) encoder's probes (:func:`stem_cells_vs_probes`).
-The numbers only: claim 3's verdict on them is :mod:`mtl_heads.reports.claims.stem`.
+The numbers only: claim 3's verdict on them is :mod:`mtl_heads.study.stem`.
 
 In this package a *stem cell* is a head kept (gate >= threshold) in more than half of the runs of every
 setting whose gates moved; the heads kept in every single run are counted beside them (``every run``),

@@ -3,7 +3,7 @@
 - ``page.css``, ``page.js``: every page of ``python -m mtl_heads report`` (:mod:`mtl_heads.reports.page`):
   sortable tables, heatmaps drawn from their ``data-heat`` numbers, filter boxes;
 - ``study.css``, ``study.js``: the claims and figures that open a study's page
-  (:mod:`mtl_heads.reports.study_page`): the claims list, the figures' tabs;
+  (:mod:`mtl_heads.study.lead`): the claims list, the figures' tabs;
 - ``attention.css``, ``attention.js``: the attention view (:mod:`mtl_heads.reports.attention_view`).
 
 They ship with the package (``[tool.setuptools.package-data]`` in pyproject.toml) and are read with

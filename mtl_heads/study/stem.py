@@ -2,9 +2,9 @@
 keeps, and are they the pretrained encoder's best probe heads? (:data:`VERDICT_RULES` ``stem``)."""
 from __future__ import annotations
 
-from mtl_heads.reports.claims.core import REGIME_NAMES, REGIMES, Claim, Study, heads_text, majority, unreachable
-from mtl_heads.reports.claims.heads import gate_runs, not_pruned, regime_gates, stem_table, stricter
-from mtl_heads.reports.claims.rules import CLAIM_SHUFFLES, FLOOR, VERDICT_RULES
+from mtl_heads.study.core import REGIME_NAMES, REGIMES, Claim, Study, heads_text, majority, unreachable
+from mtl_heads.study.heads import gate_runs, not_pruned, regime_gates, stem_table, stricter
+from mtl_heads.study.rules import CLAIM_SHUFFLES, FLOOR, VERDICT_RULES
 from mtl_heads.reports.gates.survivors import (chance_stem_cells, chance_stem_cells_by_layer, kept_by_layer,
                                                stem_cells_vs_probes, stem_count_layer_p, stem_count_p, stem_settings)
 from mtl_heads.reports.significance import format_p

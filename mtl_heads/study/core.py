@@ -17,15 +17,16 @@ import pandas as pd
 
 from mtl_heads.config import ConfigError
 from mtl_heads.files import UnreadableFile, file_sha256, read_json
-from mtl_heads.folders import is_probe_report, shown
-from mtl_heads.reports.claims.rules import ALPHA, REPLICATION, TOO_FEW
+from mtl_heads.folders import ABLATION_FILE, is_probe_report, shown
+from mtl_heads.study.rules import ALPHA, REPLICATION, TOO_FEW
 from mtl_heads.reports.curves import main_metric
 from mtl_heads.reports.probe_report import read_report
 from mtl_heads.reports.runs import read_yaml, walk_runs
 from mtl_heads.reports.significance import format_p
 from mtl_heads.stats import holm
+from mtl_heads.folders import EARLIER_RETRAINING, RETRAINED_FOLDER, RETRAINING_METRICS, match_name, record_folder_name
 
-__all__ = ["REGIMES", "REGIME_NAMES", "RETRAINED", "RETRAINING_METRICS", "EARLIER_RETRAINING", "ABLATION_FILE",
+__all__ = ["REGIMES", "REGIME_NAMES",
            "regime", "Test", "Claim", "test_text", "too_few_text", "unreachable", "Study", "as_number",
            "kept_retrainings", "read_ablations", "folder_of", "one_encoder", "build_study", "mean_std", "heads_text",
            "metric_name", "listed",
@@ -35,13 +36,6 @@ __all__ = ["REGIMES", "REGIME_NAMES", "RETRAINED", "RETRAINING_METRICS", "EARLIE
 REGIMES = ("dp", "budget", "sp")  # the paper's regime (DP) first: gate verdicts read the first one present
 REGIME_NAMES = {"none": "unpruned", "dp": "dynamic pruning (DP)", "budget": "DP at equal sparsity",
                 "sp": "static pruning (SP)"}
-RETRAINED = re.compile(r"(^|/)\.seed\d+\.retrained/?$")  # docs/ewt-study.sh's retrain stage: a run trained again
-# ... and, in the record's folder, that retraining's metrics.json (its scores and time; kept whether it
-# reproduced the record or not); an earlier retraining of the same record, whose weights were lost,
-# keeps its copy as retraining.<k>.metrics.json (k = 1 the first)
-RETRAINING_METRICS = "retraining.metrics.json"
-EARLIER_RETRAINING = re.compile(r"retraining\.(\d+)\.metrics\.json")
-ABLATION_FILE = "ablation.json"  # what python -m mtl_heads ablate writes
 SLOT = re.compile(r"\{([^{}]+)\}")  # a test's place in a line: its key in braces
 
 
@@ -67,7 +61,7 @@ class Test:
     Its p-values: ``p`` (raw; the larger of a global and a layer-aware null's), ``why`` (why it cannot be
     tested; ``p`` is then NaN), ``floor`` (the smallest p it can reach: ``1 / (n + 1)`` for n shuffles or
     random sets, 0 for a t-test), ``family`` (its Holm family within the claim; one by default), ``few``
-    (a t-test left with fewer than :data:`~mtl_heads.reports.claims.rules.MIN_SEEDS` seeds a group),
+    (a t-test left with fewer than :data:`~mtl_heads.study.rules.MIN_SEEDS` seeds a group),
     ``decides`` (the verdict reads it; False for tests shown beside, such as claim 2's gate correlation),
     ``adjusted`` (Holm over its family), ``reach`` (``""``, or the sets it needs when its family is too
     large for its floor: it cannot be significant), ``fragile`` (what leaving out a seed does to a
@@ -109,12 +103,12 @@ class Test:
 
 @dataclass
 class Claim:
-    """One claim: ``key`` (its id, as :data:`~mtl_heads.reports.claims.rules.VERDICT_RULES` names it: ``mtl``,
+    """One claim: ``key`` (its id, as :data:`~mtl_heads.study.rules.VERDICT_RULES` names it: ``mtl``,
     ``overlap``, ``stem``, ``probes``, ``sp_dp``, ``needed``), ``question``, ``paper`` (what He & Choi
     report), ``rule`` (how the verdict is decided), ``verdict`` (``yes`` | ``partly`` | ``no`` |
     ``inconclusive``; ``""`` when the study cannot answer), ``words`` (the verdicts as words:
-    :data:`~mtl_heads.reports.claims.rules.REPLICATION` for the paper's claims,
-    :data:`~mtl_heads.reports.claims.rules.SUPPORT` for one it does not make), ``answer`` (the verdict's
+    :data:`~mtl_heads.study.rules.REPLICATION` for the paper's claims,
+    :data:`~mtl_heads.study.rules.SUPPORT` for one it does not make), ``answer`` (the verdict's
     key numbers, or why there is none), ``lines`` (one per task or pair: templates whose ``{test key}``
     slots :meth:`text_lines` fills), ``notes``, ``tests`` (by key), ``fragile`` (the verdicts found with a
     seed left out, where they differ), ``too_few`` (the seeds whose leaving out changes the verdict
@@ -239,7 +233,7 @@ class Study:
     encoder); ablations: ``[(path, record)]`` of ``ablation.json`` files (:func:`read_ablations`);
     notes: what was found and not used, and why; left_out: the seed left out (stability), or None;
     retrainings: ``{run folder: seconds}`` of the runs trained again for their weights whose record's
-    folder keeps the retraining's metrics (:data:`RETRAINING_METRICS`, and :data:`EARLIER_RETRAINING`
+    folder keeps the retraining's metrics (:data:`~mtl_heads.folders.RETRAINING_METRICS`, and :data:`~mtl_heads.folders.EARLIER_RETRAINING`
     where it was trained again more than once: the seconds of all of them); earlier_retrainings: how
     many such earlier retrainings the record keeps in all.
     """
@@ -276,9 +270,7 @@ class Study:
         not reproduce its record (``<setting folder>/.seed<N>.retrained``, docs/ewt-study.sh's retrain
         stage) stands for that run: same config and seed, its own weights."""
         target = Path(str(folder))
-        retrained = re.fullmatch(r"\.seed(\d+)\.retrained", target.name)
-        if retrained:
-            target = target.parent / f"seed{retrained.group(1)}"
+        target = target.parent / record_folder_name(target.name)
         paths = [Path(r) for r in self.runs["run"]]
         for match in ([p.resolve() == target.resolve() for p in paths], [p.parts[-2:] == target.parts[-2:] for p in paths]):
             if any(match):
@@ -407,14 +399,14 @@ def build_study(runs: pd.DataFrame, notes: list[str], specs: list[str]) -> Study
             study.notes.append(f"{path}: its run {record['run']} is not among the study's runs; not used")
         else:
             study.ablations.append((path, record))
-            if RETRAINED.search(str(record["run"])):
+            if match_name(RETRAINED_FOLDER, Path(str(record["run"])).name):
                 stand_ins.setdefault(str(row["run"]), (Path(str(record["run"])).name, [], []))[1].append(
                     (path, record.get("run_metrics_sha256")))
     kept = {}  # run folder -> [(file, metrics, digest)] of its retrainings that the record's folder keeps
     for run in map(Path, study.runs["run"]):
         # a run that started from a retraining's weights (claim 5's matched DP): the table's init reads seed*
         init = str(read_yaml(run / "config.yaml").get("init") or "") if (run / "config.yaml").is_file() else ""
-        row = study.run_row(init) if RETRAINED.search(init) else None
+        row = study.run_row(init) if match_name(RETRAINED_FOLDER, Path(init).name) else None
         if row is not None:
             stand_ins.setdefault(str(row["run"]), (Path(init).name, [], []))[2].append(run)
         kept[run] = kept_retrainings(run, study.notes)
@@ -429,10 +421,10 @@ def build_study(runs: pd.DataFrame, notes: list[str], specs: list[str]) -> Study
 
 def kept_retrainings(run: Path, notes: list[str]) -> list[tuple[str, dict, str]]:
     """``[(file name, metrics, SHA-256 of the file)]`` of the retrainings of a run whose record's folder
-    keeps their metrics.json, the first first: :data:`EARLIER_RETRAINING` by number, then
-    :data:`RETRAINING_METRICS` (the latest). A file that cannot be read is a note in ``notes``."""
-    earlier = sorted((int(m.group(1)), f) for f in (run.iterdir() if run.is_dir() else [])
-                     if (m := EARLIER_RETRAINING.fullmatch(f.name)))
+    keeps their metrics.json, the first first: :data:`~mtl_heads.folders.EARLIER_RETRAINING` by number, then
+    :data:`~mtl_heads.folders.RETRAINING_METRICS` (the latest). A file that cannot be read is a note in ``notes``."""
+    earlier = sorted((int(m["k"]), f) for f in (run.iterdir() if run.is_dir() else [])
+                     if (m := match_name(EARLIER_RETRAINING, f.name)))
     kept = []
     for path in [f for _, f in earlier] + [run / RETRAINING_METRICS]:
         try:

@@ -44,19 +44,19 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mtl_heads.reports.claims.core import (REGIME_NAMES, REGIMES, Claim, Study, Test, build_study, read_ablations, regime,
+from mtl_heads.study.core import (REGIME_NAMES, REGIMES, Claim, Study, Test, build_study, read_ablations, regime,
                                            too_few_text)
-from mtl_heads.reports.claims.heads import gate_baseline, regime_gates, stem_heads, stem_table
-from mtl_heads.reports.claims.mtl import mtl_vs_stl
-from mtl_heads.reports.claims.needed import needed, pooled_ablation
-from mtl_heads.reports.claims.overlap import overlap
-from mtl_heads.reports.claims.probes import PAPER_LABELS, probe_skill, probes_claim
-from mtl_heads.reports.claims.render import (BEGIN, END, SCHEMA, claims_data, page_markdown, read_since, score_grid,
+from mtl_heads.study.heads import gate_baseline, regime_gates, stem_heads, stem_table
+from mtl_heads.study.mtl import mtl_vs_stl
+from mtl_heads.study.needed import needed, pooled_ablation
+from mtl_heads.study.overlap import overlap
+from mtl_heads.study.probes import PAPER_LABELS, probe_skill, probes_claim
+from mtl_heads.study.render import (BEGIN, END, SCHEMA, claims_data, page_markdown, read_since, score_grid,
                                              since_line, splice)
-from mtl_heads.reports.claims.rules import (ALPHA, CLAIM_SHUFFLES, MARGIN, MATCHED_RULE, MIN_SEEDS, NEAR_ALL,
+from mtl_heads.study.rules import (ALPHA, CLAIM_SHUFFLES, MARGIN, MATCHED_RULE, MIN_SEEDS, NEAR_ALL,
                                             REPLICATION, SUPPORT, TESTS, TOO_FEW, VERDICT_RULES)
-from mtl_heads.reports.claims.sp_dp import sp_vs_dp
-from mtl_heads.reports.claims.stem import stem
+from mtl_heads.study.sp_dp import sp_vs_dp
+from mtl_heads.study.stem import stem
 from mtl_heads.reports.comparison import compare_runs, markdown
 from mtl_heads.reports.runs import RUNS, spec_folder
 from mtl_heads.reports.significance import format_p
@@ -137,15 +137,15 @@ def check_claims(study: Study, stability: bool = True) -> list[Claim]:
 def claims_markdown(study: Study, claims: list[Claim], command: str = "", since: dict | None = None) -> str:
     """The scores grid and the claims as markdown (what ``out=`` writes and ``doc=`` splices in): per
     claim its question and He & Choi's answer, its rule, then its verdict with its stability, then its
-    lines (raw and Holm-adjusted p) and notes (:func:`~mtl_heads.reports.claims.render.page_markdown`);
+    lines (raw and Holm-adjusted p) and notes (:func:`~mtl_heads.study.render.page_markdown`);
     ``command`` is the command line named as the page's source (default none); ``since``, an earlier
-    claims JSON read by :func:`~mtl_heads.reports.claims.render.read_since`, adds under each verdict what
+    claims JSON read by :func:`~mtl_heads.study.render.read_since`, adds under each verdict what
     changed since it (default none)."""
     return page_markdown(study, claims, markdown(score_grid(study)), command, since)
 
 
 def claims_json(study: Study, claims: list[Claim], command: str = "") -> str:
     """The study and its claims as JSON (``format=json``; the schema is
-    :mod:`mtl_heads.reports.claims.render`'s docstring; NaN written as null); ``command`` as in
+    :mod:`mtl_heads.study.render`'s docstring; NaN written as null); ``command`` as in
     :func:`claims_markdown`."""
     return json.dumps(claims_data(study, claims, command), indent=2, ensure_ascii=False, allow_nan=False)

@@ -7,10 +7,10 @@ import math
 
 import numpy as np
 
-from mtl_heads.reports.claims.core import (REGIME_NAMES, REGIMES, Claim, Study, heads_text, listed, majority, mtl_name,
+from mtl_heads.study.core import (REGIME_NAMES, REGIMES, Claim, Study, heads_text, listed, majority, mtl_name,
                                            runs_of, task_name, unreachable)
-from mtl_heads.reports.claims.heads import regime_gates, stem_heads
-from mtl_heads.reports.claims.rules import SUPPORT, VERDICT_METHODS, VERDICT_RULES
+from mtl_heads.study.heads import regime_gates, stem_heads
+from mtl_heads.study.rules import SUPPORT, VERDICT_METHODS, VERDICT_RULES
 from mtl_heads.stats import null_summary
 
 __all__ = ["pooled_ablation", "needed"]

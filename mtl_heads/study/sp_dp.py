@@ -4,18 +4,18 @@ lower, and do they keep the same heads? One-sided Welch tests over seeds with a 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from mtl_heads.reports.claims.core import (Claim, Study, config_of, listed, mean_std, metric_name, run_folders,
+from mtl_heads.study.core import (Claim, Study, config_of, listed, mean_std, metric_name, run_folders,
                                            runs_of, score_column, setting_name)
-from mtl_heads.reports.claims.heads import gate_baseline, not_pruned, pair_text, setting_gates
-from mtl_heads.reports.claims.rules import MARGIN, MATCHED_RULE, MIN_SEEDS, TOO_FEW, VERDICT_RULES
+from mtl_heads.study.heads import gate_baseline, not_pruned, pair_text, setting_gates
+from mtl_heads.study.rules import MARGIN, MATCHED_RULE, MIN_SEEDS, TOO_FEW, VERDICT_RULES
 from mtl_heads.reports.runs import read_yaml
 from mtl_heads.stats import welch_lower_bound, welch_one_sided
+from mtl_heads.folders import RETRAINED_FOLDER, match_name, record_folder_name
 
 __all__ = ["SP_DP_TESTS", "sp_vs_dp"]
 
@@ -30,9 +30,8 @@ def _record_folder(folder: Path) -> Path:
     """A run folder as the record keeps it: a retraining that did not reproduce its record
     (``<setting>/.seed<N>.retrained``, which is not committed) reads as ``<setting>/seed<N>`` where it is
     absent: the same config by construction (docs/ewt-study.sh's retrain stage)."""
-    found = re.fullmatch(r"\.seed(\d+)\.retrained", folder.name)
-    if found and not (folder / "config.yaml").is_file():
-        return folder.parent / f"seed{found.group(1)}"
+    if match_name(RETRAINED_FOLDER, folder.name) and not (folder / "config.yaml").is_file():
+        return folder.parent / record_folder_name(folder.name)
     return folder
 
 

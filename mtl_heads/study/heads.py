@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from mtl_heads.reports.claims.core import Claim, Study, run_folders, runs_of, task_name
-from mtl_heads.reports.claims.rules import CLAIM_SHUFFLES, FLOOR, NEAR_ALL
+from mtl_heads.study.core import Claim, Study, run_folders, runs_of, task_name
+from mtl_heads.study.rules import CLAIM_SHUFFLES, FLOOR, NEAR_ALL
 from mtl_heads.reports.gates.read import moved_flags, read_run
 from mtl_heads.reports.gates.stats import kept_heads, permutation_baseline
 from mtl_heads.reports.gates.survivors import stem_cells

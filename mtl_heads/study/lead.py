@@ -1,7 +1,7 @@
 """The first screen of a study's HTML page: the answer before the tables.
 
 When the run folders given to ``python -m mtl_heads report`` hold a study (the claims of
-:mod:`mtl_heads.reports.claims` can be checked on them), :func:`study_lead` opens the page with:
+:mod:`mtl_heads.study` can be checked on them), :func:`study_lead` opens the page with:
 
 - the claims, one line each: a short name, the verdict (coloured; its rule on hover), its stability and
   its key numbers; each unfolds to the question, He & Choi's answer, the rule and the tests the claim
@@ -35,7 +35,7 @@ from matplotlib.lines import Line2D
 
 from mtl_heads.config import ConfigError
 from mtl_heads.figures.plots import new_figure
-from mtl_heads.reports.claims import (REGIME_NAMES, REGIMES, Claim, Study, gate_baseline,
+from mtl_heads.study import (REGIME_NAMES, REGIMES, Claim, Study, gate_baseline,
                                       regime_gates, stem_table, check_claims, read_study, stem_heads)
 from mtl_heads.reports.gates import run_consistency
 from mtl_heads.reports.page import error_path, heatmap_html, unreadable, viridis_colour
@@ -264,7 +264,7 @@ def _figure(body: str, caption: str, ident: str) -> str:
 
 
 def read_page_study(specs: list[str], root: str | Path = RUNS) -> Study | str:
-    """The study the runs named by ``specs`` hold (:func:`~mtl_heads.reports.claims.read_study`, experiment
+    """The study the runs named by ``specs`` hold (:func:`~mtl_heads.study.read_study`, experiment
     names looked up under ``root``), or why it cannot be read: the ConfigError's message (a file that
     cannot be read, runs of several encoders), which :func:`study_lead` shows in the claims' place."""
     try:
@@ -296,7 +296,7 @@ def study_lead(specs: list[str] | Study | str, notes: list[Note] | None = None, 
 
     Args:
         specs: run folders, globs or experiment names (as ``python -m mtl_heads claims`` takes), the
-            :class:`~mtl_heads.reports.claims.Study` already read from them, or why it could not be
+            :class:`~mtl_heads.study.Study` already read from them, or why it could not be
             (:func:`read_page_study`).
         notes: a file that cannot be read is appended to it as a :class:`~mtl_heads.reports.runs.Note`
             (for the page's list and the command's stderr). Default none: the section's note only.

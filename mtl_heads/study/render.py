@@ -53,9 +53,9 @@ import numpy as np
 import pandas as pd
 
 from mtl_heads.config import ConfigError
-from mtl_heads.reports.claims.core import (REGIME_NAMES, Claim, Study, Test, folder_of, mean_std, metric_name,
+from mtl_heads.study.core import (REGIME_NAMES, Claim, Study, Test, folder_of, mean_std, metric_name,
                                            mtl_name, score_column, as_number, task_name)
-from mtl_heads.reports.claims.rules import TESTS
+from mtl_heads.study.rules import TESTS
 from mtl_heads.reports.significance import format_p
 
 __all__ = ["BEGIN", "END", "SCHEMA", "score_grid", "page_markdown", "claim_markdown", "since_line", "read_since",

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from mtl_heads.reports.claims.core import REGIME_NAMES, REGIMES, Claim, Study, share, unreachable
-from mtl_heads.reports.claims.heads import gate_baseline, gate_runs, not_pruned, pair_text, regime_gates
-from mtl_heads.reports.claims.rules import REPLICATION, VERDICT_RULES
+from mtl_heads.study.core import REGIME_NAMES, REGIMES, Claim, Study, share, unreachable
+from mtl_heads.study.heads import gate_baseline, gate_runs, not_pruned, pair_text, regime_gates
+from mtl_heads.study.rules import REPLICATION, VERDICT_RULES
 from mtl_heads.reports.gates.stats import run_consistency
 
 __all__ = ["overlap"]

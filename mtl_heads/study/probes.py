@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pandas as pd
 
-from mtl_heads.reports.claims.core import (Claim, Study, listed, majority, mean_std, mtl_name, run_folders,
+from mtl_heads.study.core import (Claim, Study, listed, majority, mean_std, mtl_name, run_folders,
                                            task_name)
-from mtl_heads.reports.claims.rules import MIN_SEEDS, TOO_FEW, VERDICT_RULES
+from mtl_heads.study.rules import MIN_SEEDS, TOO_FEW, VERDICT_RULES
 from mtl_heads.reports.significance import format_p
 from mtl_heads.stats import one_sample_p, permutation_test, welch
 
