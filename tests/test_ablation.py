@@ -446,7 +446,7 @@ def test_bad_input_is_one_line(runs, capsys, args, message):
     assert err.startswith("error: ") and message in err and len(err.strip().splitlines()) == 1
 
 
-def test_missing_or_pruned_run(tmp_path, capsys):
+def test_a_missing_or_unfinished_run_is_refused(tmp_path, capsys):
     from mtl_heads.commands.ablate import main
 
     assert main([str(tmp_path / "nowhere"), "heads=L0H1"]) == 2
