@@ -36,7 +36,9 @@
 # per ablation and seed (250); ABLATE_SENTENCES: the first N test sentences scored (200);
 # ABLATE_REFERENCE: the first N dev sentences of the mean contexts (500); ABLATE_TASKS: only these
 # tasks' held-out sets (all; two jobs can split one MTL-5 seed's five ablations, ABLATE_TASKS="pos ner
-# dep" and "con srl"); BUDGET_ABLATE_SEEDS: the seeds whose equal-sparsity sets are ablated (1);
+# dep" and "con srl"); ABLATE_NULLS: the random sets' nulls, one ablation each (layer; layer importance:
+# also the importance-matched null); STEMS: the study folders whose DP and equal-sparsity runs give the
+# stem cells (STUDY); BUDGET_ABLATE_SEEDS: the seeds whose equal-sparsity sets are ablated (1);
 # NER_LAMBDAS: the lambdas searched (0.002 0.006 0.02: 10, 30 and 100 times NER's reference 0.0002);
 # NER_LAMBDA: use this one, no search.
 # data=ewt reads data/ewt, else ../shared/data/ewt (the first holding the corpus; from the repository
@@ -50,7 +52,7 @@ SELF=docs/$(basename "$0")  # how a plan line calls this script (from the reposi
 cd "$(dirname "$0")/.."
 passed=()  # the variables set for this call, which each plan line passes on
 for var in STUDY EPOCHS SP_EPOCHS EXTRA PROBE_EXTRA ABLATE_EXTRA DOC PRETRAINED ABLATE_SETS ABLATE_SENTENCES \
-           ABLATE_REFERENCE ABLATE_TASKS BUDGET_ABLATE_SEEDS NER_LAMBDAS NER_LAMBDA WANDB_MODE; do
+           ABLATE_REFERENCE ABLATE_TASKS ABLATE_NULLS STEMS BUDGET_ABLATE_SEEDS NER_LAMBDAS NER_LAMBDA WANDB_MODE; do
   if [[ -v $var ]]; then passed+=("$var=$(printf %q "${!var}")"); fi
 done
 STUDY=${STUDY:-docs/ewt-study}
@@ -67,6 +69,10 @@ ABLATE_SETS=${ABLATE_SETS:-250}  # layer-matched random head sets of the same si
 ABLATE_SENTENCES=${ABLATE_SENTENCES:-200}  # the first N test sentences of each task, the same for every run
 ABLATE_REFERENCE=${ABLATE_REFERENCE:-500}  # the first N dev sentences whose tokens give the mean contexts
 ABLATE_TASKS=${ABLATE_TASKS:-}  # ablate only these tasks' held-out sets (all of a setting's): two jobs may split MTL-5's five
+ABLATE_NULLS=${ABLATE_NULLS:-layer}  # the random sets' nulls, one ablation each: layer (layer-matched), importance
+                                     #   (matched on layer and importance bin; rules-round3.md)
+STEMS=${STEMS:-$STUDY}  # the study folders whose DP and equal-sparsity runs give the stem cells ablated (round 3:
+                        #   docs/ewt-study, round 2's record, so that seeds 4 and 5 are ablated as they train)
 BUDGET_ABLATE_SEEDS=${BUDGET_ABLATE_SEEDS:-1}  # equal sparsity's sets: these seeds only (the cut rules.md makes)
 read -r -a ABLATE_EXTRA <<< "${ABLATE_EXTRA:-}"  # more key=value for every ablation (ABLATE_EXTRA="batch_size=64")
 NER_LAMBDAS=${NER_LAMBDAS:-0.002 0.006 0.02}  # nersearch: 10, 30 and 100 times NER's reference L0 lambda (0.0002)
@@ -98,6 +104,9 @@ BUDGET="prune.budget=36"                # equal sparsity: 36 of the 72 heads kep
 MATCHED_SETTINGS="pos dep con srl mtl5" # claim 5's matched runs: the settings of the train split
 NER_KEEP=0.9                            # nerlambda's lambda keeps at most this share of the heads on seed 1
 for k in $ABLATE; do [[ $k =~ ^(dp|budget)$ ]] || { echo "ABLATE: unknown '$k' (dp budget)" >&2; exit 2; }; done
+for k in $ABLATE_NULLS; do
+  [[ $k =~ ^(layer|importance)$ ]] || { echo "ABLATE_NULLS: unknown '$k' (layer importance)" >&2; exit 2; }
+done
 [[ $PROBE_PRETRAINED =~ ^(yes|no|only)$ ]] || { echo "PROBE_PRETRAINED: yes, no or only" >&2; exit 2; }
 
 # JOBS runs at once, each with cores/JOBS threads (OMP_NUM_THREADS): on 2 CPU cores two one-thread
@@ -232,15 +241,17 @@ retrain() { for n in $SEEDS; do for s in "${ORDER[@]}"; do job retrain_one "$s" 
 # sets of the same size. The sets come from the study's DP and equal-sparsity runs as they are now
 # (run it after the dp and budget stages; an ablation.json of other heads than today's is named as
 # stale). Into <run>/ablation-<dp|budget>-stem-cells-without-<T>/ablation.json, where the claims find
-# it. Mind ABLATE_SETS: with N random sets the smallest p is 1/(N+1), and claim 6 Holm-adjusts over
+# it, and with ABLATE_NULLS=importance into ...-importance-matched/ (mtl_heads/folders.py names both). Mind ABLATE_SETS: with N random sets the smallest p is 1/(N+1), and claim 6 Holm-adjusts over
 # the (model, task) pairs of a regime and method, so with m of them none can pass unless N >= 20m:
 # the whole study has m = 10 (N >= 200). Each set costs one pass over the scored sentences per method.
 stem_cells() {  # "<regime> <task> <heads,...>" for dp and budget and each task: the stem cells found without it
-  python - "$STUDY" <<'EOF'
+  local stems
+  read -r -a stems <<< "$STEMS"
+  python - "${stems[@]}" <<'EOF'
 import sys
 from mtl_heads.study import read_study, stem_heads
 
-study = read_study([sys.argv[1]])
+study = read_study(sys.argv[1:])
 for kind in ("dp", "budget"):
     for task in study.tasks:
         print(kind, task, ",".join(stem_heads(study, kind, without=task)) or "-")
@@ -269,8 +280,9 @@ tasks_of() {  # the tasks of setting $1, one per line (its arguments start tasks
   tr , '\n' <<< "${first#tasks=}"
 }
 ablate_one() {  # run folder $1, regime $2, task $3 (scored alone; the set is the stem cells found without it),
-  local dir=$1 kind=$2 task=$3 heads=$4 out weights  # heads $4; setting $5, seed $6
-  out=$dir/$(printf "$ABLATION_FOLDER" "$kind" "$task")
+  local dir=$1 kind=$2 task=$3 heads=$4 null=$7 out weights  # heads $4; setting $5, seed $6; null $7 (ABLATE_NULLS)
+  if [[ $null == layer ]]; then out=$dir/$(printf "$ABLATION_FOLDER" "$kind" "$task")
+  else out=$dir/$(printf "$IMPORTANCE_ABLATION_FOLDER" "$kind" "$task"); fi
   weights=$(weights_of "$dir")
   if [[ -f $out/$ABLATION_FILE ]]; then
     if same_heads "$out/$ABLATION_FILE" "$heads"; then echo "done: $out"
@@ -282,18 +294,18 @@ ablate_one() {  # run folder $1, regime $2, task $3 (scored alone; the set is th
   else
     [[ $weights != "$dir" ]] && echo "ablating $weights: the retraining of $dir, which did not reproduce its record"
     python -m mtl_heads ablate "$weights" heads="$heads" label="$kind stem cells without $task" tasks="$task" \
-      methods=zero,mean random_sets="$ABLATE_SETS" split=test max_sentences="$ABLATE_SENTENCES" \
+      methods=zero,mean random_sets="$ABLATE_SETS" matched="$null" split=test max_sentences="$ABLATE_SENTENCES" \
       reference_sentences="$ABLATE_REFERENCE" progress=false "${ABLATE_EXTRA[@]}" out="$out" 2>&1 \
       | sed -u "s|^|[$out] |" || failed "$out"
   fi
 }
 ablate() {
-  local kind task heads s n
+  local kind task heads s n null
   declare -A stems=()
   while read -r kind task heads; do stems[$kind $task]=$heads; done < <(stem_cells || echo "error - -")
-  [[ ! -v "stems[error -]" ]] || { echo "ablate: the stem cells of $STUDY could not be read" >&2; failed ablate; return; }
+  [[ ! -v "stems[error -]" ]] || { echo "ablate: the stem cells of $STEMS could not be read" >&2; failed ablate; return; }
   for task in $ABLATE_TASKS; do  # a misspelt task would ablate nothing, silently
-    [[ -v "stems[dp $task]" ]] || { echo "ablate: ABLATE_TASKS names $task, no task of $STUDY" >&2; failed ABLATE_TASKS; return; }
+    [[ -v "stems[dp $task]" ]] || { echo "ablate: ABLATE_TASKS names $task, no task of $STEMS" >&2; failed ABLATE_TASKS; return; }
   done
   for n in $SEEDS; do for s in "${ORDER[@]}"; do for kind in $ABLATE; do
     [[ $kind == budget && " $BUDGET_ABLATE_SEEDS " != *" $n "* ]] && continue
@@ -301,9 +313,10 @@ ablate() {
       [[ -n $ABLATE_TASKS && " $ABLATE_TASKS " != *" $task "* ]] && continue
       heads=${stems[$kind $task]:--}
       if [[ $heads == - ]]; then
-        echo "not ablated: no $kind stem cells without $task in $STUDY (fewer than two other single-task $kind" \
+        echo "not ablated: no $kind stem cells without $task in $STEMS (fewer than two other single-task $kind" \
           "settings that pruned)"
-      else job ablate_one "$STUDY/$s/$(seed_folder "$n")" "$kind" "$task" "$heads" "$s" "$n"; fi
+      else for null in $ABLATE_NULLS; do
+        job ablate_one "$STUDY/$s/$(seed_folder "$n")" "$kind" "$task" "$heads" "$s" "$n" "$null"; done; fi
     done < <(tasks_of "$s")
   done; done; done
 }

@@ -17,7 +17,8 @@ Kinds (the files that make one, written by the command in brackets):
   run whose weights were trained again and did not reproduce its record, the retraining
   (:data:`RETRAINED_FOLDER`, not committed: it holds weights); in the record's folder, the retraining's
   ``metrics.json`` (:data:`RETRAINING_METRICS`, and :data:`EARLIER_RETRAINING` for each earlier one, the
-  first numbered 1); under a run, each of the study's head ablations (:data:`ABLATION_FOLDER`). The study
+  first numbered 1); under a run, each of the study's head ablations (:data:`ABLATION_FOLDER`, and
+  :data:`IMPORTANCE_ABLATION_FOLDER` against the importance-matched null). The study
   script reads these names from :func:`study_layout_shell` at its start, so that a name changed here
   changes in both. Each template's fields are in braces, in the order the script's ``printf`` fills them.
 """
@@ -33,7 +34,7 @@ __all__ = ["RUN_FILES", "REMOVAL_FILES", "REMOVAL_DIR", "is_run_dir", "is_finish
            "is_removal_dir", "removal_dir",
            "is_gate_run", "is_probe_report", "is_probe_comparison", "check_run_dir", "check_record", "seed_dir", "folder_kind",
            "SEED_FOLDER", "ABLATION_FILE", "RETRAINED_FOLDER", "RETRAINING_METRICS", "EARLIER_RETRAINING",
-           "ABLATION_FOLDER", "STUDY_LAYOUT", "match_name", "record_folder_name", "study_layout_shell",
+           "ABLATION_FOLDER", "IMPORTANCE_ABLATION_FOLDER", "STUDY_LAYOUT", "match_name", "record_folder_name", "study_layout_shell",
            "KIND_WHY", "shown", "RUNS", "newest_unfinished_run"]
 
 SEED_FOLDER = "seed{seed}"  # the run folder of one seed in an experiment (train seeds=...) or a study
@@ -43,8 +44,10 @@ RETRAINED_FOLDER = ".seed{seed}.retrained"  # the retrain stage's run trained ag
 RETRAINING_METRICS = "retraining.metrics.json"  # in the record's folder: the latest retraining's metrics.json
 EARLIER_RETRAINING = "retraining.{k}.metrics.json"  # ... an earlier retraining's, whose weights were lost
 ABLATION_FOLDER = "ablation-{kind}-stem-cells-without-{task}"  # the ablate stage's: kind dp or budget, task T
+IMPORTANCE_ABLATION_FOLDER = ABLATION_FOLDER + "-importance-matched"  # ... against the importance-matched null
 STUDY_LAYOUT = {"SEED_FOLDER": SEED_FOLDER, "RETRAINED_FOLDER": RETRAINED_FOLDER, "RETRAINING_METRICS": RETRAINING_METRICS,
-                "EARLIER_RETRAINING": EARLIER_RETRAINING, "ABLATION_FOLDER": ABLATION_FOLDER, "ABLATION_FILE": ABLATION_FILE}
+                "EARLIER_RETRAINING": EARLIER_RETRAINING, "ABLATION_FOLDER": ABLATION_FOLDER,
+                "IMPORTANCE_ABLATION_FOLDER": IMPORTANCE_ABLATION_FOLDER, "ABLATION_FILE": ABLATION_FILE}
 NUMBERS = {"seed", "k"}  # the template fields that are whole numbers; the others are names without a slash
 FIELD = re.compile(r"\{(\w+)\}")
 

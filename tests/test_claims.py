@@ -310,14 +310,15 @@ def test_sp_against_dp_at_another_lambda(study_dir):
     assert [note.split(":")[0] for note in claim.notes] == ["**confound** (POS)", "**confound** (NER, NER at lambda 0.006)"]
 
 
-def write_ablation(folder, run, heads, drops: dict, random: dict, label="stem cells"):
+def write_ablation(folder, run, heads, drops: dict, random: dict, label="stem cells", matched=None):
     """An ablation.json as python -m mtl_heads ablate writes it: drops {method: {task: drop}}, random
-    {method: {task: [drops of the random sets]}}."""
+    {method: {task: [drops of the random sets]}}; matched: its null (none: a record older than the key)."""
     folder.mkdir(parents=True)
     methods = {m: {t: {"metric": "accuracy", "base": 90.0, "ablated": 90.0 - d, "drop": d,
                        "random_drops": random[m][t]} for t, d in tasks.items()} for m, tasks in drops.items()}
     (folder / "ablation.json").write_text(json.dumps({"kind": "head ablation", "run": str(run), "heads": heads,
-                                                      "label": label, "methods": methods}))
+                                                      "label": label, "methods": methods}
+                                                     | ({"matched": matched} if matched else {})))
 
 
 CON_KEPT = [0, 1, 2, 3, 6, 7, 8, 9]  # a third task that pruned: the stem cells found without POS or NER are STEM
@@ -345,8 +346,11 @@ def test_needed_holds_each_task_out(study_dir):
                            {m: {task: randoms[seed][m][task]} for m in ("zero", "mean")})
     write_ablation(study_dir / "ablation" / "other", study_dir / "pos" / "seed1", ["L0H0"], {"zero": {"pos": 1.0}},
                    {"zero": {"pos": [0.0]}}, label="one head")
+    # the held-out set against the importance-matched null (round 3's): shown, not read by this rule
+    write_ablation(study_dir / "ablation" / "importance", study_dir / "pos" / "seed1", stem, {"zero": {"pos": 50.0}},
+                   {"zero": {"pos": [0.0] * 400}}, label="stem cells", matched="layer and importance")
     study = read_study([str(study_dir)])
-    assert len(study.ablations) == 7
+    assert len(study.ablations) == 8
     claim = check_claims(study)[5]
     assert claim.key == "needed" and claim.words["yes"] == "supported"
     # POS: 5.0 beats all 19 random means: p = 1 / 20; NER: the mean of 0.5 against the random-set means
@@ -371,8 +375,11 @@ def test_needed_holds_each_task_out(study_dir):
                               "L0H0, L0H1, L0H2, L0H3, L1H0, L1H1")
     assert claim.lines[1].startswith(f"{name}, STL POS (accuracy): zero: drop 5.00 (by seed: 1 5.00, 2 5.00, 3 5.00) "
                                      "against random sets'")
-    assert claim.notes == [("'one head' (1 heads: L0H0) is no held-out stem-cell set of today's study: shown, not "
-                            "counted (STL POS seed 1 zero)")]
+    assert sorted(claim.notes) == [("'one head' (1 heads: L0H0) is no held-out stem-cell set of today's study: shown, not "
+                                    "counted (STL POS seed 1 zero)"),
+                                   ("'stem cells' (6 heads: L0H0, L0H1, L0H2, L0H3, L1H0, L1H1) is drawn against another null "
+                                    "(layer and importance matched) than the rule's layer-matched one: shown, not "
+                                    "counted (STL POS seed 1 zero)")]
     # with enough random sets the POS drop is significant: needed by 1 of 2 (model, task) pairs (partly supported)
     more = {seed: list(rng.random(400)) for seed in (1, 2, 3)}
     for seed in (1, 2, 3):

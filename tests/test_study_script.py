@@ -315,7 +315,7 @@ def test_ablate_holds_each_task_out_runs_where_the_claims_look_and_names_missing
     assert result.returncode == 1 and f"{root}/dep/seed1/ablation-dp-stem-cells-without-dep" in result.stderr
     calls = fake["log"]()
     assert calls[0] == ["ablate", f"{root}/pos/seed1", "heads=L0H0,L1H1,L1H2", "label=dp stem cells without pos",
-                        "tasks=pos", "methods=zero,mean", "random_sets=250", "split=test", "max_sentences=200",
+                        "tasks=pos", "methods=zero,mean", "random_sets=250", "matched=layer", "split=test", "max_sentences=200",
                         "reference_sentences=500", "progress=false", f"out={out}"]
     # MTL-5, each task scored alone with its own held-out set; NER and SRL, which pruned in no setting here,
     # take the stem cells of every task that did
@@ -357,6 +357,33 @@ def test_ablate_holds_each_task_out_runs_where_the_claims_look_and_names_missing
     plan = study(tmp_path, "plan", "ablate", SETTINGS="pos", SEEDS="1 2").stdout
     assert "ABLATE=budget SETTINGS=pos SEEDS=1" in plan and "ABLATE=budget SETTINGS=pos SEEDS=2" not in plan
     assert "ABLATE=dp SETTINGS=pos SEEDS=2" in plan
+
+
+def test_ablate_takes_stem_cells_from_another_study_and_draws_both_nulls(tmp_path, fake):
+    """Round 3 (docs/ewt-study/rules-round3.md): the new seeds' runs, in their own folder, are ablated with the stem
+    cells of the record's DP runs (STEMS), against the layer-matched and the importance-matched null
+    (ABLATE_NULLS), each into its own folder, which the plan lines carry; an unknown null is refused."""
+    record, new = tmp_path / "study", tmp_path / "round3"
+    kept = {"pos": [[1, 1, 0], [0, 1, 0]], "dep": [[1, 0, 0], [0, 1, 1]], "con": [[1, 1, 0], [0, 1, 1]]}
+    for task, gates in kept.items():
+        record_run(record / task / "seed1", task)
+        dp_record(record, task, gates)
+    run = new / "pos" / "seed4"
+    record_run(run, "pos", seed=4)
+    (run / "model.safetensors").write_text("weights")
+    result = study(tmp_path, "ablate", STUDY=str(new), STEMS=str(record), SETTINGS="pos", SEEDS="4", ABLATE="dp",
+                   ABLATE_NULLS="layer importance", **fake["env"])
+    assert result.returncode == 0, result.stderr
+    calls = fake["log"]()
+    assert [(c[1], c[2], c[7], c[-1]) for c in calls] == [
+        (str(run), "heads=L0H0,L1H1,L1H2", "matched=layer", f"out={run}/ablation-dp-stem-cells-without-pos"),
+        (str(run), "heads=L0H0,L1H1,L1H2", "matched=importance",
+         f"out={run}/ablation-dp-stem-cells-without-pos-importance-matched")]
+    plan = study(tmp_path, "plan", "ablate", STUDY=str(new), STEMS=str(record), SETTINGS="pos", SEEDS="4",
+                 ABLATE_NULLS="layer importance").stdout
+    assert f"STEMS={record}" in plan and r"ABLATE_NULLS=layer\ importance" in plan
+    result = study(tmp_path, "ablate", STUDY=str(new), ABLATE_NULLS="layer random", **fake["env"])
+    assert result.returncode == 2 and "ABLATE_NULLS: unknown 'random' (layer importance)" in result.stderr
 
 
 def test_matched_retrains_dp_then_trains_on_at_sp_rate_and_ner_lambda_runs(tmp_path, fake):

@@ -44,8 +44,9 @@ def _ablation_groups(study: Study) -> tuple[dict, dict, list[tuple[str, list, li
     others)``, ``where`` as ``STL POS`` or ``MTL-5 DEP`` (model ``STL`` or ``MTL-5``, task ``pos`` or ``dep``),
     each result with its run folder (``run``) and heads. A result counts for ``regime`` when its heads are
     that regime's stem cells found without its task (:func:`stem_heads`); ``others`` lists the rest as
-    ``(label, heads, [what])`` (another head set, such as the stem cells found with every task): shown, not
-    counted."""
+    ``(label, heads, why, [what])`` (another head set, such as the stem cells found with every task, or any set
+    against another null than the layer-matched one, which is the rule's: ``matched=importance``, which
+    round 3's rules add): shown, not counted."""
     held: dict[tuple, list] = {}
     wheres: dict[str, tuple[str, str]] = {}
     other: dict[tuple, tuple[str, list]] = {}
@@ -53,6 +54,7 @@ def _ablation_groups(study: Study) -> tuple[dict, dict, list[tuple[str, list, li
     for _, record in study.ablations:
         row = study.run_row(record.get("run_resolved") or record["run"])
         heads = sorted(map(str, record.get("heads") or []))
+        null = record.get("matched", "layer")  # records older than matched= drew layer-matched sets
         facts = {"fixed": record.get("possible_sets") == 1, "degenerate": bool(record.get("degenerate")),
                  "run": str(row["run"]), "heads": heads}
         for method, tasks in record["methods"].items():
@@ -61,12 +63,14 @@ def _ablation_groups(study: Study) -> tuple[dict, dict, list[tuple[str, list, li
                 where = f"{who} {task_name(task)}"
                 wheres[where] = (who, task)
                 kind = next((k for k in REGIMES if wanted.get((k, task)) == heads), None)
-                if kind is None:
-                    other.setdefault(tuple(heads), (record.get("label") or "a head set", []))[1].append(
+                if kind is None or null != "layer":
+                    why = ("is no held-out stem-cell set of today's study" if kind is None else
+                           f"is drawn against another null ({null} matched) than the rule's layer-matched one")
+                    other.setdefault((tuple(heads), null), (record.get("label") or "a head set", why, []))[2].append(
                         f"{where} seed {row['seed']} {method}")
                 else:
                     held.setdefault((kind, where, method), []).append((int(row["seed"]), {**result, **facts}))
-    return held, wheres, [(label, list(heads), seen) for heads, (label, seen) in other.items()]
+    return held, wheres, [(label, list(heads), why, seen) for (heads, _), (label, why, seen) in other.items()]
 
 
 def needed(study: Study) -> Claim:
@@ -82,9 +86,9 @@ def needed(study: Study) -> Claim:
         claim.answer = "cannot be tested: no head ablation results in the study (python -m mtl_heads ablate)"
         return claim
     held, wheres, others = _ablation_groups(study)
-    for label, heads, seen in others:
-        claim.notes.append(f"'{label}' ({len(heads)} heads: {heads_text(heads)}) is no held-out stem-cell set of "
-                           f"today's study: shown, not counted ({'; '.join(seen)})")
+    for label, heads, why, seen in others:
+        claim.notes.append(f"'{label}' ({len(heads)} heads: {heads_text(heads)}) {why}: shown, not counted "
+                           f"({'; '.join(seen)})")
     kinds = [k for k in REGIMES if any(key[0] == k for key in held)]
     places = {kind: sorted({w for k, w, _ in held if k == kind}, key=lambda w: _task_order(study, w)) for kind in kinds}
     keys: dict[tuple, list[str]] = {}  # (kind, where) -> the tests its verdict reads
