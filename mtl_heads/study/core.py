@@ -139,27 +139,23 @@ class Claim:
         return ("fragile" if self.fragile else "too few seeds" if self.too_few else
                 "stable" if self.stability.startswith("stable") else "")
 
-    def test(self, key: str, p: float, why: str = "", floor: float = 0.0, family: str = "", few: bool = False,
-             decides: bool = True, what: dict | None = None, value: float = math.nan, numbers: dict | None = None,
-             runs: list[str] | None = None) -> str:
-        """Register a test and return its slot, ``{key}``, for a line to hold where its p-values go.
+    def add(self, test: Test) -> str:
+        """Register ``test`` and return its slot, ``{key}``, for a line to hold where its p-values go.
 
-        Args:
-            key: its name within the claim (no braces).
-            p: its raw p-value (None or NaN: no p-value).
-            why: why it cannot be tested (default ``""``: it can).
-            floor, family, few, decides, what, value, numbers, runs: as :class:`Test` (defaults: 0, one
-                family, False, True, no fields, NaN, none, none).
+        Its p-value is made plain on the way in: a ``p`` of None or NaN without a ``why`` reads ``no p-value``,
+        a test with ``few`` reads :data:`~mtl_heads.study.rules.TOO_FEW`, and a test with a ``why`` has no p
+        (NaN); a ``value`` of None is NaN.
         """
+        key = test.key
         if "{" in key or "}" in key:
             raise ValueError(f"test key {key!r}: braces mark a test's slot in a line; name it without them")
-        p = float(p) if p is not None else math.nan
-        if few:
-            why = why or TOO_FEW
+        p = float(test.p) if test.p is not None else math.nan
+        why = test.why or (TOO_FEW if test.few else "")
         if not why and not np.isfinite(p):
             why = "no p-value"
-        self.tests[key] = Test(key, math.nan if why else p, why, floor, family, few, decides, what=dict(what or {}),
-                               value=math.nan if value is None else float(value), numbers=dict(numbers or {}), runs=list(runs or []))
+        self.tests[key] = replace(test, p=math.nan if why else p, why=why, what=dict(test.what or {}),
+                                  value=math.nan if test.value is None else float(test.value),
+                                  numbers=dict(test.numbers or {}), runs=list(test.runs or []))
         return "{" + key + "}"
 
     def adjust(self) -> None:

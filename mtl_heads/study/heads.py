@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from mtl_heads.study.core import Claim, Study, run_folders, runs_of, task_name
+from mtl_heads.study.core import Claim, Study, Test, run_folders, runs_of, task_name
 from mtl_heads.study.rules import CLAIM_SHUFFLES, FLOOR, NEAR_ALL
 from mtl_heads.reports.gates.read import moved_flags, read_run
 from mtl_heads.reports.gates.stats import kept_heads, permutation_baseline
@@ -96,17 +96,17 @@ def pair_text(claim: Claim, key: str, row: dict, why: str, decides: bool = True,
         runs: the run folders of the two settings.
     """
     what = what or {}
-    corr = claim.test(f"{key} correlation", stricter(row), floor=FLOOR, decides=False,
+    corr = claim.add(Test(f"{key} correlation", stricter(row), floor=FLOOR, decides=False,
                       what={**what, "statistic": "correlation"}, value=row["correlation"], runs=runs,
                       numbers={"null_mean": row["null mean"], "null_95": row["null 95%"], "p_global": row["p"],
-                               "layer_null_mean": row["layer null mean"], "p_layer": row["layer p"]})
+                               "layer_null_mean": row["layer null mean"], "p_layer": row["layer p"]}))
     jaccard_why = why or (row["jaccard note"] if isinstance(row.get("jaccard note"), str) else "")
-    overlap = claim.test(f"{key} Jaccard", stricter(row, "jaccard "), jaccard_why, floor=FLOOR, decides=decides,
+    overlap = claim.add(Test(f"{key} Jaccard", stricter(row, "jaccard "), jaccard_why, floor=FLOOR, decides=decides,
                          what={**what, "statistic": "jaccard"}, value=row["jaccard"], runs=runs,
                          numbers={"null_mean": row["jaccard null mean"], "p_global": row.get("jaccard p"),
                                   "layer_null_mean": row["jaccard layer null mean"],
                                   "p_layer": row.get("jaccard layer p"), "kept_a": row["kept A"],
-                                  "kept_b": row["kept B"]})
+                                  "kept_b": row["kept B"]}))
     return (f"gate correlation {row['correlation']:.2f} (global null: mean {row['null mean']:.2f}, 95th pct "
             f"{row['null 95%']:.2f}, p {format_p(row['p'])}; layer-aware: mean {row['layer null mean']:.2f}, p "
             f"{format_p(row['layer p'])}; the stricter: {corr}); kept-head Jaccard {row['jaccard']:.2f} (global null "

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mtl_heads.study.core import (Claim, Study, config_of, listed, majority, mean_std, metric_name, mtl_name,
+from mtl_heads.study.core import (Claim, Study, Test, config_of, listed, majority, mean_std, metric_name, mtl_name,
                                            run_folders, runs_of, score_column, task_name)
 from mtl_heads.study.rules import MIN_SEEDS, TOO_FEW, VERDICT_RULES
 from mtl_heads.reports.significance import format_p, significance_table
@@ -70,12 +70,13 @@ def mtl_vs_stl(study: Study) -> Claim:
         few = min(row["n A"], row["n B"]) < MIN_SEEDS
         values = {s: runs_of(study, s)[score].dropna() for s in (stl, mtl)}
         confound = _confound(study, stl, mtl, task)
-        marker = claim.test(task_name(task), row["welch p"], "" if few or np.isfinite(row["welch p"]) else "no spread",
+        untestable = "" if few or np.isfinite(row["welch p"]) else "no spread"
+        marker = claim.add(Test(task_name(task), row["welch p"], untestable,
                             few=few, value=row["difference"], runs=run_folders(study, stl, mtl),
                             what={"regime": "none", "task": task, "models": ["STL", mtl_name(study)], "score": score,
                                   "statistic": "difference", "test": "welch", "confound": confound},
                             numbers={"stl_mean": values[stl].mean(), "mtl_mean": values[mtl].mean(),
-                                     "permutation_p": row["permutation p"], "smallest_p": row["smallest p"]})
+                                     "permutation_p": row["permutation p"], "smallest_p": row["smallest p"]}))
         rows.append({"task": task_name(task), "difference": row["difference"], "confound": confound,
                      "text": f"{task_name(task)} ({metric_name(score)}): STL {mean_std(values[stl])}, "
                              f"{mtl_name(study)} {mean_std(values[mtl])}, difference {row['difference']:+.2f}; Welch "

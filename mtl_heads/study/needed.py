@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from mtl_heads.study.core import (REGIME_NAMES, REGIMES, Claim, Study, heads_text, listed, majority, mtl_name,
+from mtl_heads.study.core import (REGIME_NAMES, REGIMES, Claim, Study, Test, heads_text, listed, majority, mtl_name,
                                            runs_of, task_name, unreachable)
 from mtl_heads.study.heads import regime_gates, stem_heads
 from mtl_heads.study.rules import SUPPORT, VERDICT_METHODS, VERDICT_RULES
@@ -109,14 +109,14 @@ def needed(study: Study) -> Claim:
                 why = ("the set holds whole layers, so every layer-matched random set is the set itself"
                        if any(r["fixed"] for _, r in results) else "" if pooled["sets"] else "no random sets")
                 model, task = wheres[where]
-                marker = claim.test(f"{REGIME_NAMES[kind]} {where} {method}", pooled["p"], why,
+                marker = claim.add(Test(f"{REGIME_NAMES[kind]} {where} {method}", pooled["p"], why,
                                     floor=1 / (pooled["sets"] + 1) if pooled["sets"] else 0.0, family=f"{kind} {method}",
                                     decides=method in chosen, value=pooled["drop"], runs=[r["run"] for _, r in results],
                                     what={"regime": kind, "model": model, "task": task, "method": method,
                                           "statistic": "score drop", "heads": results[0][1]["heads"]},
                                     numbers={"null_mean": pooled["null_mean"], "null_95": pooled["null_95"],
                                              "sets": pooled["sets"],
-                                             "drop_by_seed": {str(seed): r["drop"] for seed, r in results}})
+                                             "drop_by_seed": {str(seed): r["drop"] for seed, r in results}}))
                 seeds = ", ".join(f"{seed} {result['drop']:.2f}" for seed, result in results)
                 parts.append(f"{method}: drop {pooled['drop']:.2f} (by seed: {seeds}) against random sets' "
                              f"{pooled['null_mean']:.2f} (95th pct {pooled['null_95']:.2f}, {pooled['sets']} sets; "

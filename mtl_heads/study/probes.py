@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from mtl_heads.study.core import (Claim, Study, listed, majority, mean_std, mtl_name, run_folders,
+from mtl_heads.study.core import (Claim, Study, Test, listed, majority, mean_std, mtl_name, run_folders,
                                            task_name)
 from mtl_heads.study.rules import MIN_SEEDS, TOO_FEW, VERDICT_RULES
 from mtl_heads.reports.significance import format_p
@@ -76,21 +76,21 @@ def probes_claim(study: Study) -> Claim:
         if not after:
             continue
         name = task_name(task)
-        sharpen = claim.test(f"{name} STL vs pretrained", one_sample_p(after, before), few=len(after) < MIN_SEEDS,
+        sharpen = claim.add(Test(f"{name} STL vs pretrained", one_sample_p(after, before), few=len(after) < MIN_SEEDS,
                              what={"task": task, "models": ["pretrained", "STL"], "statistic": "probe score difference",
                                    "test": "one-sample t"}, value=np.mean(after) - before, runs=run_folders(study, stl),
-                             numbers={"pretrained": before, "stl_mean": np.mean(after)})
+                             numbers={"pretrained": before, "stl_mean": np.mean(after)}))
         line = (f"{name} probe: pretrained {before:.2f}; STL {name} {mean_std(after)} ({np.mean(after) - before:+.2f}; "
                 f"one-sample t-test {sharpen})")
         if multi:
             perm = permutation_test(np.array(after), np.array(multi)) if min(len(after), len(multi)) > 1 else {}
-            spread = claim.test(f"{name} STL vs MTL", welch(np.array(after), np.array(multi))[2],
+            spread = claim.add(Test(f"{name} STL vs MTL", welch(np.array(after), np.array(multi))[2],
                                 few=min(len(after), len(multi)) < MIN_SEEDS, value=np.mean(after) - np.mean(multi),
                                 what={"task": task, "models": ["STL", mtl_name(study)],
                                       "statistic": "probe score difference", "test": "welch"},
                                 runs=run_folders(study, stl, mtl),
                                 numbers={"stl_mean": np.mean(after), "mtl_mean": np.mean(multi),
-                                         "permutation_p": perm.get("p")})
+                                         "permutation_p": perm.get("p")}))
             line += (f"; {mtl_name(study)} {mean_std(multi)} ({np.mean(multi) - before:+.2f}); STL - MTL "
                      f"{np.mean(after) - np.mean(multi):+.2f}, Welch {spread}"
                      + (f", exact permutation p {format_p(perm.get('p'))}" if perm else ""))

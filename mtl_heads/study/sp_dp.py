@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mtl_heads.study.core import (Claim, Study, config_of, listed, mean_std, metric_name, run_folders,
+from mtl_heads.study.core import (Claim, Study, Test, config_of, listed, mean_std, metric_name, run_folders,
                                            runs_of, score_column, setting_name)
 from mtl_heads.study.heads import gate_baseline, not_pruned, pair_text, setting_gates
 from mtl_heads.study.rules import MARGIN, MATCHED_RULE, MIN_SEEDS, TOO_FEW, VERDICT_RULES
@@ -154,10 +154,11 @@ def _sp_dp_line(claim: Claim, study: Study, tasks: str, pair: _Pair) -> dict | N
     for test, value in p.items():
         statistic, hypothesis = SP_DP_TESTS[test]
         numbers_of = numbers[statistic]
-        marks[test] = claim.test(f"{pair.label} {test}", value, "" if few or np.isfinite(value) else "no spread in either",
+        untestable = "" if few or np.isfinite(value) else "no spread in either"
+        marks[test] = claim.add(Test(f"{pair.label} {test}", value, untestable,
                                  few=few, value=numbers_of["dp_mean"] - numbers_of["sp_mean"], runs=runs,
                                  what={**fields, "score": score, "statistic": statistic, "hypothesis": hypothesis,
-                                       "test": "welch one-sided"}, numbers=numbers_of)
+                                       "test": "welch one-sided"}, numbers=numbers_of))
     what = "mean test score" if "+" in tasks else f"test {metric_name(score)}"
     claim.lines.append(
         f"{pair.label}: heads kept DP {mean_std(dp_heads, 1)}, SP {mean_std(sp_heads, 1)}; {what} DP "

@@ -2,7 +2,7 @@
 keeps, and are they the pretrained encoder's best probe heads? (:data:`VERDICT_RULES` ``stem``)."""
 from __future__ import annotations
 
-from mtl_heads.study.core import REGIME_NAMES, REGIMES, Claim, Study, heads_text, majority, unreachable
+from mtl_heads.study.core import REGIME_NAMES, REGIMES, Claim, Study, Test, heads_text, majority, unreachable
 from mtl_heads.study.heads import gate_runs, not_pruned, regime_gates, stem_table, stricter
 from mtl_heads.study.rules import CLAIM_SHUFFLES, FLOOR, VERDICT_RULES
 from mtl_heads.reports.gates.survivors import (chance_stem_cells, chance_stem_cells_by_layer, kept_by_layer,
@@ -44,11 +44,11 @@ def stem(study: Study) -> Claim:
         p_layer = stem_count_layer_p(by_layer, heads, len(cells), CLAIM_SHUFFLES, block=block)
         count_key = f"{REGIME_NAMES[kind]} count"
         runs = gate_runs(study, gates, names)
-        marker = claim.test(count_key, max(p_global, p_layer), floor=FLOOR, value=len(cells), runs=runs,
+        marker = claim.add(Test(count_key, max(p_global, p_layer), floor=FLOOR, value=len(cells), runs=runs,
                             what={"regime": kind, "tasks": [gates[n].task for n in names], "statistic": "stem cell count", "heads": cells},
                             numbers={"chance": chance_stem_cells(kept, len(table)), "p_global": p_global,
                                      "chance_within_layers": chance_stem_cells_by_layer(by_layer, heads),
-                                     "p_layer": p_layer, "every_seed": len(every)})
+                                     "p_layer": p_layer, "every_seed": len(every)}))
         left_out = not_pruned(gates, gates)
         claim.lines.append(
             f"{REGIME_NAMES[kind]}: {len(cells)} heads kept in all {len(names)} tasks that pruned ({', '.join(names)}; "
@@ -70,10 +70,10 @@ def stem(study: Study) -> Claim:
                     continue
                 key = f"{REGIME_NAMES[kind]} {r['probe'].upper()} probe"
                 probe_keys.append(key)
-                marker = claim.test(key, stricter(r), floor=FLOOR, value=r["mean percentile"], runs=runs,
+                marker = claim.add(Test(key, stricter(r), floor=FLOOR, value=r["mean percentile"], runs=runs,
                                     what={"regime": kind, "probe": r["probe"], "statistic": "mean percentile"},
                                     numbers={"null_mean": r["null mean"], "p_global": r["p"],
-                                             "layer_null_mean": r["layer null mean"], "p_layer": r["layer p"]})
+                                             "layer_null_mean": r["layer null mean"], "p_layer": r["layer p"]}))
                 claim.lines.append(
                     f"{REGIME_NAMES[kind]}, stem cells among the pretrained encoder's {r['probe'].upper()} probe heads: "
                     f"mean percentile {r['mean percentile']:.1f} (random sets of {len(cells)}: mean {r['null mean']:.1f}, "
