@@ -766,3 +766,20 @@ def test_since_an_earlier_round(study_dir, tmp_path, capsys):
     with pytest.raises(ConfigError, match=r"config key 'since': .*missing.json"):
         read_since(tmp_path / "missing.json")
     assert read_since(path)["name"] == f"the claims in {path}"
+
+
+def test_a_claims_computation_is_data_and_its_words_come_after(study_dir):
+    """Each claim is computed as data (its tests, verdict and facts; no sentence), then written from that data:
+    the words the same as check_claims gives, the computation untouched by them apart from the words."""
+    from mtl_heads.study import CLAIMS
+
+    study = read_study([str(study_dir)])
+    checked = check_claims(study, stability=False)
+    for (compute, words), claim in list(zip(CLAIMS, checked))[:1]:
+        computed = compute(study)
+        assert computed.facts is not None and computed.tests and computed.key == claim.key
+        assert (computed.question, computed.paper, computed.answer, computed.lines, computed.notes) == ("", "", "", [], [])
+        assert (computed.verdict, computed.rule) == (claim.verdict, claim.rule)
+        written = words(computed)
+        assert (written.question, written.paper, written.answer, written.text_lines(), written.notes) == (
+            claim.question, claim.paper, claim.answer, claim.text_lines(), claim.notes)

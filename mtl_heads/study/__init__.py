@@ -47,7 +47,7 @@ from pathlib import Path
 from mtl_heads.study.core import (REGIME_NAMES, REGIMES, Claim, Study, Test, build_study, read_ablations, regime,
                                            too_few_text)
 from mtl_heads.study.heads import gate_baseline, regime_gates, stem_heads, stem_table
-from mtl_heads.study.mtl import mtl_vs_stl
+from mtl_heads.study.mtl import compute_mtl, mtl_vs_stl, words_mtl
 from mtl_heads.study.needed import needed, pooled_ablation
 from mtl_heads.study.overlap import overlap
 from mtl_heads.study.probes import PAPER_LABELS, probe_skill, probes_claim
@@ -69,7 +69,17 @@ __all__ = ["ALPHA", "NEAR_ALL", "CLAIM_SHUFFLES", "MIN_SEEDS", "MARGIN", "VERDIC
            "probe_skill", "pooled_ablation", "score_grid", "claims_markdown", "claims_data", "claims_json", "splice",
            "read_since", "since_line"]
 
-CLAIMS = (mtl_vs_stl, overlap, stem, probes_claim, sp_vs_dp, needed)  # in the order of the module docstring
+
+
+def _whole(claim: Claim) -> Claim:
+    """The words of a claim whose computation writes them itself."""
+    return claim
+
+
+# each claim's computation (tests, verdict, facts: the seed-left-out recomputations read only these) and the
+# function that writes its English from them, in the order of the module docstring
+CLAIMS = ((compute_mtl, words_mtl), (overlap, _whole), (stem, _whole), (probes_claim, _whole), (sp_vs_dp, _whole),
+          (needed, _whole))
 
 
 def read_study(specs: list[str], root: str | Path = RUNS) -> Study:
@@ -96,18 +106,18 @@ def check_claims(study: Study, stability: bool = True) -> list[Claim]:
     seeds (docs/ewt-study/rules.md): a t-test left with fewer than ``MIN_SEEDS`` a group, a test that can no
     longer reach significance, or one with nothing left to test (say a held-out ablation, whose heads change
     with the seeds that choose them, and which has none of the new heads)."""
-    claims = [check(study) for check in CLAIMS]
+    claims = [words(compute(study)) for compute, words in CLAIMS]
     if not stability:
         return claims
     seeds = study.seeds
-    for check, claim in zip(CLAIMS, claims):
+    for (compute, _), claim in zip(CLAIMS, claims):
         if len(seeds) < 2 or not claim.verdict:
             claim.stability = "not checked (one seed)" if len(seeds) < 2 and claim.verdict else ""
             continue
         for test in claim.tests.values():
             test.checked = True
         for seed in seeds:
-            other = check(study.without_seed(seed))
+            other = compute(study.without_seed(seed))  # its tests and verdict: no words needed
             changed = []  # the tests whose significance changed, and whether each is too few to test now
             for key, test in claim.tests.items():
                 again = other.tests.get(key)

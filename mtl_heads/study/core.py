@@ -1,8 +1,12 @@
 """What every claim is made of: a :class:`Claim` holds its :class:`Test` s (each a record of what it
-tests, its statistic and its p-values) and its lines, templates whose ``{test key}`` slots
-:meth:`Claim.text_lines` fills with the test's p-values; :func:`mtl_heads.stats.holm` adjusts a claim's p-values; a
-:class:`Study` holds the runs, probe reports and ablations the claims read; and the small helpers that
-write numbers and names the same way in every claim.
+tests, its statistic and its p-values), its verdict and its ``facts`` (the numbers its words are written
+from), then its lines, templates whose ``{test key}`` slots (:func:`slot`) :meth:`Claim.text_lines` fills
+with the test's p-values; :func:`mtl_heads.stats.holm` adjusts a claim's p-values; a :class:`Study` holds
+the runs, probe reports and ablations the claims read; and the small helpers that write numbers and names
+the same way in every claim.
+
+Each claim's module computes it as data first (its tests, its verdict and its facts: no sentence), then
+writes its English from that data (``question``, ``paper``, ``answer``, ``lines``, ``notes``).
 """
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ from mtl_heads.stats import holm
 from mtl_heads.folders import EARLIER_RETRAINING, RETRAINED_FOLDER, RETRAINING_METRICS, match_name, record_folder_name
 
 __all__ = ["REGIMES", "REGIME_NAMES",
-           "regime", "Test", "Claim", "test_text", "too_few_text", "unreachable", "Study", "as_number",
+           "regime", "Test", "Claim", "slot", "test_text", "too_few_text", "unreachable", "Study", "as_number",
            "kept_retrainings", "read_ablations", "folder_of", "one_encoder", "build_study", "mean_std", "heads_text",
            "metric_name", "listed",
            "task_name", "mtl_name", "setting_name", "runs_of", "run_folders", "config_of", "score_column", "majority",
@@ -112,12 +116,17 @@ class Claim:
     key numbers, or why there is none), ``lines`` (one per task or pair: templates whose ``{test key}``
     slots :meth:`text_lines` fills), ``notes``, ``tests`` (by key), ``fragile`` (the verdicts found with a
     seed left out, where they differ), ``too_few`` (the seeds whose leaving out changes the verdict
-    through tests left with too few seeds only) and ``stability`` (the sentence ``check_claims`` writes)."""
+    through tests left with too few seeds only), ``stability`` (the sentence ``check_claims`` writes) and
+    ``facts`` (what the claim's computation found beside its tests, as its module's dataclass: the numbers
+    and reasons its words are written from; None until computed).
+
+    A claim's computation fills ``key``, ``rule``, ``words``, ``tests``, ``verdict`` and ``facts``; its
+    words (``question``, ``paper``, ``answer``, ``lines``, ``notes``) are written from them after."""
 
     key: str
-    question: str
-    paper: str
-    rule: str
+    question: str = ""
+    paper: str = ""
+    rule: str = ""
     verdict: str = ""
     answer: str = ""
     words: dict = field(default_factory=lambda: REPLICATION)
@@ -127,6 +136,7 @@ class Claim:
     fragile: list[str] = field(default_factory=list)
     too_few: list[str] = field(default_factory=list)
     stability: str = ""  # "" (not checked), or the sentence of check_claims
+    facts: object = field(default=None, repr=False)  # the claim module's facts, for its words
 
     @property
     def word(self) -> str:
@@ -156,7 +166,7 @@ class Claim:
         self.tests[key] = replace(test, p=math.nan if why else p, why=why, what=dict(test.what or {}),
                                   value=math.nan if test.value is None else float(test.value),
                                   numbers=dict(test.numbers or {}), runs=list(test.runs or []))
-        return "{" + key + "}"
+        return slot(key)
 
     def adjust(self) -> None:
         """Holm-Bonferroni within each family of tests that have a p-value; a test whose family of m is too
@@ -188,6 +198,12 @@ class Claim:
             return test_text(self.tests[slot[1]]) if slot[1] in self.tests else slot[0]  # a brace that is no slot
 
         return [SLOT.sub(fill, line) for line in self.lines]
+
+
+def slot(key: str) -> str:
+    """A test's place in a claim's line: its key in braces (``{POS}``), which :meth:`Claim.text_lines`
+    fills with its p-values."""
+    return "{" + key + "}"
 
 
 def test_text(test: Test) -> str:
