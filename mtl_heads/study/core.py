@@ -31,7 +31,7 @@ from mtl_heads.stats import holm
 from mtl_heads.folders import EARLIER_RETRAINING, RETRAINED_FOLDER, RETRAINING_METRICS, match_name, record_folder_name
 
 __all__ = ["REGIMES", "REGIME_NAMES",
-           "regime", "Test", "Claim", "slot", "test_text", "too_few_text", "unreachable", "Study", "as_number",
+           "regime", "Test", "Claim", "slot", "test_text", "too_few_text", "cannot_reach", "unreachable", "Study", "as_number",
            "kept_retrainings", "read_ablations", "folder_of", "one_encoder", "build_study", "mean_std", "heads_text",
            "metric_name", "listed",
            "task_name", "mtl_name", "setting_name", "runs_of", "run_folders", "config_of", "score_column", "majority",
@@ -224,12 +224,19 @@ def too_few_text(entries: list[str]) -> str:
     return f"too few seeds to test with seed {', '.join(left[:-1]) + ' or ' if len(left) > 1 else ''}{left[-1]} left out"
 
 
+def cannot_reach(claim: Claim, keys: list[str]) -> bool:
+    """Do a claim's deciding tests (``keys``, one at least) all fail to reach significance (:attr:`Test.reach`)?
+    Its verdict then cannot be decided."""
+    reach = [k for k in keys if k in claim.tests and claim.tests[k].reach]
+    return bool(keys) and len(reach) == len(keys)
+
+
 def unreachable(claim: Claim, keys: list[str]) -> str:
-    """``""``, or the answer of a claim whose deciding tests (``keys``) all cannot reach significance."""
-    reach = [claim.tests[k].reach for k in keys if k in claim.tests and claim.tests[k].reach]
-    if not keys or len(reach) < len(keys):
+    """``""``, or the answer of a claim whose deciding tests (``keys``) all cannot reach significance
+    (:func:`cannot_reach`)."""
+    if not cannot_reach(claim, keys):
         return ""
-    return f"cannot be tested: {reach[0]}"
+    return f"cannot be tested: {next(claim.tests[k].reach for k in keys if k in claim.tests and claim.tests[k].reach)}"
 
 
 # --- the study ----------------------------------------------------------------------------------------

@@ -9,14 +9,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from mtl_heads.study.core import Claim, Study, Test, run_folders, runs_of, task_name
+from mtl_heads.study.core import Claim, Study, Test, run_folders, runs_of, slot, task_name
 from mtl_heads.study.rules import CLAIM_SHUFFLES, FLOOR, NEAR_ALL
 from mtl_heads.reports.gates.read import moved_flags, read_run
 from mtl_heads.reports.gates.stats import kept_heads, permutation_baseline
 from mtl_heads.reports.gates.survivors import stem_cells
 from mtl_heads.reports.significance import format_p
 
-__all__ = ["Gates", "setting_gates", "regime_gates", "gate_baseline", "stricter", "not_pruned", "pair_text",
+__all__ = ["Gates", "setting_gates", "regime_gates", "gate_baseline", "stricter", "Unpruned", "unpruned",
+           "unpruned_text", "not_pruned", "pair_tests", "pair_words", "pair_text",
            "stem_table", "stem_heads", "gate_runs"]
 
 
@@ -76,15 +77,36 @@ def stricter(row: dict, prefix: str = "") -> float:
     return math.nan if any(v is None or not np.isfinite(v) for v in values) else max(values)
 
 
+@dataclass(frozen=True)
+class Unpruned:
+    """A setting that did not prune (it keeps at least :data:`NEAR_ALL` of its heads): ``name`` (``POS``),
+    ``kept`` and ``heads`` (all of them)."""
+
+    name: str
+    kept: int
+    heads: int
+
+
+def unpruned(gates: dict[str, Gates], names) -> list[Unpruned]:
+    """The named settings of ``gates`` that did not prune, in the order of ``names``."""
+    return [Unpruned(n, int(gates[n].kept.sum()), gates[n].kept.size) for n in names if not gates[n].pruned]
+
+
+def unpruned_text(settings: list[Unpruned]) -> str:
+    """'' or ``X did not prune (keeps 72 of 72)`` for each of ``settings``."""
+    return "; ".join(f"{s.name} did not prune (keeps {s.kept} of {s.heads})" for s in settings)
+
+
 def not_pruned(gates: dict[str, Gates], names) -> str:
     """'' or ``X did not prune (keeps 72 of 72)`` for the named settings that did not."""
-    return "; ".join(f"{n} did not prune (keeps {gates[n].kept_text()})" for n in names if not gates[n].pruned)
+    return unpruned_text(unpruned(gates, names))
 
 
-def pair_text(claim: Claim, key: str, row: dict, why: str, decides: bool = True, what: dict | None = None,
-              runs: list[str] | None = None) -> str:
-    """A pair's gate correlation and kept-head Jaccard against both nulls, with their tests ``{key}
-    correlation`` (shown beside) and ``{key} Jaccard`` (it decides a verdict with ``decides``).
+def pair_tests(claim: Claim, key: str, row: dict, why: str, decides: bool = True, what: dict | None = None,
+               runs: list[str] | None = None) -> None:
+    """Registers a pair's gate correlation and kept-head Jaccard against both nulls as the tests ``{key}
+    correlation`` (shown beside) and ``{key} Jaccard`` (it decides a verdict with ``decides``); their line is
+    :func:`pair_words`.
 
     Args:
         claim: the claim the two tests are registered with.
@@ -96,22 +118,36 @@ def pair_text(claim: Claim, key: str, row: dict, why: str, decides: bool = True,
         runs: the run folders of the two settings.
     """
     what = what or {}
-    corr = claim.add(Test(f"{key} correlation", stricter(row), floor=FLOOR, decides=False,
-                      what={**what, "statistic": "correlation"}, value=row["correlation"], runs=runs,
-                      numbers={"null_mean": row["null mean"], "null_95": row["null 95%"], "p_global": row["p"],
-                               "layer_null_mean": row["layer null mean"], "p_layer": row["layer p"]}))
+    claim.add(Test(f"{key} correlation", stricter(row), floor=FLOOR, decides=False,
+                   what={**what, "statistic": "correlation"}, value=row["correlation"], runs=runs,
+                   numbers={"null_mean": row["null mean"], "null_95": row["null 95%"], "p_global": row["p"],
+                            "layer_null_mean": row["layer null mean"], "p_layer": row["layer p"]}))
     jaccard_why = why or (row["jaccard note"] if isinstance(row.get("jaccard note"), str) else "")
-    overlap = claim.add(Test(f"{key} Jaccard", stricter(row, "jaccard "), jaccard_why, floor=FLOOR, decides=decides,
-                         what={**what, "statistic": "jaccard"}, value=row["jaccard"], runs=runs,
-                         numbers={"null_mean": row["jaccard null mean"], "p_global": row.get("jaccard p"),
-                                  "layer_null_mean": row["jaccard layer null mean"],
-                                  "p_layer": row.get("jaccard layer p"), "kept_a": row["kept A"],
-                                  "kept_b": row["kept B"]}))
-    return (f"gate correlation {row['correlation']:.2f} (global null: mean {row['null mean']:.2f}, 95th pct "
-            f"{row['null 95%']:.2f}, p {format_p(row['p'])}; layer-aware: mean {row['layer null mean']:.2f}, p "
-            f"{format_p(row['layer p'])}; the stricter: {corr}); kept-head Jaccard {row['jaccard']:.2f} (global null "
-            f"mean {row['jaccard null mean']:.2f}, layer-aware {row['jaccard layer null mean']:.2f}; {overlap}); "
-            f"heads kept {int(row['kept A'])} and {int(row['kept B'])}")
+    claim.add(Test(f"{key} Jaccard", stricter(row, "jaccard "), jaccard_why, floor=FLOOR, decides=decides,
+                   what={**what, "statistic": "jaccard"}, value=row["jaccard"], runs=runs,
+                   numbers={"null_mean": row["jaccard null mean"], "p_global": row.get("jaccard p"),
+                            "layer_null_mean": row["jaccard layer null mean"],
+                            "p_layer": row.get("jaccard layer p"), "kept_a": row["kept A"],
+                            "kept_b": row["kept B"]}))
+
+
+def pair_words(claim: Claim, key: str) -> str:
+    """A pair's gate correlation and kept-head Jaccard against both nulls, as its line shows them, from its
+    two tests (:func:`pair_tests`), with their slots."""
+    corr, jaccard = claim.tests[f"{key} correlation"], claim.tests[f"{key} Jaccard"]
+    c, j = corr.numbers, jaccard.numbers
+    return (f"gate correlation {corr.value:.2f} (global null: mean {c['null_mean']:.2f}, 95th pct "
+            f"{c['null_95']:.2f}, p {format_p(c['p_global'])}; layer-aware: mean {c['layer_null_mean']:.2f}, p "
+            f"{format_p(c['p_layer'])}; the stricter: {slot(corr.key)}); kept-head Jaccard {jaccard.value:.2f} (global "
+            f"null mean {j['null_mean']:.2f}, layer-aware {j['layer_null_mean']:.2f}; {slot(jaccard.key)}); "
+            f"heads kept {int(j['kept_a'])} and {int(j['kept_b'])}")
+
+
+def pair_text(claim: Claim, key: str, row: dict, why: str, decides: bool = True, what: dict | None = None,
+              runs: list[str] | None = None) -> str:
+    """:func:`pair_tests`, then :func:`pair_words`."""
+    pair_tests(claim, key, row, why, decides, what, runs)
+    return pair_words(claim, key)
 
 
 def stem_table(gates: dict[str, Gates]) -> pd.DataFrame | None:
