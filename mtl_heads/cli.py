@@ -197,7 +197,8 @@ def command(body: Callable, doc: str, argv: list[str] | None = None, interrupted
 
     Args:
         body: does the work, given the config (with ``args``) or ``argv`` (without); raises
-            ConfigError / DataError for bad input.
+            ConfigError / DataError for bad input (exit 2). What it returns is the exit code when it is an
+            int (``reproduce``: 1 when the run did not reproduce), else ignored (exit 0).
         doc: the command's docstring (``-h``).
         argv: the arguments (default: ``sys.argv[1:]``).
         interrupted: printed on Ctrl-C (e.g. how to resume).
@@ -213,14 +214,14 @@ def command(body: Callable, doc: str, argv: list[str] | None = None, interrupted
         print(help_text)
         return 0
     try:
-        body(load(argv, args) if args is not None else argv)
+        result = body(load(argv, args) if args is not None else argv)
     except (ConfigError, DataError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(interrupted, file=sys.stderr)
         return 130
-    return 0
+    return result if isinstance(result, int) and not isinstance(result, bool) else 0
 
 
 def config_file(name: str) -> Path:

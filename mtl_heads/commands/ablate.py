@@ -29,6 +29,7 @@ Defaults are in ``configs/ablate.yaml``; the Python API is ``mtl_heads.analysis.
 """
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -84,7 +85,7 @@ def judge(record: dict) -> dict:
     Args:
         record: what :func:`mtl_heads.analysis.ablation.run_ablation` returns (or an ``ablation.json`` read back).
     """
-    from mtl_heads.stats import holm
+    from mtl_heads.stats import at_least, holm
     from mtl_heads.reports.significance import ALPHA
 
     results = [r for by_task in record["methods"].values() for r in by_task.values()]
@@ -96,7 +97,8 @@ def judge(record: dict) -> dict:
         r["p_holm"] = p_holm
         r["verdict"] = ("cannot be tested" if p_holm is None else
                         "needed" if p_holm < ALPHA and r["drop"] > 0 else "not shown")
-        r["p_at_floor"] = bool(abs(r["p"] - floor) < 1e-12)
+        # no random set dropped as much (the stats' one tie rule): p = 1 / (n + 1)
+        r["p_at_floor"] = math.isfinite(r["p"]) and not at_least(r["random_drops"], r["drop"]).any()
     tests = len(results) if testable else 0
     record["verdicts"] = {
         "rule": f"needed when the drop is positive and its p, Holm-adjusted over the {tests} tests of this table "

@@ -45,10 +45,8 @@ def reproduce(cfg: DictConfig) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    status = {}
-    code = command(lambda cfg: status.setdefault("code", reproduce(cfg)), __doc__, argv, args=ARGUMENTS,
+    return command(reproduce, __doc__, argv, args=ARGUMENTS,
                    interrupted="interrupted (with out=FOLDER, the same command resumes the run there)")
-    return code if code else status.get("code", 0)
 
 
 if __name__ == "__main__":
