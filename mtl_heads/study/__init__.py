@@ -56,7 +56,7 @@ from mtl_heads.study.render import (BEGIN, END, SCHEMA, claims_data, page_markdo
 from mtl_heads.study.rules import (ALPHA, CLAIM_SHUFFLES, MARGIN, MATCHED_RULE, MIN_SEEDS, NEAR_ALL,
                                             REPLICATION, SUPPORT, TESTS, TOO_FEW, VERDICT_RULES)
 from mtl_heads.study.sp_dp import sp_vs_dp
-from mtl_heads.study.stem import stem
+from mtl_heads.study.stem import compute_stem, stem, words_stem
 from mtl_heads.reports.comparison import compare_runs, markdown
 from mtl_heads.reports.runs import RUNS, spec_folder
 from mtl_heads.reports.significance import format_p
@@ -78,7 +78,7 @@ def _whole(claim: Claim) -> Claim:
 
 # each claim's computation (tests, verdict, facts: the seed-left-out recomputations read only these) and the
 # function that writes its English from them, in the order of the module docstring
-CLAIMS = ((compute_mtl, words_mtl), (compute_overlap, words_overlap), (stem, _whole), (probes_claim, _whole), (sp_vs_dp, _whole),
+CLAIMS = ((compute_mtl, words_mtl), (compute_overlap, words_overlap), (compute_stem, words_stem), (probes_claim, _whole), (sp_vs_dp, _whole),
           (needed, _whole))
 
 
