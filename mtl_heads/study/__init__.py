@@ -50,7 +50,7 @@ from mtl_heads.study.heads import gate_baseline, regime_gates, stem_heads, stem_
 from mtl_heads.study.mtl import compute_mtl, mtl_vs_stl, words_mtl
 from mtl_heads.study.needed import needed, pooled_ablation
 from mtl_heads.study.overlap import compute_overlap, overlap, words_overlap
-from mtl_heads.study.probes import PAPER_LABELS, probe_skill, probes_claim
+from mtl_heads.study.probes import PAPER_LABELS, compute_probes, probe_skill, probes_claim, words_probes
 from mtl_heads.study.render import (BEGIN, END, SCHEMA, claims_data, page_markdown, read_since, score_grid,
                                              since_line, splice)
 from mtl_heads.study.rules import (ALPHA, CLAIM_SHUFFLES, MARGIN, MATCHED_RULE, MIN_SEEDS, NEAR_ALL,
@@ -78,7 +78,7 @@ def _whole(claim: Claim) -> Claim:
 
 # each claim's computation (tests, verdict, facts: the seed-left-out recomputations read only these) and the
 # function that writes its English from them, in the order of the module docstring
-CLAIMS = ((compute_mtl, words_mtl), (compute_overlap, words_overlap), (compute_stem, words_stem), (probes_claim, _whole), (sp_vs_dp, _whole),
+CLAIMS = ((compute_mtl, words_mtl), (compute_overlap, words_overlap), (compute_stem, words_stem), (compute_probes, words_probes), (sp_vs_dp, _whole),
           (needed, _whole))
 
 
