@@ -5,6 +5,7 @@ import dataclasses
 import html
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -148,6 +149,25 @@ def test_an_experiment_under_root_keeps_its_claims(study_dir, tmp_path, monkeypa
     claims = _claims_section(by_name)
     assert [int(n) for n in re.findall(r'<li id="claim-(\d+)">', claims)] == [1, 2, 3, 4, 5, 6]
     assert claims == _claims_section(by_path)
+
+
+def test_the_claims_command_finds_an_experiment_under_root(study_dir, tmp_path, monkeypatch, capsys):
+    """``claims NAME root=FOLDER`` checks the study ``claims FOLDER/NAME`` checks, writes its claims.md there by
+    default, and names root= in the command line it records; a name without root= is named as not found."""
+    from mtl_heads.commands.claims import main as claims
+
+    root = tmp_path / "elsewhere"
+    shutil.copytree(study_dir, root / "study")
+    by_path = tmp_path / "by-path.md"
+    assert claims([str(root / "study"), f"out={by_path}"]) == 0
+    monkeypatch.chdir(tmp_path)  # the name names nothing here: only root= finds it
+    assert claims(["study", f"root={root}"]) == 0
+    by_name = (root / "study" / "claims.md").read_text()
+    assert f"python -m mtl_heads claims study root={root}" in by_name
+    assert by_name.replace(f"study root={root}", str(root / "study")) == by_path.read_text()
+    capsys.readouterr()
+    assert claims(["study"]) == 2
+    assert "study: no such run folder, glob or experiment (looked in study and runs/study)" in capsys.readouterr().err
 
 
 def test_a_study_that_cannot_be_read_says_why(tmp_path, capsys):

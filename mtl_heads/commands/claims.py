@@ -2,7 +2,7 @@
 claims checked on a study's run folders and probe reports, one line each with its numbers.
 
 ``FOLDERS`` are run folders or folders holding runs and probe reports at any depth (a study folder
-such as ``docs/ewt-study``). What each claim compares and which test it uses:
+such as ``docs/ewt-study``), or experiment names looked up under ``root=`` (default ``runs``). What each claim compares and which test it uses:
 :mod:`mtl_heads.study`. Prints the claims; ``out=`` writes them as markdown (default
 ``claims.md`` in the first folder); ``doc=`` also puts them into a markdown file between the lines
 ``<!-- claims:begin -->`` and ``<!-- claims:end -->``, so that a hand-written document carries numbers
@@ -22,10 +22,12 @@ from omegaconf import DictConfig
 from mtl_heads.cli import Arguments, command, config_file
 from mtl_heads.config import ConfigError
 from mtl_heads.files import atomic_write_text
+from mtl_heads.folders import RUNS
+from mtl_heads.reports.runs import spec_folder
 from mtl_heads.study import check_claims, claims_json, claims_markdown, read_since, read_study, splice
 
 ARGUMENTS = Arguments(config_file("claims"), positional="folders", many=True,
-                      flags={"--out": "out", "--doc": "doc"})
+                      flags={"--out": "out", "--doc": "doc", "--root": "root"})
 FORMATS = ("markdown", "json")
 
 
@@ -44,10 +46,11 @@ def claims(cfg: DictConfig) -> None:
         raise ConfigError("config key 'since': it compares in the markdown; format=json writes this study's claims "
                           "alone")
     since = read_since(cfg.since, cfg.get("since_name") or None) if cfg.get("since") else None
+    named = [key for key in ("since", "since_name") if cfg.get(key)] + (["root"] if Path(cfg.root) != RUNS else [])
     command_line = "python -m mtl_heads claims " + " ".join(map(shlex.quote, folders)) + "".join(
-        f" {key}={shlex.quote(str(cfg[key]))}" for key in ("since", "since_name") if cfg.get(key))
+        f" {key}={shlex.quote(str(cfg[key]))}" for key in named)
     try:
-        study = read_study(folders)
+        study = read_study(folders, cfg.root)
         checked = check_claims(study)
         if form == "json":
             text = claims_json(study, checked, command_line)
@@ -62,7 +65,7 @@ def claims(cfg: DictConfig) -> None:
         spliced = splice(doc.read_text(), text, str(doc)) if doc else None
     except OSError as err:
         raise ConfigError(str(err)) from None
-    out = Path(cfg.out) if cfg.out else Path(folders[0]) / "claims.md"
+    out = Path(cfg.out) if cfg.out else spec_folder(folders[0], cfg.root) / "claims.md"
     atomic_write_text(out, text)
     if doc:
         atomic_write_text(doc, spliced)
