@@ -55,7 +55,7 @@ from mtl_heads.study.render import (BEGIN, END, SCHEMA, claims_data, page_markdo
                                              since_line, splice)
 from mtl_heads.study.rules import (ALPHA, CLAIM_SHUFFLES, MARGIN, MATCHED_RULE, MIN_SEEDS, NEAR_ALL,
                                             REPLICATION, SUPPORT, TESTS, TOO_FEW, VERDICT_RULES)
-from mtl_heads.study.sp_dp import sp_vs_dp
+from mtl_heads.study.sp_dp import compute_sp_dp, sp_vs_dp, words_sp_dp
 from mtl_heads.study.stem import compute_stem, stem, words_stem
 from mtl_heads.reports.comparison import compare_runs, markdown
 from mtl_heads.reports.runs import RUNS, spec_folder
@@ -78,7 +78,7 @@ def _whole(claim: Claim) -> Claim:
 
 # each claim's computation (tests, verdict, facts: the seed-left-out recomputations read only these) and the
 # function that writes its English from them, in the order of the module docstring
-CLAIMS = ((compute_mtl, words_mtl), (compute_overlap, words_overlap), (compute_stem, words_stem), (compute_probes, words_probes), (sp_vs_dp, _whole),
+CLAIMS = ((compute_mtl, words_mtl), (compute_overlap, words_overlap), (compute_stem, words_stem), (compute_probes, words_probes), (compute_sp_dp, words_sp_dp),
           (needed, _whole))
 
 

@@ -17,7 +17,7 @@ from mtl_heads.reports.gates.survivors import stem_cells
 from mtl_heads.reports.significance import format_p
 
 __all__ = ["Gates", "setting_gates", "regime_gates", "gate_baseline", "stricter", "Unpruned", "unpruned",
-           "unpruned_text", "not_pruned", "pair_tests", "pair_words", "pair_text",
+           "unpruned_text", "not_pruned", "pair_tests", "pair_words",
            "stem_table", "stem_heads", "gate_runs"]
 
 
@@ -141,13 +141,6 @@ def pair_words(claim: Claim, key: str) -> str:
             f"{format_p(c['p_layer'])}; the stricter: {slot(corr.key)}); kept-head Jaccard {jaccard.value:.2f} (global "
             f"null mean {j['null_mean']:.2f}, layer-aware {j['layer_null_mean']:.2f}; {slot(jaccard.key)}); "
             f"heads kept {int(j['kept_a'])} and {int(j['kept_b'])}")
-
-
-def pair_text(claim: Claim, key: str, row: dict, why: str, decides: bool = True, what: dict | None = None,
-              runs: list[str] | None = None) -> str:
-    """:func:`pair_tests`, then :func:`pair_words`."""
-    pair_tests(claim, key, row, why, decides, what, runs)
-    return pair_words(claim, key)
 
 
 def stem_table(gates: dict[str, Gates]) -> pd.DataFrame | None:

@@ -1,29 +1,28 @@
 """Claim 5: does dynamic pruning (DP) keep fewer heads than static pruning (SP) at a test score not
 lower, and do they keep the same heads? One-sided Welch tests over seeds with a non-inferiority margin
-(:data:`VERDICT_RULES` ``sp_dp``); DP runs trained on SP's schedule, where the study has them, decide."""
+(:data:`VERDICT_RULES` ``sp_dp``); DP runs trained on SP's schedule, where the study has them, decide.
+
+:func:`compute_sp_dp` computes it as data (its tests, verdict and :class:`SpDpFacts`); :func:`words_sp_dp`
+writes its English from them; :func:`sp_vs_dp` does both."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from mtl_heads.study.core import (Claim, Study, Test, config_of, listed, mean_std, metric_name, run_folders,
-                                           runs_of, score_column, setting_name)
-from mtl_heads.study.heads import gate_baseline, not_pruned, pair_text, setting_gates
+                                           runs_of, score_column, setting_name, slot)
+from mtl_heads.study.heads import (Unpruned, gate_baseline, not_pruned, pair_tests, pair_words, setting_gates,
+                                   unpruned, unpruned_text)
 from mtl_heads.study.rules import MARGIN, MATCHED_RULE, MIN_SEEDS, TOO_FEW, VERDICT_RULES
 from mtl_heads.reports.runs import read_yaml
 from mtl_heads.stats import welch_lower_bound, welch_one_sided
 from mtl_heads.folders import RETRAINED_FOLDER, match_name, record_folder_name
 
-__all__ = ["SP_DP_TESTS", "sp_vs_dp"]
-
-
-def _rate(value: float) -> str:
-    """A learning rate as people write it: ``1e-4``, ``2.5e-5``."""
-    mantissa, exponent = f"{value:e}".split("e")
-    return f"{float(mantissa):g}e{int(exponent)}"
+__all__ = ["SP_DP_TESTS", "Schedules", "SpDpComparison", "SpDpFacts", "compute_sp_dp", "words_sp_dp",
+           "sp_vs_dp"]
 
 
 def _record_folder(folder: Path) -> Path:
@@ -49,29 +48,19 @@ def _chain(cfg: dict, depth: int = 0) -> list[tuple[float, float]]:
     return _chain(read_yaml(folder / "config.yaml"), depth + 1) + [own]
 
 
-def _chain_text(chain: list[tuple[float, float]]) -> str:
-    """``2 epochs at 1e-4, then 1 at 1e-5``."""
-    parts = [f"{e:g} {'epoch' if e == 1 else 'epochs'} at {_rate(r)}" if np.isfinite(e) else "a run not found"
-             for e, r in chain]
-    return ", then ".join(parts)
+@dataclass
+class Schedules:
+    """How a DP and an SP setting trained their encoders, where the two differ: ``dp`` and ``sp``, each
+    ``[(epochs, encoder rate)]`` oldest first (:func:`_chain`, SP's baseline counted)."""
+
+    dp: list[tuple[float, float]]
+    sp: list[tuple[float, float]]
 
 
-def _epochs(chain: list[tuple[float, float]]) -> float:
-    return float(sum(e for e, _ in chain))
-
-
-def _sp_dp_confound(study: Study, dp: str, sp: str) -> str:
-    """'' or how DP's and SP's encoder training differ (epochs and rates, SP's baseline counted)."""
-    dp_chain, sp_chain = _chain(config_of(study, dp)), _chain(config_of(study, sp))
-    if dp_chain == sp_chain:
-        return ""
-    dp_total, sp_total = _epochs(dp_chain), _epochs(sp_chain)
-    effects = ([f"SP had more training ({sp_total:g} epochs against {dp_total:g})"] if sp_total > dp_total else []) \
-        + (["SP's encoder moved at a lower rate while its gates learnt"] if sp_chain[-1][1] < dp_chain[-1][1] else []) \
-        + (["DP's encoder moved at a lower rate"] if dp_chain[-1][1] < sp_chain[-1][1] else [])
-    return (f"DP trained the encoder {_chain_text(dp_chain)}; SP {_chain_text(sp_chain)} ({sp_total:g} in all)"
-            + (f": {' and '.join(effects)}, which can raise SP's score against DP's and so push the verdict towards "
-               "'not replicated'" if effects else ""))
+def _schedules(study: Study, dp: str, sp: str) -> Schedules | None:
+    """None, or how DP's and SP's encoder training differ (a confound of their comparison)."""
+    schedules = Schedules(_chain(config_of(study, dp)), _chain(config_of(study, sp)))
+    return None if schedules.dp == schedules.sp else schedules
 
 
 def _lambda(study: Study, setting: str) -> str:
@@ -121,20 +110,67 @@ SP_DP_TESTS = {"fewer heads": ("heads kept", "DP < SP"), "not lower": ("test sco
                "SP fewer heads": ("heads kept", "DP > SP"), "lower": ("test score", f"DP - SP < -{MARGIN:g}")}
 
 
-def _sp_dp_line(claim: Claim, study: Study, tasks: str, pair: _Pair) -> dict | None:
-    """One pair's line of claim 5 (heads kept and test score, their one-sided tests, whether they keep the
-    same heads) and its row for the verdict; None when it cannot be compared."""
+@dataclass
+class SpDpComparison:
+    """One DP setting against one SP setting in claim 5: ``label`` (its line's name, the start of its tests'
+    keys), ``matched`` (DP trained on SP's schedule), ``tasks`` (``pos``, or ``pos+ner`` for MTL), ``score``
+    (the score column compared: ``test score``, the mean over tasks, for MTL), ``left_out`` (its settings
+    that did not prune: then it is not counted), the heads kept and test scores of DP's and SP's runs, ``bound``
+    (the one-sided 95% lower bound of DP - SP on the score), ``schedules`` (for a comparison not matched,
+    how DP's and SP's encoder training differ, or None) and ``outcome`` (:func:`_outcome`)."""
+
+    label: str
+    matched: bool
+    tasks: str
+    score: str
+    left_out: list[Unpruned]
+    heads: tuple[np.ndarray, np.ndarray]
+    scores: tuple[np.ndarray, np.ndarray]
+    bound: float
+    schedules: Schedules | None = None
+    outcome: str = ""
+
+    @property
+    def counted(self) -> bool:
+        return not self.left_out
+
+    @property
+    def keys(self) -> dict[str, str]:
+        """The keys of its four tests, by :data:`SP_DP_TESTS` name."""
+        return {w: f"{self.label} {w}" for w in SP_DP_TESTS}
+
+
+@dataclass
+class SpDpFacts:
+    """What claim 5 found beside its tests: ``comparisons`` (:class:`SpDpComparison`), ``unmoved`` (the labels
+    of pairs whose DP or SP gates never moved: not compared)."""
+
+    comparisons: list[SpDpComparison] = field(default_factory=list)
+    unmoved: list[str] = field(default_factory=list)
+
+    @property
+    def matched(self) -> list[SpDpComparison]:
+        return [c for c in self.comparisons if c.matched]
+
+    @property
+    def deciding(self) -> list[SpDpComparison]:
+        """The comparisons the verdict reads: the matched ones where there are, else all; those counted."""
+        return [c for c in (self.matched or self.comparisons) if c.counted]
+
+
+def _compare(claim: Claim, study: Study, tasks: str, pair: _Pair) -> SpDpComparison | None:
+    """One pair's tests in claim 5 (heads kept and test score, their one-sided tests, whether they keep the
+    same heads) and its facts; None when it cannot be compared."""
     name = setting_name(study, tasks)
     gates = {f"{name} DP": setting_gates(study, pair.dp), f"{name} SP": setting_gates(study, pair.sp)}
-    why = not_pruned(gates, gates)
     table = gate_baseline(gates)
     if table.empty:
-        claim.notes.append(f"{pair.label}: the gates of DP or SP never moved")
+        claim.facts.unmoved.append(pair.label)
         return None
     fields = {"tasks": tasks.split("+"), "setting": pair.label, "regimes": ["dp", "sp"], "matched": pair.matched}
     runs = run_folders(study, pair.dp, pair.sp)
-    agreement = pair_text(claim, f"{pair.label} DP & SP", table.iloc[0].to_dict(), why, decides=False, what=fields,
-                          runs=runs)
+    pair_tests(claim, f"{pair.label} DP & SP", table.iloc[0].to_dict(), not_pruned(gates, gates), decides=False,
+               what=fields, runs=runs)
     score = "test score" if "+" in tasks else score_column(study.runs, tasks)  # the mean over tasks for MTL
     if score is None:
         return None
@@ -150,30 +186,23 @@ def _sp_dp_line(claim: Claim, study: Study, tasks: str, pair: _Pair) -> dict | N
     numbers = {"heads kept": {"dp_mean": dp_heads.mean(), "sp_mean": sp_heads.mean()},
                "test score": {"dp_mean": dp_score.mean(), "sp_mean": sp_score.mean(), "margin": MARGIN,
                               "lower_bound": bound}}
-    marks = {}
     for test, value in p.items():
         statistic, hypothesis = SP_DP_TESTS[test]
         numbers_of = numbers[statistic]
         untestable = "" if few or np.isfinite(value) else "no spread in either"
-        marks[test] = claim.add(Test(f"{pair.label} {test}", value, untestable,
-                                 few=few, value=numbers_of["dp_mean"] - numbers_of["sp_mean"], runs=runs,
-                                 what={**fields, "score": score, "statistic": statistic, "hypothesis": hypothesis,
-                                       "test": "welch one-sided"}, numbers=numbers_of))
-    what = "mean test score" if "+" in tasks else f"test {metric_name(score)}"
-    claim.lines.append(
-        f"{pair.label}: heads kept DP {mean_std(dp_heads, 1)}, SP {mean_std(sp_heads, 1)}; {what} DP "
-        f"{dp_score.mean():.2f}, SP {sp_score.mean():.2f}, DP - SP {dp_score.mean() - sp_score.mean():+.2f} (one-sided "
-        f"95% lower bound {f'{bound:+.2f}' if np.isfinite(bound) else 'n/a'}); DP fewer heads: {marks['fewer heads']}; "
-        f"DP not lower (margin {MARGIN:g}): {marks['not lower']}; SP fewer heads: {marks['SP fewer heads']}; DP more "
-        f"than {MARGIN:g} lower: {marks['lower']}; same heads: {agreement}" + (f"; not counted: {why}" if why else ""))
-    return {"name": pair.label, "counted": not why, "matched": pair.matched,
-            "keys": {w: f"{pair.label} {w}" for w in SP_DP_TESTS}}
+        claim.add(Test(f"{pair.label} {test}", value, untestable,
+                       few=few, value=numbers_of["dp_mean"] - numbers_of["sp_mean"], runs=runs,
+                       what={**fields, "score": score, "statistic": statistic, "hypothesis": hypothesis,
+                             "test": "welch one-sided"}, numbers=numbers_of))
+    return SpDpComparison(pair.label, pair.matched, tasks, score, unpruned(gates, gates), (dp_heads, sp_heads),
+                          (dp_score, sp_score), bound,
+                          None if pair.matched else _schedules(study, pair.dp, pair.sp))
 
 
-def _sp_dp_outcome(claim: Claim, row: dict) -> str:
+def _outcome(claim: Claim, comparison: SpDpComparison) -> str:
     """``win``, ``loss``, ``open`` (neither shown) or ``untested`` (too few seeds, no spread, or tests that
-    cannot reach significance) for one counted row of claim 5."""
-    keys = row["keys"]
+    cannot reach significance) for one comparison of claim 5."""
+    keys = comparison.keys
     if all(claim.tests[k].untestable for k in keys.values()):
         return "untested"
     if claim.significant(keys["fewer heads"]) and claim.significant(keys["not lower"]):
@@ -183,60 +212,131 @@ def _sp_dp_outcome(claim: Claim, row: dict) -> str:
     return "open"
 
 
-def _sp_dp_verdict(claim: Claim, rows: list[dict], what: str) -> str:
-    """Claim 5's verdict over counted ``rows`` (sets ``claim.verdict``); returns the answer's sentence."""
-    outcome = {r["name"]: _sp_dp_outcome(claim, r) for r in rows}
-    named = lambda kind: [n for n, o in outcome.items() if o == kind]
-    tested = [n for n, o in outcome.items() if o != "untested"]
-    if not tested:
-        claim.verdict = ""
-        return (f"cannot be tested: {TOO_FEW} or no spread, in every {what}" if rows else
-                f"cannot be tested: no {what} whose DP and SP both pruned")
-    wins, losses = named("win"), named("loss")
-    claim.verdict = ("yes" if len(wins) == len(rows) else "partly" if wins else
-                     "no" if len(losses) == len(rows) else "inconclusive")
-    return (f"DP wins (fewer heads, score not lower) {len(wins)} of the {len(rows)} {what}s whose DP and SP both "
-            f"pruned ({listed([r['name'] for r in rows])}): wins {listed(wins)}; loses {listed(losses)}; neither "
-            f"shown {listed(named('open'))}" + (f"; untested {listed(named('untested'))}" if named("untested") else ""))
+def _verdict(comparisons: list[SpDpComparison]) -> str:
+    """Claim 5's verdict over the counted ``comparisons`` (their outcomes): ``""`` when none was tested."""
+    outcomes = [c.outcome for c in comparisons]
+    if all(o == "untested" for o in outcomes):
+        return ""
+    wins, losses = outcomes.count("win"), outcomes.count("loss")
+    return ("yes" if wins == len(outcomes) else "partly" if wins else
+            "no" if losses == len(outcomes) else "inconclusive")
 
 
-def sp_vs_dp(study: Study) -> Claim:
-    """Claim 5. Per pair of a DP and an SP setting (named by its line, ``POS``, ``POS with DP on SP's
+def compute_sp_dp(study: Study) -> Claim:
+    """Claim 5 as data. Per pair of a DP and an SP setting (named by its line, ``POS``, ``POS with DP on SP's
     schedule``), four one-sided Welch tests, keyed ``<pair> fewer heads``, ``<pair> not lower``, ``<pair> SP
     fewer heads`` and ``<pair> lower`` (``what``: ``tasks``, ``setting``, ``regimes``, ``matched``,
     ``statistic`` ``heads kept`` or ``test score``, ``hypothesis``; ``value``: DP's mean minus SP's), and
-    whether they keep the same heads (``<pair> DP & SP correlation`` / ``Jaccard``, shown)."""
-    claim = Claim("sp_dp", "Does DP keep fewer heads than SP at an equal or better test score, and do they keep the "
-                  "same heads?", "DP keeps fewer heads than SP at equal or better accuracy",
-                  VERDICT_RULES["sp_dp"])
-    rows, confounds = [], {}
+    whether they keep the same heads (``<pair> DP & SP correlation`` / ``Jaccard``, shown). With matched
+    comparisons, the rule gains :data:`MATCHED_RULE`. Its facts: :class:`SpDpFacts`."""
+    facts = SpDpFacts()
+    claim = Claim("sp_dp", rule=VERDICT_RULES["sp_dp"], facts=facts)
     for tasks in study.tasks + ([study.mtl] if study.mtl else []):
         for pair in _sp_dp_pairs(study, tasks, setting_name(study, tasks)):
-            row = _sp_dp_line(claim, study, tasks, pair)
-            if row is None:
-                continue
-            rows.append(row)
-            if not pair.matched:
-                confounds.setdefault(_sp_dp_confound(study, pair.dp, pair.sp), []).append(pair.label)
+            comparison = _compare(claim, study, tasks, pair)
+            if comparison is not None:
+                facts.comparisons.append(comparison)
     claim.adjust()
-    matched = [r for r in rows if r["matched"]]
-    skipped = [r["name"] for r in (matched or rows) if not r["counted"]]
-    if matched:
+    for comparison in facts.comparisons:
+        comparison.outcome = _outcome(claim, comparison)
+    if facts.matched:
         claim.rule = f"{VERDICT_RULES['sp_dp']} {MATCHED_RULE}"
-        claim.answer = "on SP's schedule: " + _sp_dp_verdict(claim, [r for r in matched if r["counted"]], "comparison")
-        first = [r for r in rows if not r["matched"] and r["counted"]]
+    claim.verdict = _verdict(facts.deciding)
+    return claim
+
+
+# --- the words ----------------------------------------------------------------------------------------
+def _rate(value: float) -> str:
+    """A learning rate as people write it: ``1e-4``, ``2.5e-5``."""
+    mantissa, exponent = f"{value:e}".split("e")
+    return f"{float(mantissa):g}e{int(exponent)}"
+
+
+def _chain_text(chain: list[tuple[float, float]]) -> str:
+    """``2 epochs at 1e-4, then 1 at 1e-5``."""
+    parts = [f"{e:g} {'epoch' if e == 1 else 'epochs'} at {_rate(r)}" if np.isfinite(e) else "a run not found"
+             for e, r in chain]
+    return ", then ".join(parts)
+
+
+def _epochs(chain: list[tuple[float, float]]) -> float:
+    return float(sum(e for e, _ in chain))
+
+
+def _schedules_text(schedules: Schedules | None) -> str:
+    """'' or how DP's and SP's encoder training differ (epochs and rates, SP's baseline counted)."""
+    if schedules is None:
+        return ""
+    dp_chain, sp_chain = schedules.dp, schedules.sp
+    dp_total, sp_total = _epochs(dp_chain), _epochs(sp_chain)
+    effects = ([f"SP had more training ({sp_total:g} epochs against {dp_total:g})"] if sp_total > dp_total else []) \
+        + (["SP's encoder moved at a lower rate while its gates learnt"] if sp_chain[-1][1] < dp_chain[-1][1] else []) \
+        + (["DP's encoder moved at a lower rate"] if dp_chain[-1][1] < sp_chain[-1][1] else [])
+    return (f"DP trained the encoder {_chain_text(dp_chain)}; SP {_chain_text(sp_chain)} ({sp_total:g} in all)"
+            + (f": {' and '.join(effects)}, which can raise SP's score against DP's and so push the verdict towards "
+               "'not replicated'" if effects else ""))
+
+
+def _line(claim: Claim, comparison: SpDpComparison) -> str:
+    """One comparison's line: heads kept and test score, their one-sided tests, whether they keep the same heads."""
+    (dp_heads, sp_heads), (dp_score, sp_score), bound = comparison.heads, comparison.scores, comparison.bound
+    marks = {test: slot(key) for test, key in comparison.keys.items()}
+    what = "mean test score" if "+" in comparison.tasks else f"test {metric_name(comparison.score)}"
+    why = unpruned_text(comparison.left_out)
+    return (f"{comparison.label}: heads kept DP {mean_std(dp_heads, 1)}, SP {mean_std(sp_heads, 1)}; {what} DP "
+            f"{dp_score.mean():.2f}, SP {sp_score.mean():.2f}, DP - SP {dp_score.mean() - sp_score.mean():+.2f} "
+            f"(one-sided 95% lower bound {f'{bound:+.2f}' if np.isfinite(bound) else 'n/a'}); DP fewer heads: "
+            f"{marks['fewer heads']}; DP not lower (margin {MARGIN:g}): {marks['not lower']}; SP fewer heads: "
+            f"{marks['SP fewer heads']}; DP more than {MARGIN:g} lower: {marks['lower']}; same heads: "
+            f"{pair_words(claim, f'{comparison.label} DP & SP')}" + (f"; not counted: {why}" if why else ""))
+
+
+def _verdict_words(comparisons: list[SpDpComparison], what: str) -> str:
+    """The answer's sentence for the verdict over the counted ``comparisons`` (``what``: ``setting`` or
+    ``comparison``)."""
+    named = lambda kind: [c.label for c in comparisons if c.outcome == kind]
+    if all(c.outcome == "untested" for c in comparisons):
+        return (f"cannot be tested: {TOO_FEW} or no spread, in every {what}" if comparisons else
+                f"cannot be tested: no {what} whose DP and SP both pruned")
+    wins = named("win")
+    return (f"DP wins (fewer heads, score not lower) {len(wins)} of the {len(comparisons)} {what}s whose DP and SP "
+            f"both pruned ({listed([c.label for c in comparisons])}): wins {listed(wins)}; loses {listed(named('loss'))}; "
+            f"neither shown {listed(named('open'))}"
+            + (f"; untested {listed(named('untested'))}" if named("untested") else ""))
+
+
+def words_sp_dp(claim: Claim) -> Claim:
+    """Claim 5's question, answer, lines (one per comparison) and notes (gates that never moved, confounds),
+    written from its tests and facts."""
+    facts: SpDpFacts = claim.facts
+    claim.question = ("Does DP keep fewer heads than SP at an equal or better test score, and do they keep the same "
+                      "heads?")
+    claim.paper = "DP keeps fewer heads than SP at equal or better accuracy"
+    claim.notes += [f"{label}: the gates of DP or SP never moved" for label in facts.unmoved]
+    claim.lines += [_line(claim, c) for c in facts.comparisons]
+    confounds: dict[str, list[str]] = {}
+    for c in facts.comparisons:
+        if not c.matched:
+            confounds.setdefault(_schedules_text(c.schedules), []).append(c.label)
+    if facts.matched:
+        claim.answer = "on SP's schedule: " + _verdict_words(facts.deciding, "comparison")
+        first = [c for c in facts.comparisons if not c.matched and c.counted]
         if first:
-            shown = {r["name"]: _sp_dp_outcome(claim, r) for r in first}
             claim.answer += ("; as first run (shown, not counted; **confounded**: DP and SP trained the encoder "
-                             f"differently, see the notes): DP wins {listed([n for n, o in shown.items() if o == 'win'])}"
-                             f" of {listed(list(shown))}")
+                             f"differently, see the notes): DP wins {listed([c.label for c in first if c.outcome == 'win'])}"
+                             f" of {listed([c.label for c in first])}")
     else:
-        claim.answer = _sp_dp_verdict(claim, [r for r in rows if r["counted"]], "setting")
+        claim.answer = _verdict_words(facts.deciding, "setting")
+    skipped = [c.label for c in (facts.matched or facts.comparisons) if not c.counted]
     if skipped:
         claim.answer += f"; not counted: {listed(skipped)} (did not prune)"
     for confound, names in sorted((c, n) for c, n in confounds.items() if c):
         claim.notes.append(f"**confound** ({listed(names)}): {confound}; He & Choi's DP trained at 1e-5 for 30 epochs")
-    if any(confounds) and not matched:
+    if any(confounds) and not facts.matched:
         claim.answer += "; **confounded**: DP and SP trained the encoder differently (epochs, rates; see the notes)"
     return claim
 
+
+def sp_vs_dp(study: Study) -> Claim:
+    """Claim 5, computed (:func:`compute_sp_dp`) and written (:func:`words_sp_dp`)."""
+    return words_sp_dp(compute_sp_dp(study))
