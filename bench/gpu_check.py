@@ -594,7 +594,7 @@ def ddp_worker(args) -> int:
 
     from mtl_heads.config import load_config
     from mtl_heads.model.model import MultiTaskModel
-    from mtl_heads.model.sparsity import sparsity_from_config
+    from mtl_heads.model.sparsity import Pruning, sparsity_of
     from mtl_heads.training.build import build_encoder
     from mtl_heads.training.experiment import setup_distributed
     from mtl_heads.training.parallel import make_parallel
@@ -614,7 +614,7 @@ def ddp_worker(args) -> int:
     for name, task in tasks.items():
         task.fit_labels([e.sentence for e in examples["train"][name]])
     model = MultiTaskModel(encoder, tasks).to(device).train()
-    sparsity = sparsity_from_config(cfg, model.encoder.gate)
+    sparsity = sparsity_of(Pruning.from_config(cfg), model.encoder.gate)
     shards = {t: examples["train"][t][:ctx.plan["ddp"]["sentences"]] for t in sorted(tasks)}
     if world == 1:
         for w in sorted({int(v) for v in args.worlds.split(",")}):

@@ -14,7 +14,7 @@ from mtl_heads.model.gating import GroupedGate, HardConcreteGate
 from mtl_heads.model.removal import (DECODERS, HeadsRemovedEncoder, LayerConfig, remove_encoder_heads, removal_plan,
                                      save_removal)
 from mtl_heads.training.build import load_removal
-from mtl_heads.model.sparsity import resolve_budget, sparsity_from_config
+from mtl_heads.model.sparsity import Pruning, resolve_budget, sparsity_of
 from tiny_lms import CASES, HEADS, _batch
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny matrices: see conftest.one_thread
@@ -194,12 +194,12 @@ def test_budget_and_penalty_count_query_heads():
         resolve_budget(35, 64, group_size=4)
     gate = GroupedGate(HardConcreteGate(2, 2), group_size=2)  # 2 layers x 2 groups = 8 query heads
     cfg = load_config(["prune=dynamic", "tasks=pos", "prune.budget=0.5"])
-    sparsity = sparsity_from_config(cfg, gate)
+    sparsity = sparsity_of(Pruning.from_config(cfg), gate)
     assert sparsity.controller.total == 8 and sparsity.controller.target == 4
     with torch.no_grad():
         gate.base.log_alpha.fill_(10.0)  # every group surely open: 8 query heads expected
     assert round(sparsity.expected_heads()) == 8
-    lam = sparsity_from_config(load_config(["prune=dynamic", "tasks=pos", "prune.lambda=0.5"]), gate)
+    lam = sparsity_of(Pruning.from_config(load_config(["prune=dynamic", "tasks=pos", "prune.lambda=0.5"])), gate)
     torch.testing.assert_close(lam.term(), 0.5 * 2 * gate.base.penalty())
     with pytest.raises(ConfigError, match="encoder.gate_groups"):
         load_config(["encoder.gate_groups=pairs"])

@@ -7,7 +7,7 @@ from safetensors.torch import load_file
 
 from mtl_heads.config import ConfigError, load_config
 from mtl_heads.model.gating import HardConcreteGate
-from mtl_heads.model.sparsity import LagrangianBudget, Sparsity, resolve_budget, resolve_lambda, sparsity_from_config
+from mtl_heads.model.sparsity import LagrangianBudget, Pruning, Sparsity, resolve_budget, resolve_lambda, sparsity_of
 from mtl_heads.training.experiment import run, run_seeds
 
 
@@ -152,7 +152,7 @@ def test_lambda_and_budget_resolution():
         with pytest.raises(ConfigError, match="prune.budget"):
             resolve_budget(bad, 144)
     cfg = load_config(["prune=dynamic", "tasks=srl"])
-    sparsity = sparsity_from_config(cfg, HardConcreteGate(2, 4))
+    sparsity = sparsity_of(Pruning.from_config(cfg), HardConcreteGate(2, 4))
     assert sparsity.weight == 0.001 and sparsity.controller is None
     with pytest.raises(ConfigError, match="prune.mode"):
         Sparsity(None, "dynamic")

@@ -20,30 +20,95 @@ whole number of groups (a count must be a multiple of ``group_size``; a fraction
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
 from mtl_heads.config import PRUNE_MODES, ConfigError
 from mtl_heads.model.precision import fp32
 
-__all__ = ["LAMBDA_DEFAULTS", "MTL_LAMBDA", "LagrangianBudget", "resolve_lambda", "resolve_budget", "Sparsity",
-           "sparsity_from_config", "PRUNE_MODES", "prune_mode", "budget_gap", "budget_line", "nothing_pruned_line"]
+__all__ = ["LAMBDA_DEFAULTS", "MTL_LAMBDA", "LR_LAGRANGIAN", "INIT_GATES", "LagrangianBudget", "resolve_lambda",
+           "resolve_budget", "Pruning", "Sparsity", "sparsity_of", "PRUNE_MODES", "prune_mode", "budget_gap", "budget_line",
+           "nothing_pruned_line"]
 
 # task -> L0 weight used by He & Choi (2021)'s reference scripts for head pruning
 LAMBDA_DEFAULTS: dict[str, float] = {"pos": 0.01, "dep": 0.01, "con": 0.01, "srl": 0.001, "ner": 0.0002}
 MTL_LAMBDA = 0.001  # the reference value for five-task MTL, used for any multi-task run
+LR_LAGRANGIAN = 0.01  # prune.lr_lagrangian of configs/train.yaml, for a config saved without the key
+INIT_GATES = ("fresh", "init")  # prune.init_gates: new gates on init='s weights, or init's learnt gates
 
 
 def prune_mode(cfg) -> str:
     """``prune.mode`` of a run config: none | dynamic | static (``none`` for runs saved before
     pruning existed); anything else is a ConfigError naming the key (the one place it is checked
-    after loading: a config built in code skips the key rules of ``mtl_heads.config``)."""
+    after loading: a config built in code skips the key rules of ``mtl_heads.config``).
+
+    A training run reads it once, in :meth:`Pruning.from_config`; what reads it besides is a config with no
+    run under way: a run folder's name before the run starts, and the W&B layout of a saved run's config."""
     from omegaconf import OmegaConf
 
     mode = OmegaConf.select(cfg, "prune.mode", default="none") or "none"
     if mode not in PRUNE_MODES:
         raise ConfigError(f"config key 'prune.mode': expected one of {', '.join(PRUNE_MODES)}, got {mode!r}")
     return mode
+
+
+@dataclass(frozen=True)
+class Pruning:
+    """What a run's ``prune`` section asks for, resolved once, when the run starts (:meth:`from_config`);
+    training reads this instead of the config. The defaults are a run that prunes nothing."""
+
+    mode: str = "none"
+    """``prune.mode``: ``none`` (default: no sparsity pressure, the gates train as they are), ``dynamic`` (gates,
+    encoder and decoders learnt together) or ``static`` (gates learnt on the trained run given by ``init=``)."""
+    weight: float = 0.0
+    """The L0 weight lambda: ``prune.lambda`` with ``auto`` resolved by :func:`resolve_lambda` (default 0.0;
+    0.0 when not pruning). Not used with a :attr:`budget`."""
+    budget: int | float | None = None
+    """``prune.budget`` as given: a head count, or a fraction in (0, 1) of the heads (default None: the L0
+    weight instead; None when not pruning). :func:`sparsity_of` turns it into query heads once the encoder
+    is built (:func:`resolve_budget`)."""
+    lr_lagrangian: float = LR_LAGRANGIAN
+    """``prune.lr_lagrangian``: the step size of the budget controller's multipliers (default 0.01)."""
+    freeze_encoder: bool = False
+    """``prune.freeze_encoder``: static pruning freezes the encoder too, so that only the gates learn
+    (default False; False when not static)."""
+    init_gates: str = "fresh"
+    """``prune.init_gates``: with ``init=``, ``fresh`` (default: new gates on the init run's weights, as static
+    pruning starts) or ``init`` (the init run's learnt gates, trained on). Only a pruning run reads it."""
+
+    @property
+    def active(self) -> bool:
+        """Whether the run prunes (``mode`` is not ``none``)."""
+        return self.mode != "none"
+
+    @classmethod
+    def from_config(cls, cfg) -> "Pruning":
+        """The ``prune`` section of the run config ``cfg`` (whose ``tasks`` give ``lambda: auto`` its value and
+        whose ``init`` static pruning needs) resolved and checked; a bad value is a ConfigError naming its key.
+        A config without the section (saved before pruning existed) is a run that prunes nothing; a key missing
+        from it takes ``configs/train.yaml``'s default."""
+        from omegaconf import OmegaConf
+
+        mode = prune_mode(cfg)
+        init = OmegaConf.select(cfg, "init", default=None)
+        init_gates = str(OmegaConf.select(cfg, "prune.init_gates", default=None) or "fresh")
+        if init_gates not in INIT_GATES:
+            raise ConfigError(f"config key 'prune.init_gates': expected fresh or init, got {init_gates!r}")
+        if init_gates == "init" and not init:
+            raise ConfigError("config key 'prune.init_gates': init takes the gates of the run given by init=, "
+                              "and no init= is set")
+        if mode == "static" and not init:
+            raise ConfigError("config key 'init': static pruning learns gates on a trained run; "
+                              "pass init=runs/<trained run>")
+        if mode == "none":
+            return cls(init_gates=init_gates)
+        weight = resolve_lambda(OmegaConf.select(cfg, "prune.lambda", default="auto"), list(cfg.tasks))
+        return cls(mode=mode, weight=weight, budget=OmegaConf.select(cfg, "prune.budget", default=None),
+                   lr_lagrangian=OmegaConf.select(cfg, "prune.lr_lagrangian", default=LR_LAGRANGIAN),
+                   freeze_encoder=mode == "static" and bool(OmegaConf.select(cfg, "prune.freeze_encoder", default=False)),
+                   init_gates=init_gates)
 
 
 def resolve_lambda(value, tasks: list[str]) -> float:
@@ -169,14 +234,14 @@ class Sparsity:
             self.controller.load_state_dict(state)
 
 
-def sparsity_from_config(cfg, gate: nn.Module | None) -> Sparsity:
-    """The run's :class:`Sparsity` from ``cfg.prune`` (``mode none`` for configs without it)."""
-    mode = prune_mode(cfg)
-    if mode == "none":
-        return Sparsity(gate, mode)
+def sparsity_of(pruning: Pruning, gate: nn.Module | None) -> Sparsity:
+    """The run's :class:`Sparsity`: ``pruning`` (:meth:`Pruning.from_config`) on the encoder's ``gate``, whose
+    head count turns a budget into query heads (:func:`resolve_budget`)."""
+    if not pruning.active:
+        return Sparsity(gate, pruning.mode)
     n_heads = gate.expected_l0().numel() if gate is not None and hasattr(gate, "expected_l0") else 0
-    budget = resolve_budget(cfg.prune.budget, n_heads, getattr(gate, "group_size", 1)) if n_heads else None
-    return Sparsity(gate, mode, resolve_lambda(cfg.prune["lambda"], list(cfg.tasks)), budget)
+    budget = resolve_budget(pruning.budget, n_heads, getattr(gate, "group_size", 1)) if n_heads else None
+    return Sparsity(gate, pruning.mode, pruning.weight, budget)
 
 
 # --- how far a run ended from its budget ----------------------------------------------------------

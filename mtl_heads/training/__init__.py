@@ -1,5 +1,6 @@
 """Training: the loop, a run from a config, how the model is spread over processes, and W&B.
 
+- :mod:`~mtl_heads.training.plan`: a run's config resolved once (pruning, schedule, selection, strategy);
 - :mod:`~mtl_heads.training.taskset`: a config's task decoders and a trained run's saved labels;
 - :mod:`~mtl_heads.training.build`: a model from a config, a run folder or a removal folder;
 - :mod:`~mtl_heads.training.tracking`: Weights & Biases logging with one layout for every command;

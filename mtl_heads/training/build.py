@@ -23,7 +23,7 @@ from mtl_heads.model.encoder import EncoderNotFound, GatedEncoder
 from mtl_heads.model.gating import GateMaskError
 from mtl_heads.model.model import MultiTaskModel
 from mtl_heads.model.removal import HEADS, read_heads, removal_encoder
-from mtl_heads.model.sparsity import prune_mode
+from mtl_heads.model.sparsity import Pruning
 from mtl_heads.training.taskset import tasks_with_labels
 
 __all__ = ["build_encoder", "gate_init_mean", "load_gate_mask", "pick_device", "LoadedRun",
@@ -31,12 +31,21 @@ __all__ = ["build_encoder", "gate_init_mean", "load_gate_mask", "pick_device", "
 
 
 # --- from a config ----------------------------------------------------------------------------
-def build_encoder(cfg: DictConfig) -> GatedEncoder:
+def build_encoder(cfg: DictConfig, pruning: Pruning | None = None) -> GatedEncoder:
+    """The gated encoder that ``cfg.encoder`` describes (pretrained weights, a new gate).
+
+    Args:
+        cfg: a run config.
+        pruning: its ``prune`` section resolved (a run's :attr:`~mtl_heads.training.plan.RunPlan.pruning`), which
+            sets a Hard Concrete gate's start and its eval rule. Default: resolved here from ``cfg`` (a run
+            folder read back), for a Hard Concrete gate only.
+    """
     enc = cfg.encoder
     kwargs = {}
     if enc.gate == "hard_concrete":
-        kwargs = {"init_range": enc.gate_init, "init_mean": gate_init_mean(cfg),
-                  "eval_keep_expected": prune_mode(cfg) != "none" and OmegaConf.select(cfg, "prune.budget") is not None}
+        pruning = Pruning.from_config(cfg) if pruning is None else pruning
+        kwargs = {"init_range": enc.gate_init, "init_mean": gate_init_mean(cfg, pruning),
+                  "eval_keep_expected": pruning.budget is not None}
     elif enc.gate == "fixed":
         kwargs = {"mask": load_gate_mask(enc.gate_mask)}
     try:
@@ -52,12 +61,12 @@ def build_encoder(cfg: DictConfig) -> GatedEncoder:
         raise ConfigError(f"config key 'encoder' (name={enc.name}, gate={enc.gate}): {err}") from None
 
 
-def gate_init_mean(cfg: DictConfig) -> float:
-    """``encoder.gate_init_mean``; ``auto`` = 0 when pruning (reference init, eval gates ~0.5),
-    else 3 (gates start open, so plain training behaves like fine-tuning)."""
+def gate_init_mean(cfg: DictConfig, pruning: Pruning) -> float:
+    """``encoder.gate_init_mean`` of the run config ``cfg``; ``auto`` = 0 when ``pruning`` is active (reference
+    init, eval gates ~0.5), else 3 (gates start open, so plain training behaves like fine-tuning)."""
     value = cfg.encoder.gate_init_mean
     if isinstance(value, str) and value.strip().lower() == "auto":
-        return 0.0 if prune_mode(cfg) != "none" else 3.0
+        return 0.0 if pruning.active else 3.0
     try:
         return float(value)
     except (TypeError, ValueError):

@@ -27,9 +27,10 @@ from mtl_heads.model.precision import uses_bf16
 from mtl_heads.reproducible import DEFAULT_THREADS
 from mtl_heads.reproducible import enter as reproducible_mode
 from mtl_heads.folders import RUNS, check_run_dir, newest_unfinished_run, seed_dir
-from mtl_heads.model.sparsity import budget_gap, budget_line, nothing_pruned_line, prune_mode
+from mtl_heads.model.sparsity import Pruning, budget_gap, budget_line, nothing_pruned_line, prune_mode
+from mtl_heads.training.plan import RunPlan, strategy
 from mtl_heads.training.tracking import Tracker
-from mtl_heads.training.trainer import Trainer, format_scores, mean_score, seed_everything, selection_tasks
+from mtl_heads.training.trainer import ProcessFacts, Trainer, format_scores, mean_score, seed_everything
 
 # keys that may differ when resuming (everything else must match the saved config); checkpoints
 # are the same files under ddp and fsdp, so a run may continue under the other strategy
@@ -94,13 +95,9 @@ def _check_resume_overrides(cfg: DictConfig, saved: DictConfig, given: list[str]
                               f"({key}={OmegaConf.select(saved, key)}); drop this override or start a new run")
 
 
-def strategy(cfg: DictConfig) -> str:
-    """``train.strategy``: ``ddp`` or ``fsdp`` (``mtl_heads.training.parallel``); ``ddp`` for configs saved before it existed."""
-    return OmegaConf.select(cfg, "train.strategy", default=None) or "ddp"
-
-
 def setting_name(cfg: DictConfig) -> str:
-    """``dep``, ``pos-ner``, ``dep-dynamic``: the tasks and the prune mode, for folder and group names."""
+    """``dep``, ``pos-ner``, ``dep-dynamic``: the tasks and the prune mode, for the names of a run folder and
+    an experiment, chosen before the run starts (and its :class:`~mtl_heads.training.plan.RunPlan` is made)."""
     mode = prune_mode(cfg)
     return "-".join(cfg.tasks) + (f"-{mode}" if mode != "none" else "")
 
@@ -112,14 +109,11 @@ INHERITED = ("tasks", "encoder.name", "encoder.attn_implementation", "encoder.po
 
 
 def apply_init(cfg: DictConfig, overrides: list[str]) -> DictConfig:
-    """Check ``prune.mode`` and ``init``; with ``init=<run>``, copy ``INHERITED`` keys from that run
-    unless they were given on the command line. ``tasks`` may be a subset of the run's tasks."""
-    mode = prune_mode(cfg)
-    init_gates(cfg)  # a bad prune.init_gates fails here, before the run folder is written
+    """Check the ``prune`` section with ``init`` (:meth:`~mtl_heads.model.sparsity.Pruning.from_config`: static
+    pruning needs ``init=``); with ``init=<run>``, copy ``INHERITED`` keys from that run unless they were given
+    on the command line. ``tasks`` may be a subset of the run's tasks."""
+    Pruning.from_config(cfg)  # a bad prune.* fails here, before the init run is read; the run's plan reads it again
     if not cfg.init:
-        if mode == "static":
-            raise ConfigError("config key 'init': static pruning learns gates on a trained run; "
-                              "pass init=runs/<trained run>")
         return cfg
     saved = load_saved_config(check_run_dir(cfg.init, key="init") / "config.yaml")
     given = given_keys(overrides)
@@ -134,25 +128,14 @@ def apply_init(cfg: DictConfig, overrides: list[str]) -> DictConfig:
     return cfg
 
 
-def init_gates(cfg: DictConfig) -> str:
-    """``prune.init_gates``: ``fresh`` (a pruning run from ``init=`` starts with new gates, the
-    default) or ``init`` (it takes the init run's learnt gates and trains them on)."""
-    value = str(OmegaConf.select(cfg, "prune.init_gates", default=None) or "fresh")
-    if value not in ("fresh", "init"):
-        raise ConfigError(f"config key 'prune.init_gates': expected fresh or init, got {value!r}")
-    if value == "init" and not cfg.init:
-        raise ConfigError("config key 'prune.init_gates': init takes the gates of the run given by init=, "
-                          "and no init= is set")
-    return value
-
-
-def freeze(model: MultiTaskModel, cfg: DictConfig) -> None:
-    """Static pruning: the decoders are frozen, and the encoder too with ``prune.freeze_encoder``."""
-    if prune_mode(cfg) != "static":
+def freeze(model: MultiTaskModel, pruning: Pruning) -> None:
+    """Static pruning (``pruning``: the run's resolved ``prune`` section): the decoders are frozen, and the
+    encoder too with ``prune.freeze_encoder``."""
+    if pruning.mode != "static":
         return
     for p in model.decoders.parameters():
         p.requires_grad_(False)
-    if cfg.prune.freeze_encoder:
+    if pruning.freeze_encoder:
         for p in model.param_groups()["encoder"]:
             p.requires_grad_(False)
 
@@ -199,18 +182,20 @@ def run_config(cfg: DictConfig, given: list[str], on_step: Callable | None = Non
         log(f"finished already ({run_dir}): nothing trained or scored again; "
             f"python -m mtl_heads evaluate {run_dir} scores it again")
         return done
-    check_strategy(strategy(cfg), world)  # e.g. fsdp without a distributed launch: before any file is written
     if cfg.get("reproducible", False) and cfg.get("threads") is None:  # recorded, so that a rerun uses the same
         cfg.threads = DEFAULT_THREADS
+    plan = RunPlan.from_config(cfg, run_dir)  # the config resolved once; the run reads the plan from here on
+    check_strategy(plan.strategy, world)  # e.g. fsdp without a distributed launch: before any file is written
     with reproducible_mode(cfg, log) as pins:
-        return _train(cfg, run_dir, resuming, (rank, world, device), on_step, pins)
+        return _train(plan, resuming, (rank, world, device), on_step, pins)
 
 
-def _train(cfg: DictConfig, run_dir: Path, resuming: bool, where: tuple[int, int, torch.device],
-           on_step: Callable | None, pins: dict | None) -> dict:
-    """The body of :func:`run_config` once the run folder is known: data, model, training, metrics.
-    ``where``: (rank, world size, device); ``pins``: reproducible mode's facts
+def _train(plan: RunPlan, resuming: bool, where: tuple[int, int, torch.device], on_step: Callable | None,
+           pins: dict | None) -> dict:
+    """The body of :func:`run_config` once the run folder is known and the config resolved (``plan``): data,
+    model, training, metrics. ``where``: (rank, world size, device); ``pins``: reproducible mode's facts
     (``mtl_heads.reproducible.facts``), None when it is off."""
+    cfg, run_dir, pruning = plan.cfg, plan.run_dir, plan.pruning
     rank, world, device = where
     log = print if rank == 0 else (lambda *_: None)
     started = time.time()
@@ -223,7 +208,7 @@ def _train(cfg: DictConfig, run_dir: Path, resuming: bool, where: tuple[int, int
         log(f"note: {role} is cut to {cut_note(cut)}: its scores are not comparable with runs scored on "
             f"the whole {role} split")
     seed_everything(cfg.seed)
-    encoder = build_encoder(cfg)
+    encoder = build_encoder(cfg, pruning)
     examples = prepare_examples(corpus, tasks, encoder, cfg.data.long_policy, log,
                                 OmegaConf.select(cfg, "data.task_splits", default=None))
     if rank == 0:
@@ -243,13 +228,12 @@ def _train(cfg: DictConfig, run_dir: Path, resuming: bool, where: tuple[int, int
         log(f"note: {run_dir} has no checkpoint yet (one every train.checkpoint_every={cfg.train.checkpoint_every} "
             "steps and at each epoch end): it starts again from step 0")
     if cfg.init and restarts:  # pruning starts from fresh gates (unless prune.init_gates=init); plain training keeps them
-        load_run_weights(model, cfg.init, gate=prune_mode(cfg) == "none" or init_gates(cfg) == "init")
-    freeze(model, cfg)
-    parallel = make_parallel(strategy(cfg), rank, world, device, bf16=uses_bf16(device, cfg.precision))
-    wrapped = parallel.wrap(model)  # to the device; DDP wrapper, or the encoder sharded in place (fsdp)
-    tracker = Tracker(cfg, run_dir, enabled=rank == 0)
-    trainer = Trainer(model, tasks, examples, cfg, run_dir, device, tracker, rank, world, wrapped, on_step, parallel,
-                      started=started, machine=machine_facts(device, world))
+        load_run_weights(model, cfg.init, gate=not pruning.active or pruning.init_gates == "init")
+    freeze(model, pruning)
+    parallel = make_parallel(plan.strategy, rank, world, device, bf16=uses_bf16(device, cfg.precision))
+    tracker = Tracker(plan, enabled=rank == 0)
+    trainer = Trainer(model, tasks, examples, plan, tracker, parallel, on_step,  # the Trainer wraps the model
+                      ProcessFacts(started, machine_facts(device, world)))
     if resuming and trainer.load_checkpoint():
         log(f"resuming {run_dir} at epoch {trainer.state.epoch + 1}, step {trainer.state.step_in_epoch}")
     elif cfg.init:  # the weights this run starts from, named in its record (a checkpoint carries it on)
@@ -257,12 +241,12 @@ def _train(cfg: DictConfig, run_dir: Path, resuming: bool, where: tuple[int, int
     if trainer.sparsity.active:
         target = (f"budget {trainer.sparsity.controller.target} heads" if trainer.sparsity.controller is not None
                   else f"lambda {trainer.sparsity.weight:g}")
-        log(f"{prune_mode(cfg)} pruning of {encoder.num_layers * encoder.num_heads} heads, {target}")
+        log(f"{pruning.mode} pruning of {encoder.num_layers * encoder.num_heads} heads, {target}")
     log(f"training {', '.join(tasks)} on {device} ({world} process{'es' if world > 1 else ''}"
         f"{', ' + parallel.name if world > 1 else ''}); run folder {run_dir}")
     try:
         trainer.fit()
-        metrics = finish(trainer, tasks, cfg, run_dir, rank, cuts, pins)
+        metrics = finish(trainer, tasks, cuts, pins)
     finally:
         tracker.finish()
     return metrics
@@ -292,9 +276,9 @@ def machine_facts(device: torch.device, processes: int = 1) -> dict:
             "python": platform.python_version()}
 
 
-def finish(trainer: Trainer, tasks: dict, cfg: DictConfig, run_dir: Path, rank: int, cuts: dict | None = None,
-           pins: dict | None = None) -> dict:
-    """Reload the best checkpoint, evaluate dev and test, write metrics, labels and gates (``seconds``: the
+def finish(trainer: Trainer, tasks: dict, cuts: dict | None = None, pins: dict | None = None) -> dict:
+    """Reload the best checkpoint, evaluate dev and test, write metrics, labels and gates into the run folder
+    (the trainer's plan says which, and its process's rank whether this one writes; ``seconds``: the
     run's wall time, every process of a resumed run, whose earlier ones are under ``resumed``). ``cuts``: the
     dev and test splits the config cut (``load_corpus``'s ``cuts``; default none), kept in the metrics
     as ``eval_cut`` and noted beside their scores. ``pins``: reproducible mode's facts (default None: the
@@ -305,15 +289,16 @@ def finish(trainer: Trainer, tasks: dict, cfg: DictConfig, run_dir: Path, rank: 
     (``resumed_from``: the global step and its weights' SHA-256)."""
     import json
 
+    cfg, run_dir, rank = trainer.plan.cfg, trainer.plan.run_dir, trainer.rank
     best = run_dir / "model.safetensors"
     if trainer._broadcast(best.exists() if rank == 0 else None):
         trainer.restore_weights(best)
     results = {role: trainer.scores(role) for role in ("dev", "test")}  # every process: FSDP's forward needs all
     metrics = {"tasks": list(tasks), "best_epoch": trainer.state.best_epoch, "dev": results["dev"],
-               "test": results["test"], "dev_mean": mean_score(results["dev"], selection_tasks(cfg, tasks)),
+               "test": results["test"], "dev_mean": mean_score(results["dev"], trainer.plan.selecting(tasks)),
                "test_mean": mean_score(results["test"], tasks), "history": trainer.state.history,
                "sentences": {role: {t: len(ex) for t, ex in per.items()} for role, per in trainer.examples.items()},
-               "seed": cfg.seed, "experiment": cfg.experiment, "prune": prune_mode(cfg),
+               "seed": cfg.seed, "experiment": cfg.experiment, "prune": trainer.plan.pruning.mode,
                "heads_kept": kept_count(trainer.model.encoder.gate_values()),
                "heads_total": trainer.model.encoder.num_layers * trainer.model.encoder.num_heads,
                "seconds": round(trainer.seconds(), 1), "machine": trainer.machine}
@@ -344,7 +329,7 @@ def finish(trainer: Trainer, tasks: dict, cfg: DictConfig, run_dir: Path, rank: 
                               cfg))
         elif trainer.sparsity.active and metrics["heads_kept"] == metrics["heads_total"]:  # lambda closed nothing
             print(nothing_pruned_line(trainer.sparsity.weight, metrics["heads_total"], cfg))
-        trained_on = tuple(set(tasks) - set(selection_tasks(cfg, tasks)))
+        trained_on = tuple(set(tasks) - set(trainer.plan.selecting(tasks)))
         cut = {role: f" [on {cut_note(c)}]" for role, c in (cuts or {}).items()}
         print(f"dev  {format_scores(results['dev'], tasks, trained_on)}{cut.get('dev', '')}")
         print(f"test {format_scores(results['test'], tasks)}{cut.get('test', '')}")

@@ -41,6 +41,7 @@ from mtl_heads.figures.gate_map import plot_gate_map
 from mtl_heads.folders import shown
 from mtl_heads.model.gating import kept_count
 from mtl_heads.model.sparsity import prune_mode
+from mtl_heads.training.plan import RunPlan
 
 MODES = ("auto", "online", "offline", "disabled")
 JOB_TYPES = ("train", "prune", "removal", "probe")  # prune: training with pruning; removal: a head removal's own run
@@ -60,24 +61,25 @@ def resolve_mode(mode: str) -> str:
     return mode
 
 
-def job_type(cfg) -> str:
-    """``train``, or ``prune`` for a pruning run."""
-    return "prune" if prune_mode(cfg) != "none" else "train"
+def job_type(mode: str) -> str:
+    """``train``, or ``prune`` for a pruning run (``mode``: its ``prune.mode``)."""
+    return "prune" if mode != "none" else "train"
 
 
-def run_group(cfg) -> str:
-    """The W&B group of a run: its ``experiment``, else its setting name (``pos-ner``, ``dep-dynamic``)."""
+def run_group(cfg, mode: str) -> str:
+    """The W&B group of a run (``cfg``: its config; ``mode``: its ``prune.mode``): its ``experiment``, else its
+    setting name (``pos-ner``, ``dep-dynamic``)."""
     experiment = OmegaConf.select(cfg, "experiment", default=None)
     if experiment:
         return str(experiment)
-    mode = prune_mode(cfg)
     return "-".join(cfg.tasks) + (f"-{mode}" if mode != "none" else "")
 
 
-def run_tags(cfg) -> list[str]:
-    """The user's ``wandb.tags`` plus tasks, prune mode, encoder and seed (for filtering in W&B)."""
+def run_tags(cfg, mode: str) -> list[str]:
+    """The user's ``wandb.tags`` plus tasks, prune mode (``mode``: the run's ``prune.mode``), encoder and seed
+    (for filtering in W&B); ``cfg``: the run's config."""
     encoder = Path(str(OmegaConf.select(cfg, "encoder.name", default="?"))).name  # a local folder: its name
-    auto = [*cfg.tasks, "mtl" if len(cfg.tasks) > 1 else "stl", f"prune:{prune_mode(cfg)}",
+    auto = [*cfg.tasks, "mtl" if len(cfg.tasks) > 1 else "stl", f"prune:{mode}",
             f"encoder:{encoder}"[:64], f"seed:{OmegaConf.select(cfg, 'seed', default='?')}"]
     user = OmegaConf.select(cfg, "wandb.tags", default=None) or []
     return list(dict.fromkeys([*user, *auto]))
@@ -106,8 +108,9 @@ def start_run(wandb_cfg, folder: Path, job: str, config: dict, run_cfg=None, nam
     import wandb
 
     user_tags = list(wandb_cfg.get("tags") or [])
-    tags = run_tags(run_cfg) if run_cfg is not None else user_tags
-    group = run_group(run_cfg) if run_cfg is not None else job
+    prune = prune_mode(run_cfg) if run_cfg is not None else None  # prune.mode: a training run's, or a saved run's
+    tags = run_tags(run_cfg, prune) if run_cfg is not None else user_tags
+    group = run_group(run_cfg, prune) if run_cfg is not None else job
     run = wandb.init(project=wandb_cfg.project, entity=wandb_cfg.get("entity"), dir=str(folder), mode=mode,
                      name=wandb_cfg.get("name") or name or folder.name, group=group, job_type=job,
                      tags=list(dict.fromkeys([*user_tags, *tags, *extra_tags])), config=config, id=run_id,
@@ -183,13 +186,14 @@ class Tracker:
     """A W&B run tied to a run folder; every method is a no-op when logging is off.
 
     Args:
-        cfg: the resolved run config (its ``wandb`` section is read).
-        run_dir: the run folder (W&B files go to ``run_dir/wandb``; the id to ``run_dir/wandb_id``, and at
-            :meth:`finish` the last step logged to ``run_dir/wandb_step``).
-        enabled: False on non-zero DDP ranks.
+        plan: the run's :class:`~mtl_heads.training.plan.RunPlan`: its config (whose ``wandb`` section is read,
+            and which is the W&B config) and its folder (W&B files go to ``run_dir/wandb``; the id to
+            ``run_dir/wandb_id``, and at :meth:`finish` the last step logged to ``run_dir/wandb_step``).
+        enabled: False on non-zero DDP ranks. Default True.
     """
 
-    def __init__(self, cfg, run_dir: Path, enabled: bool = True):
+    def __init__(self, plan: RunPlan, enabled: bool = True):
+        cfg, run_dir = plan.cfg, plan.run_dir
         self.run, self.run_dir, self.step = None, run_dir, None
         mode = resolve_mode(cfg.wandb.mode)
         if not enabled or mode == "disabled":
@@ -198,8 +202,8 @@ class Tracker:
         run_id = id_file.read_text().strip() if id_file.exists() else uuid.uuid4().hex[:12]
         id_file.write_text(run_id)
         self.name = cfg.wandb.name or run_dir.name
-        self.run = start_run(cfg.wandb, run_dir, job_type(cfg), OmegaConf.to_container(cfg, resolve=True),
-                             run_cfg=cfg, name=self.name, run_id=run_id)
+        self.run = start_run(cfg.wandb, run_dir, job_type(plan.pruning.mode),
+                             OmegaConf.to_container(cfg, resolve=True), run_cfg=cfg, name=self.name, run_id=run_id)
 
     def log(self, metrics: dict, step: int) -> None:
         if self.run is not None:
@@ -267,8 +271,8 @@ def log_head_removal(wandb_cfg, run_path: Path, run_cfg, out: Path, gates: torch
                                     trained.get("name"), list(trained.get("tags") or []))
             last = _read_text(run_path / STEP_FILE)
             step = int(last) + 1 if last.isdigit() else None
-            run = start_run(section, run_path, job_type(run_cfg), config, run_cfg=run_cfg, name=run_path.name,
-                            extra_tags=("removal",), run_id=training_id)
+            run = start_run(section, run_path, job_type(prune_mode(run_cfg)), config, run_cfg=run_cfg,
+                            name=run_path.name, extra_tags=("removal",), run_id=training_id)
         else:
             step = None
             run = start_run(wandb_cfg, out, "removal", config, run_cfg=run_cfg, name=f"{run_path.name}-removal",

@@ -16,16 +16,15 @@ import torch
 from torch import nn
 
 from mtl_heads.data.batching import Example, collate, epoch_plan, length_batches, move_to
-from omegaconf import OmegaConf
-
-from mtl_heads.config import ConfigError, train_phases
+from mtl_heads.config import ConfigError
 from mtl_heads.files import (RefusedFile, UnreadableFile, file_sha256, fsync_dir, load_state, load_tensors, load_weights,
                               save_state, save_tensors)
 from mtl_heads.model.gating import kept_count
 from mtl_heads.training.parallel import Replicated, training_bytes
+from mtl_heads.training.plan import Phase, RunPlan
 from mtl_heads.model.precision import autocast, uses_bf16
 from mtl_heads.progress import progress_bar, write
-from mtl_heads.model.sparsity import prune_mode, sparsity_from_config
+from mtl_heads.model.sparsity import sparsity_of
 
 
 class TrainingError(RuntimeError):
@@ -53,6 +52,18 @@ class TrainState:
     # checkpoint a process resumed from ({"global_step", "weights_sha256"}, oldest first)
     init_weights_sha256: str | None = None
     resumed_from: list = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ProcessFacts:
+    """This process of a run, as each checkpoint records it, so that a resumed run's time and machines add up."""
+
+    started: float = field(default_factory=time.time)
+    """When this process began the run (``time.time()``; default: when the facts are made), from which its wall
+    time is counted."""
+    machine: dict = field(default_factory=dict)
+    """Where it runs (``experiment.machine_facts``: device, CPU or GPU name, threads, library versions; default
+    none given)."""
 
 
 # --- state ----------------------------------------------------------------------------------
@@ -89,54 +100,46 @@ class Trainer:
     """Trains a :class:`~mtl_heads.model.model.MultiTaskModel`.
 
     Args:
-        model: the model (already on ``device``).
+        model: the model; the Trainer puts it on the device and wraps or shards it (``parallel.wrap``).
         tasks: ``{name: Task}``.
         examples: ``{role: {task: [Example]}}`` for roles train/dev/test.
-        cfg: the run config (``train`` section read here).
-        run_dir: the run folder.
-        device: where batches go.
+        plan: the run's config resolved (:class:`~mtl_heads.training.plan.RunPlan`): its folder, pruning,
+            schedule and selection; the ``train`` section's plain values are read from ``plan.cfg``.
         tracker: a :class:`~mtl_heads.training.tracking.Tracker`.
-        rank, world: this process and the number of processes (0, 1 without a launch).
-        wrapped: the module to call for training steps (the DDP wrapper; default: ``model`` itself).
+        parallel: the ``train.strategy`` (:mod:`mtl_heads.training.parallel`): this process's rank, the number
+            of processes and the device, and how the model is wrapped (DDP or none) or sharded (FSDP).
         on_step: called as ``on_step(trainer)`` after every optimiser step (tests use it to
-            interrupt a run).
-        parallel: the ``train.strategy`` (:mod:`mtl_heads.training.parallel`) that ``model`` was wrapped
-            or sharded with; default a :class:`~mtl_heads.training.parallel.Replicated` one (DDP or none).
+            interrupt a run). Default None.
+        process: when this process began the run and where it runs (:class:`ProcessFacts`; default: now, no
+            machine given).
     """
 
-    def __init__(self, model, tasks, examples, cfg, run_dir: Path, device: torch.device, tracker,
-                 rank: int = 0, world: int = 1, wrapped: nn.Module | None = None,
-                 on_step: Callable | None = None, parallel: Replicated | None = None,
-                 started: float | None = None, machine: dict | None = None):
-        """``started``: when this process began the run (``time.time()``; default now), from which its
-        wall time is counted; ``machine``: where it runs (``experiment.machine_facts``; default none
-        given). Both go into each checkpoint, so that a resumed run's time and machines add up."""
-        self.model, self.tasks, self.examples, self.cfg = model, tasks, examples, cfg
-        self.started = time.time() if started is None else started
-        self.machine = machine or {}
-        self.run_dir, self.device, self.tracker = run_dir, device, tracker
-        self.rank, self.world = rank, world
-        self.wrapped = wrapped if wrapped is not None else model
-        self.parallel = parallel if parallel is not None else Replicated(rank, world, device)
-        self.on_step = on_step
+    def __init__(self, model, tasks, examples, plan: RunPlan, tracker, parallel: Replicated,
+                 on_step: Callable | None = None, process: ProcessFacts | None = None):
+        self.model, self.tasks, self.examples, self.plan = model, tasks, examples, plan
+        self.cfg, self.run_dir, self.phases, self.select = plan.cfg, plan.run_dir, plan.phases, plan.select
+        self.selecting = plan.selecting(tasks)  # the tasks whose mean dev score selects the epoch
+        process = process if process is not None else ProcessFacts()
+        self.started, self.machine = process.started, process.machine
+        self.parallel, self.tracker, self.on_step = parallel, tracker, on_step
+        self.rank, self.world, self.device = parallel.rank, parallel.world, parallel.device
+        self.wrapped = parallel.wrap(model)  # to the device; DDP wrapper, or the encoder sharded in place (fsdp)
         self.memory: dict[str, int] | None = None  # training_bytes after the first step of this process
-        self.tc = cfg.train
+        self.tc = plan.cfg.train
         self.pad_id = model.encoder.tokenizer.pad_token_id
-        self.bf16 = uses_bf16(device, cfg.precision)  # bf16 autocast (mtl_heads.model.precision): auto = CUDA only
+        self.bf16 = uses_bf16(self.device, plan.cfg.precision)  # bf16 autocast (mtl_heads.model.precision): auto = CUDA
         self.state = TrainState()
         self.steps_per_epoch = sum(len(b) for b in self._train_batches(0).values())
         if self.steps_per_epoch == 0:
             raise TrainingError("no training batch: every task has an empty training set (see the data report)")
-        self.sparsity = sparsity_from_config(cfg, model.encoder.gate)
-        self.select = selection(cfg)
+        self.sparsity = sparsity_of(plan.pruning, model.encoder.gate)
         self.optimizer = self._optimizer()
         self.gate_optimizer = self._gate_optimizer()
         if self.optimizer is None and self.gate_optimizer is None:
             raise TrainingError("nothing to train: every parameter is frozen (see prune.freeze_encoder and encoder.gate)")
-        self.phases = train_phases(self.tc)  # one phase (train.epochs at train's rates) without train.phases
         self.scheduler = self._scheduler()
         self.frozen: list[nn.Parameter] = []  # the parameters the current phase does not update (_start_phase)
-        self.checkpoint_dir = run_dir / "checkpoint"
+        self.checkpoint_dir = plan.run_dir / "checkpoint"
 
     # --- setup ----------------------------------------------------------------------------
     def _optimizer(self) -> torch.optim.Optimizer | None:
@@ -153,7 +156,8 @@ class Trainer:
         groups = [{"params": [p for p in self.model.param_groups()["gate"] if p.requires_grad],
                    "lr": self.tc.lr_gate, "name": "gate"}]
         if self.sparsity.parameters():
-            groups.append({"params": self.sparsity.parameters(), "lr": self.cfg.prune.lr_lagrangian, "name": "lagrangian"})
+            groups.append({"params": self.sparsity.parameters(), "lr": self.plan.pruning.lr_lagrangian,
+                           "name": "lagrangian"})
         groups = [g for g in groups if g["params"]]
         return torch.optim.Adam(groups) if groups else None
 
@@ -163,15 +167,15 @@ class Trainer:
         if self.optimizer is None:
             return None
         spans = phase_spans(self.phases, self.steps_per_epoch)
-        factors = [phase_factor(spans, [p[f"lr_{group['name']}"] / group["lr"] for p in self.phases], self.tc.warmup)
+        factors = [phase_factor(spans, [p.lr(group["name"]) / group["lr"] for p in self.phases], self.tc.warmup)
                    for group in self.optimizer.param_groups]
         return torch.optim.lr_scheduler.LambdaLR(self.optimizer, factors)
 
-    def phase(self, epoch: int) -> tuple[int, dict]:
-        """``(index, phase)`` of the phase (:func:`mtl_heads.config.train_phases`) that holds ``epoch`` (0-based)."""
+    def phase(self, epoch: int) -> tuple[int, Phase]:
+        """``(index, phase)`` of the phase (:attr:`~mtl_heads.training.plan.RunPlan.phases`) that holds ``epoch`` (0-based)."""
         end = 0
         for index, phase in enumerate(self.phases):
-            end += phase["epochs"]
+            end += phase.epochs
             if epoch < end:
                 return index, phase
         return len(self.phases) - 1, self.phases[-1]
@@ -181,12 +185,12 @@ class Trainer:
         gradients :meth:`_step` drops, so that AdamW neither moves nor decays them), and on rank 0 say so
         when a phase of several begins. Called at every epoch's start, a resumed one too."""
         index, phase = self.phase(epoch)
-        self.frozen = list(self.model.decoders.parameters()) if "decoders" in phase["freeze"] else []
-        first = sum(p["epochs"] for p in self.phases[:index])
+        self.frozen = list(self.model.decoders.parameters()) if "decoders" in phase.freeze else []
+        first = sum(p.epochs for p in self.phases[:index])
         if len(self.phases) > 1 and epoch == first and self.state.step_in_epoch == 0 and self.rank == 0:
-            epochs = f"epoch {first + 1}" if phase["epochs"] == 1 else f"epochs {first + 1}-{first + phase['epochs']}"
-            write(f"phase {index + 1}/{len(self.phases)}, {epochs}: encoder at {phase['lr_encoder']:g}, decoders "
-                  + ("frozen" if self.frozen else f"at {phase['lr_decoder']:g}") + f", gates at {self.tc.lr_gate:g}")
+            epochs = f"epoch {first + 1}" if phase.epochs == 1 else f"epochs {first + 1}-{first + phase.epochs}"
+            write(f"phase {index + 1}/{len(self.phases)}, {epochs}: encoder at {phase.lr_encoder:g}, decoders "
+                  + ("frozen" if self.frozen else f"at {phase.lr_decoder:g}") + f", gates at {self.tc.lr_gate:g}")
 
     def _optimizers(self) -> list[torch.optim.Optimizer]:
         return [o for o in (self.optimizer, self.gate_optimizer) if o is not None]
@@ -470,7 +474,7 @@ class Trainer:
 
     def _end_epoch(self) -> None:
         scores = self.scores("dev")
-        mean = mean_score(scores, selection_tasks(self.cfg, self.tasks))
+        mean = mean_score(scores, self.selecting)
         record = {"epoch": self.state.epoch + 1, "dev": scores, "dev_mean": mean}
         kept = kept_count(self.model.encoder.gate_values())
         if self.sparsity.active:
@@ -487,7 +491,7 @@ class Trainer:
             flat = {f"dev/{t}/{k}": v for t, m in scores.items() for k, v in m.items()}
             self.tracker.log({**flat, "dev/mean": mean, "epoch": self.state.epoch + 1}, step=self.state.global_step)
             self.tracker.log_gates(self.model.encoder.gate_values().cpu(), step=self.state.global_step)
-            trained_on = tuple(set(self.tasks) - set(selection_tasks(self.cfg, self.tasks)))
+            trained_on = tuple(set(self.tasks) - set(self.selecting))
             write(f"epoch {self.state.epoch + 1}: dev " + format_scores(scores, self.tasks, trained_on)
                   + f" | mean {mean:.2f}" + (f" | heads kept {kept}" if self.sparsity.active else "")
                   + (f" (budget {self.sparsity.controller.target})" if self.sparsity.controller is not None else "")
@@ -569,12 +573,12 @@ def evaluate_examples(model, tasks: dict, examples: dict, device: torch.device, 
     return results
 
 
-def phase_spans(phases: list[dict], steps_per_epoch: int) -> list[tuple[int, int]]:
-    """``(first step, steps)`` of each phase (``phases``: :func:`mtl_heads.config.train_phases`) when every
-    epoch has ``steps_per_epoch`` optimiser steps."""
+def phase_spans(phases: tuple[Phase, ...], steps_per_epoch: int) -> list[tuple[int, int]]:
+    """``(first step, steps)`` of each phase (``phases``: :attr:`~mtl_heads.training.plan.RunPlan.phases`) when
+    every epoch has ``steps_per_epoch`` optimiser steps."""
     spans, start = [], 0
     for phase in phases:
-        spans.append((start, phase["epochs"] * steps_per_epoch))
+        spans.append((start, phase.epochs * steps_per_epoch))
         start += spans[-1][1]
     return spans
 
@@ -601,26 +605,8 @@ def phase_factor(spans: list[tuple[int, int]], rates: list[float], warmup: float
     return factor
 
 
-def selection(cfg) -> str:
-    """``train.select``: ``best`` (best mean dev score) or ``last`` epoch; ``auto`` = last when
-    pruning (the gates' end state is the result; earlier epochs keep more heads), else best."""
-    value = cfg.train.get("select", "auto")
-    if value == "auto":
-        return "last" if prune_mode(cfg) != "none" else "best"
-    if value not in ("best", "last"):
-        raise ConfigError(f"config key 'train.select': expected auto, best or last, got {value!r}")
-    return value
-
-
 def _state(obj) -> dict | None:
     return obj.state_dict() if obj is not None else None
-
-
-def selection_tasks(cfg, tasks: dict) -> dict:
-    """The tasks whose dev score selects the model: a task that trains on the dev sentences
-    (``data.task_splits``) would only report its fit to its own training data."""
-    remap = OmegaConf.select(cfg, "data.task_splits", default=None) or {}
-    return {n: t for n, t in tasks.items() if remap.get(n, {}).get("train") != "dev"} or tasks
 
 
 def mean_score(scores: dict[str, dict[str, float]], tasks: dict) -> float:
@@ -631,6 +617,6 @@ def mean_score(scores: dict[str, dict[str, float]], tasks: dict) -> float:
 
 def format_scores(scores: dict[str, dict[str, float]], tasks: dict, trained_on: tuple[str, ...] = ()) -> str:
     """``task metric value`` per task; a task in ``trained_on`` (its score is on its own training
-    sentences, see ``selection_tasks``) is marked ``(train data)``."""
+    sentences, see :attr:`~mtl_heads.training.plan.RunPlan.selection_tasks`) is marked ``(train data)``."""
     return "  ".join(f"{t} {tasks[t].main_metric} {scores[t][tasks[t].main_metric]:.2f}"
                      + (" (train data)" if t in trained_on else "") for t in sorted(tasks) if scores.get(t))
