@@ -9,8 +9,9 @@ interface (and iteration, ``with``), writing whole lines with the numbers the ba
 
     epoch 2/5:  40% 30/75 [00:31<00:46,  0.96it/s, loss=1.337, task=ner]
 
-When a line is written (the rule, and why): one each time the count passes another tenth of the
-total (``every=0.1``), but no sooner than ``interval`` seconds (default 30) after the previous line.
+When a line is written (the rule, and why; :class:`Display` holds its numbers): one each time the count
+passes another tenth of the total (``every=0.1``), but no sooner than ``interval`` seconds (default 30)
+after the previous line.
 A long loop (an EWT epoch on a CPU: hours) thus logs about ten lines, one per 10%, and a short one
 (a dev pass of a second or two) none until it ends, so a log holds a few lines per epoch rather
 than a frame per step. A loop without a total (a download of unknown size) writes one line per
@@ -28,15 +29,52 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import IO, Self
 
 from tqdm.auto import tqdm
 
-__all__ = ["EVERY", "INTERVAL", "PlainProgress", "hf_bars_off_in_logs", "is_terminal", "progress_bar", "uses_bars",
-           "write"]
+__all__ = ["EVERY", "INTERVAL", "BYTES", "Unit", "Display", "PlainProgress", "hf_bars_off_in_logs", "is_terminal",
+           "progress_bar", "uses_bars", "write"]
 
 EVERY = 0.1        # a plain line each time another tenth of the total is done ...
 INTERVAL = 30.0    # ... at most one per 30 seconds (with no total: one per 30 seconds)
+
+
+@dataclass(frozen=True)
+class Unit:
+    """What a loop counts, and how its counts are written (tqdm's ``unit``, ``unit_scale`` and ``unit_divisor``)."""
+
+    name: str = "it"
+    """What is counted: ``it`` (default), ``sent``, ``batch``, ``B``."""
+    scale: bool = False
+    """Counts with a k / M / G prefix (``30.0MB``; tqdm's ``unit_scale``). Default False: whole counts."""
+    divisor: int = 1000
+    """The prefixes' step (tqdm's ``unit_divisor``): 1000 (default), or 1024 for bytes."""
+
+
+BYTES = Unit("B", scale=True, divisor=1024)
+"""Bytes, written ``30.0MB`` (a download)."""
+
+
+@dataclass(frozen=True)
+class Display:
+    """How progress shows over time and when the loop ends: in a log, when a plain line is written (the rule of
+    the module's docstring) and whether the closing line always is; on a terminal, whether the finished bar stays."""
+
+    every: float = EVERY
+    """Plain lines: a line each time the count passes another ``every`` of the total, a fraction in (0, 1]
+    (default 0.1)."""
+    interval: float = INTERVAL
+    """Plain lines: at most one line per ``interval`` seconds; with no total, one per ``interval`` (default 30)."""
+    summary: bool = False
+    """Plain lines: always write the closing line (the training loop's per-epoch line). Default False: only
+    after a long loop (one that wrote a line, or lasted ``interval`` seconds)."""
+    leave: bool = False
+    """Keep the finished bar on a terminal (tqdm's ``leave``); in a log it writes the closing line, as
+    ``summary``. Default False."""
+    clock: Callable[[], float] = time.monotonic
+    """Plain lines: the time source in seconds (default ``time.monotonic``; tests pass a fake one)."""
 
 
 def is_terminal(stream: IO | None = None) -> bool:
@@ -89,58 +127,54 @@ def hf_bars_off_in_logs() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
-def progress_bar(iterable: Iterable | None = None, *, total: float | None = None, desc: str = "", unit: str = "it",
-                 initial: int = 0, disable: bool = False, leave: bool = False, summary: bool = False,
-                 unit_scale: bool = False, unit_divisor: int = 1000, file: IO | None = None,
-                 every: float = EVERY, interval: float = INTERVAL) -> tqdm | PlainProgress:
+def progress_bar(iterable: Iterable | None = None, *, total: float | None = None, desc: str = "", unit: Unit = Unit(),
+                 initial: int = 0, disable: bool = False, file: IO | None = None,
+                 display: Display = Display()) -> tqdm | PlainProgress:
     """A tqdm bar when the bars are drawn (:func:`uses_bars` of ``file``), else a :class:`PlainProgress`.
 
     Args:
         iterable: what to loop over (optional; else call ``update``).
         total: the expected count (default: ``len(iterable)`` when it has one; None = unknown).
-        desc: the label, e.g. ``"epoch 2/5"``. unit: what is counted (``"it"``, ``"sent"``, ``"B"``).
+        desc: the label, e.g. ``"epoch 2/5"``.
+        unit: what is counted and how counts are written (:class:`Unit`; default ``it``, whole counts;
+            :data:`BYTES` for a download).
         initial: the count it starts from (a resumed epoch). Default 0.
         disable: show nothing at all (e.g. ``train.progress=false``, or not rank 0). Default False.
-        leave: keep the finished bar on a terminal (tqdm's ``leave``). Default False.
-        summary: plain lines only: always write the closing line (the training loop's per-epoch
-            line). Default False: only after a long loop (see the module's docstring).
-        unit_scale, unit_divisor: as tqdm's (bytes: True, 1024). Default False, 1000.
         file: where the bar or the lines go. Default ``sys.stderr``.
-        every, interval: plain lines only: a line per ``every`` of the total, at most one per
-            ``interval`` seconds. Default 0.1 and 30.
+        display: when plain lines are written and what stays at the end (:class:`Display`; default a line
+            per tenth, at most one per 30 seconds, the closing line only after a long loop).
     """
     if not disable and uses_bars(file):
-        return tqdm(iterable, total=total, desc=desc, unit=unit, initial=initial, leave=leave, unit_scale=unit_scale,
-                    unit_divisor=unit_divisor, file=file, dynamic_ncols=True)
-    return PlainProgress(iterable, total=total, desc=desc, unit=unit, initial=initial, disable=disable,
-                         summary=summary or leave, unit_scale=unit_scale, unit_divisor=unit_divisor, file=file,
-                         every=every, interval=interval)
+        return tqdm(iterable, total=total, desc=desc, unit=unit.name, initial=initial, leave=display.leave,
+                    unit_scale=unit.scale, unit_divisor=unit.divisor, file=file, dynamic_ncols=True)
+    return PlainProgress(iterable, total=total, desc=desc, unit=unit, initial=initial, disable=disable, file=file,
+                         display=display)
 
 
 class PlainProgress:
     """Progress as whole lines (no carriage return): tqdm's interface for a stream that is not a
-    terminal. Arguments as for :func:`progress_bar`, plus ``clock``: the time source in seconds
-    (default ``time.monotonic``; tests pass a fake one). ``summary``: always write the closing line.
+    terminal. Arguments as for :func:`progress_bar` (``display.leave`` writes the closing line, as
+    ``display.summary``).
 
     ``n`` is the count so far, ``lines`` the number of lines written.
     """
 
-    def __init__(self, iterable: Iterable | None = None, total: float | None = None, desc: str = "", unit: str = "it",
-                 initial: int = 0, disable: bool = False, summary: bool = False, unit_scale: bool = False,
-                 unit_divisor: int = 1000, file: IO | None = None, every: float = EVERY, interval: float = INTERVAL,
-                 clock: Callable[[], float] = time.monotonic):
-        if not 0 < every <= 1:
-            raise ValueError(f"every must be a fraction in (0, 1], got {every}")
+    def __init__(self, iterable: Iterable | None = None, total: float | None = None, desc: str = "",
+                 unit: Unit = Unit(), initial: int = 0, disable: bool = False, file: IO | None = None,
+                 display: Display = Display()):
+        if not 0 < display.every <= 1:
+            raise ValueError(f"every must be a fraction in (0, 1], got {display.every}")
         if total is None and iterable is not None and hasattr(iterable, "__len__"):
             total = len(iterable)
-        self.iterable, self.total, self.desc, self.unit = iterable, total, desc, unit
+        self.iterable, self.total, self.desc, self.unit = iterable, total, desc, unit.name
         self.n = self.initial = initial
-        self.disable, self.summary, self.unit_scale, self.unit_divisor = disable, summary, unit_scale, unit_divisor
-        self.file, self.every, self.interval, self.clock = file, every, interval, clock
+        self.disable, self.summary = disable, display.summary or display.leave
+        self.unit_scale, self.unit_divisor = unit.scale, unit.divisor
+        self.file, self.every, self.interval, self.clock = file, display.every, display.interval, display.clock
         self.postfix = ""
         self.lines = 0
         self.closed = False
-        self.started = self.last_line = clock()
+        self.started = self.last_line = self.clock()
         self._last_n: float | None = None  # the count the last line showed
         self._next_mark = self._mark_after(initial)
 

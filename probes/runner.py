@@ -16,7 +16,7 @@ import torch
 from mtl_heads.config import ConfigError
 from mtl_heads.data.batching import Example, collate, length_batches, tokenize
 from mtl_heads.model.precision import full_precision
-from mtl_heads.progress import progress_bar
+from mtl_heads.progress import Unit, progress_bar
 from probes.base import Probe, ProbeBatch, ProbeContext, capture_head_contexts
 
 __all__ = ["examples_for", "probe_batches", "run_probes"]
@@ -46,7 +46,7 @@ def probe_batches(encoder, examples: list[Example], batch_size: int, device: tor
     pad = encoder.tokenizer.pad_token_id if encoder.tokenizer.pad_token_id is not None else 0
     order = length_batches([len(e.input_ids) for e in examples], batch_size)
     if progress:
-        order = progress_bar(order, desc=desc, unit="batch")
+        order = progress_bar(order, desc=desc, unit=Unit("batch"))
     with capture_head_contexts(encoder) if not attentions else _nothing() as store:
         for indices in order:
             chosen = [examples[i] for i in indices]

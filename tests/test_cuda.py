@@ -220,7 +220,7 @@ def test_probes_match_cpu(runs, monkeypatch):
 
 
 def test_mtl5_dynamic_pruning_trains_on_cuda_under_bf16(tiny_encoder_dir, tmp_path, monkeypatch):
-    from mtl_heads.analysis.evaluation import evaluate_trained
+    from mtl_heads.analysis.evaluation import Passes, evaluate_trained
 
     monkeypatch.setenv("MTL_HEADS_CACHE", str(tmp_path / "cache"))
     run_dir = tmp_path / "mtl5"
@@ -232,7 +232,8 @@ def test_mtl5_dynamic_pruning_trains_on_cuda_under_bf16(tiny_encoder_dir, tmp_pa
     assert all(math.isfinite(v) for scores in metrics["test"].values() for v in scores.values())
     assert all("heads_kept" in epoch for epoch in metrics["history"])
     for device in ("cuda", "cpu"):  # the run's files load on either device
-        again = evaluate_trained(run_dir, split="test", device=device, batch_size=8, log=lambda *_: None)["scores"]
+        again = evaluate_trained(run_dir, split="test", passes=Passes(device=device, batch_size=8),
+                                 log=lambda *_: None)["scores"]
         assert again.keys() == metrics["test"].keys(), device
         if device == "cuda":  # the same device and precision: the scores it reported, but for a rare flipped tie
             for task, scores in metrics["test"].items():

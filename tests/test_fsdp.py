@@ -131,7 +131,7 @@ def trained(base, tmp_path):
 
 
 def test_fsdp_trains_like_ddp_resumes_exactly_and_saves_plain_files(trained):
-    from mtl_heads.analysis.evaluation import evaluate_trained
+    from mtl_heads.analysis.evaluation import Passes, evaluate_trained
 
     folder, records, other = trained
     fsdp, ddp = records["fsdp"]["metrics"], records["ddp"]["metrics"]
@@ -150,7 +150,8 @@ def test_fsdp_trains_like_ddp_resumes_exactly_and_saves_plain_files(trained):
         for metric, value in scores.items():
             assert fsdp["test"][task][metric] == pytest.approx(value, abs=1.0), (task, metric)
     # plain files: one process without FSDP loads the run and finds the scores it reported
-    single = evaluate_trained(folder / "fsdp", split="test", device="cpu", batch_size=16, log=lambda *_: None)
+    single = evaluate_trained(folder / "fsdp", split="test", passes=Passes(device="cpu", batch_size=16),
+                              log=lambda *_: None)
     assert single["scores"].keys() == fsdp["test"].keys()
     for task, scores in fsdp["test"].items():
         assert single["scores"][task] == pytest.approx(scores, abs=1e-9), task

@@ -5,7 +5,7 @@ import pytest
 from tqdm import tqdm
 
 from mtl_heads import progress
-from mtl_heads.progress import PlainProgress, hf_bars_off_in_logs, is_terminal, progress_bar, write
+from mtl_heads.progress import BYTES, Display, PlainProgress, hf_bars_off_in_logs, is_terminal, progress_bar, write
 
 
 class Clock:
@@ -36,7 +36,7 @@ def test_a_line_per_tenth_at_most_one_per_interval_and_the_closing_one():
     """100 steps of 1 s, interval 30 s: the 10% marks come every 10 s, so a line is due at 30, 60
     and 90 steps (the first mark passed 30 s after the previous line), then the closing line."""
     clock, out = Clock(), io.StringIO()
-    bar = PlainProgress(total=100, desc="epoch 1/2", file=out, clock=clock, summary=True)
+    bar = PlainProgress(total=100, desc="epoch 1/2", file=out, display=Display(clock=clock, summary=True))
     for step in range(100):
         clock.tick(1.0)
         bar.set_postfix(task="ner", loss=f"{1 / (step + 1):.3f}")
@@ -54,7 +54,7 @@ def test_a_line_per_tenth_at_most_one_per_interval_and_the_closing_one():
 
 def test_fast_marks_wait_for_the_interval_and_slow_ones_are_each_written():
     clock, out = Clock(), io.StringIO()
-    bar = PlainProgress(total=10, desc="slow", file=out, clock=clock, interval=30.0)
+    bar = PlainProgress(total=10, desc="slow", file=out, display=Display(clock=clock, interval=30.0))
     for _ in range(10):
         clock.tick(40.0)  # each step is a 10% mark and longer than the interval
         bar.update(1)
@@ -65,7 +65,7 @@ def test_a_short_loop_writes_nothing_unless_asked_and_a_long_one_closes_with_a_l
     clock = Clock()
     quiet, asked, long = io.StringIO(), io.StringIO(), io.StringIO()
     for stream, summary, seconds in ((quiet, False, 0.5), (asked, True, 0.5), (long, False, 40.0)):
-        bar = PlainProgress(total=4, desc="dev pos", file=stream, clock=clock, summary=summary)
+        bar = PlainProgress(total=4, desc="dev pos", file=stream, display=Display(clock=clock, summary=summary))
         for _ in range(4):
             clock.tick(seconds / 4)
             bar.update(1)
@@ -75,7 +75,7 @@ def test_a_short_loop_writes_nothing_unless_asked_and_a_long_one_closes_with_a_l
     assert [line.split(" [")[0] for line in lines(long)] == ["dev pos:  75% 3/4", "dev pos: 100% 4/4"]
     assert lines(long)[1].startswith("dev pos: 100% 4/4 [00:40<00:00")
     ended = io.StringIO()  # a line due at the very last step: the closing line does not repeat it
-    bar = PlainProgress(total=2, desc="d", file=ended, clock=clock, summary=True)
+    bar = PlainProgress(total=2, desc="d", file=ended, display=Display(clock=clock, summary=True))
     for _ in range(2):
         clock.tick(20.0)
         bar.update(1)
@@ -85,7 +85,7 @@ def test_a_short_loop_writes_nothing_unless_asked_and_a_long_one_closes_with_a_l
 
 def test_without_a_total_a_line_per_interval_with_scaled_units():
     clock, out = Clock(), io.StringIO()
-    bar = PlainProgress(desc="ud", unit="B", unit_scale=True, unit_divisor=1024, file=out, clock=clock)
+    bar = PlainProgress(desc="ud", unit=BYTES, file=out, display=Display(clock=clock))
     for _ in range(70):
         clock.tick(1.0)
         bar.update(1024 * 1024)
@@ -96,14 +96,14 @@ def test_without_a_total_a_line_per_interval_with_scaled_units():
 
 def test_iteration_context_manager_resume_and_disable():
     out = io.StringIO()
-    assert list(progress_bar(range(5), desc="items", file=out, summary=True)) == list(range(5))
+    assert list(progress_bar(range(5), desc="items", file=out, display=Display(summary=True))) == list(range(5))
     assert lines(out) == [lines(out)[0]] and lines(out)[0].startswith("items: 100% 5/5")
     resumed = io.StringIO()
-    with progress_bar(total=10, initial=4, desc="epoch 2/3", file=resumed, summary=True) as bar:
+    with progress_bar(total=10, initial=4, desc="epoch 2/3", file=resumed, display=Display(summary=True)) as bar:
         bar.update(6)
     assert lines(resumed)[0].startswith("epoch 2/3: 100% 10/10")
     off = io.StringIO()
-    with progress_bar(total=3, desc="x", file=off, disable=True, summary=True) as bar:
+    with progress_bar(total=3, desc="x", file=off, disable=True, display=Display(summary=True)) as bar:
         bar.update(3)
     assert off.getvalue() == ""
 
@@ -160,4 +160,4 @@ def test_transformers_bars_are_off_in_logs_only_and_come_back(monkeypatch, termi
 
 def test_every_must_be_a_fraction():
     with pytest.raises(ValueError, match="every"):
-        PlainProgress(total=3, every=0)
+        PlainProgress(total=3, display=Display(every=0))

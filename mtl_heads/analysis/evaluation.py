@@ -10,6 +10,7 @@ Another system's output is scored the same way.
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
@@ -29,12 +30,26 @@ if TYPE_CHECKING:
 
     from mtl_heads.training.build import LoadedRun
 
-__all__ = ["load_trained", "evaluate_trained", "score_sentences", "score_files", "read_annotated", "COUNT_METRICS",
-           "format_metric", "format_metrics"]
+__all__ = ["Passes", "load_trained", "evaluate_trained", "score_sentences", "score_files", "read_annotated",
+           "COUNT_METRICS", "format_metric", "format_metrics"]
 
 # metrics that are counts, not rates: POS's scored tokens, DEP's scored words (the tasks give them as
 # floats, like their rates); printed as integers
 COUNT_METRICS = frozenset({"tokens", "words"})
+
+
+@dataclass(frozen=True)
+class Passes:
+    """How a trained model's passes over a split run (the ``evaluate`` command's keys of the same names)."""
+
+    device: str = "auto"
+    """Where the model runs: ``auto`` (default: CUDA when available, else the CPU), ``cpu``, ``cuda``, ``cuda:N``."""
+    precision: str = "auto"
+    """``auto | fp32 | bf16`` autocast (``mtl_heads.model.precision``; default auto: bf16 on CUDA, fp32 on CPU)."""
+    batch_size: int = 64
+    """Sentences per pass (default 64)."""
+    progress: bool = False
+    """A progress bar per task (default False)."""
 
 
 def load_trained(path: str | Path, device: str | torch.device = "cpu") -> LoadedRun:
@@ -62,8 +77,7 @@ def load_trained(path: str | Path, device: str | torch.device = "cpu") -> Loaded
 
 
 def evaluate_trained(path: str | Path, data: DictConfig | None = None, split: str = "test",
-                     tasks: list[str] | None = None, device: str = "auto", precision: str = "auto",
-                     batch_size: int = 64, progress: bool = False, log: Callable = print) -> dict:
+                     tasks: list[str] | None = None, passes: Passes = Passes(), log: Callable = print) -> dict:
     """Scores of a run folder (or its ``removal/`` folder) on a corpus split.
 
     Args:
@@ -71,8 +85,9 @@ def evaluate_trained(path: str | Path, data: DictConfig | None = None, split: st
         data: the ``data`` config section of the corpus (default: the run's own).
         split: ``train``, ``dev`` or ``test`` (the role; ``data.splits`` maps roles to corpus splits).
         tasks: a subset of the run's tasks (default: all).
-        device, precision, batch_size, progress: as for training (``auto`` = CUDA when available).
-        log: where the data report goes.
+        passes: device, precision, batch size and progress bar of the passes (:class:`Passes`; default: on
+            CUDA when available, bf16 there, 64 sentences a pass, no bar).
+        log: where the data report goes (default ``print``).
 
     Returns: ``{"scores": {task: {metric: value}}, "sentences": {task: n}}``, ``weights_sha256`` (the digest
     of the run's weights file scored; not for a removal folder), and ``eval_cut`` when the data config keeps
@@ -85,7 +100,7 @@ def evaluate_trained(path: str | Path, data: DictConfig | None = None, split: st
     from mtl_heads.training.build import pick_device
     from mtl_heads.training.trainer import evaluate_examples
 
-    target = pick_device(device)
+    target = pick_device(passes.device)
     loaded = load_trained(path, device=target)
     chosen = _chosen_tasks(loaded.tasks, tasks, f"{path}")
     data = copy.deepcopy(data if data is not None else loaded.cfg.data)
@@ -93,7 +108,8 @@ def evaluate_trained(path: str | Path, data: DictConfig | None = None, split: st
     corpus = load_corpus(data, {layer for task in chosen.values() for layer in task.needs}, roles=(split,), cuts=cuts)
     examples = prepare_examples({split: corpus[split]}, chosen, loaded.model.encoder, data.long_policy, log,
                                 require_train=False)[split]
-    scores = evaluate_examples(loaded.model, chosen, examples, target, precision, batch_size, progress, split)
+    scores = evaluate_examples(loaded.model, chosen, examples, target, passes.precision, passes.batch_size,
+                               passes.progress, split)
     result = {"scores": scores, "sentences": {name: len(ex) for name, ex in examples.items()}}
     if loaded.weights_sha256:  # the weights scored, by their digest
         result["weights_sha256"] = loaded.weights_sha256

@@ -58,7 +58,7 @@ from mtl_heads.folders import is_run_dir
 from mtl_heads.training.build import load_removal, load_run, pick_device
 from mtl_heads.model.precision import autocast, uses_bf16
 from mtl_heads.model.removal import HEADS
-from mtl_heads.progress import progress_bar
+from mtl_heads.progress import Unit, progress_bar
 
 __all__ = ["Predictor", "PredictStats", "Prediction", "LONG_POLICIES", "WORD_LEVEL_TASKS"]
 
@@ -260,7 +260,7 @@ class Predictor:
         joined: dict[int, list] = {}  # sentence index -> [(offset, {task: prediction})] of its pieces
         pad_id = encoder.tokenizer.pad_token_id
         batches = length_batches([len(e.input_ids) for e, _, _ in work], batch_size)
-        with progress_bar(total=len(work), unit="sent", desc="predict", disable=not progress) as bar:
+        with progress_bar(total=len(work), unit=Unit("sent"), desc="predict", disable=not progress) as bar:
             for ids in batches:
                 chunk = [work[j] for j in ids]
                 batch = collate([e for e, _, _ in chunk], pad_id, self.device)

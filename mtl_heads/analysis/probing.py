@@ -7,6 +7,7 @@ passes the probe registry (``probes.PROBES``) in, so the library needs no regist
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Callable
@@ -33,7 +34,8 @@ from probes.samples import AttentionSamples
 from probes.sink import SinkProbe
 
 __all__ = ["REPORTS", "ADDED", "probe_classes", "with_sink", "file_probes", "load_model", "closed_heads",
-           "build_probes", "needed_layers", "probe_model", "run_compare", "log_to_wandb", "check_config"]
+           "build_probes", "needed_layers", "probe_model", "run_compare", "LoggedReport", "log_to_wandb",
+           "check_config"]
 
 REPORTS = Path("probe-reports")
 
@@ -196,8 +198,8 @@ def probe_model(cfg: DictConfig, spec: str, out: Path | None, registry: dict, lo
     if sink:
         log(f"attention sink: {sink['mean']:.1f}% of attention on the first token ({sink['first_token']}) on average, "
             f"up to {sink['max']['share']:.1f}% (L{sink['max']['layer']}H{sink['max']['head']})")
-    run_id = log_to_wandb(cfg, folder, "probe", written["meta"], written["summaries"], written["tables"], written["images"],
-                          run_cfg=loaded.cfg if loaded is not None else None)
+    logged = LoggedReport(written["meta"], written["summaries"], written["tables"], written["images"])
+    run_id = log_to_wandb(cfg, folder, "probe", logged, run_cfg=loaded.cfg if loaded is not None else None)
     log(f"report folder: {folder}" + (f" (W&B run {run_id})" if run_id else "")
         + f"; probing {meta['seconds']} s, report {drawn - started - meta['seconds']:.1f} s"
         + (f", W&B {time.time() - drawn:.1f} s" if run_id else ""))
@@ -239,21 +241,46 @@ def run_compare(cfg: DictConfig, registry: dict, log: Callable = print) -> Path:
     written = compare_reports(reports, out, common, cfg.report.compare_panels, cfg.compare_pool)
     for line in written["meta"]["choice_warnings"]:
         log(f"warning: {line}")
-    run_id = log_to_wandb(cfg, out, "probe", written["meta"], written["tables"], {}, written["images"], compare=True)
+    logged = LoggedReport(written["meta"], written["tables"], {}, written["images"])  # its tables are the summaries
+    run_id = log_to_wandb(cfg, out, "probe", logged, compare=True)
     log(f"comparison folder: {out}" + (f" (W&B run {run_id})" if run_id else ""))
     return out
 
 
 # --- W&B --------------------------------------------------------------------------------------
-def log_to_wandb(cfg: DictConfig, folder: Path, job_type: str, meta: dict, summaries: dict, tables: dict,
-                 images: dict, compare: bool = False, run_cfg: DictConfig | None = None) -> str | None:
-    """Log the report to a W&B run (``wandb.mode``; disabled: nothing); returns the run id.
+@dataclass(frozen=True)
+class LoggedReport:
+    """What a probe report or a probe comparison logs to W&B: what its folder holds (``write_report``,
+    ``compare_reports``), as pandas tables and picture files."""
 
-    ``run_cfg`` is the probed training run's config (None for a pretrained encoder or a comparison):
-    it names the W&B group and tags, so a probe sits beside the run it probed.
+    meta: dict
+    """The report's record (``report.json``, ``compare.json``); the W&B config takes it without its ``config``
+    and ``passes``."""
+    summaries: dict
+    """``{probe: DataFrame}`` logged as ``<probe>/summary`` (a comparison's: ``<probe>/compare``); a report's rows
+    (``label``, ``score``) also go to the W&B summary as ``<probe>/<label>``."""
+    tables: dict
+    """``{probe: DataFrame}`` of the per-head tables, logged as ``<probe>/table`` (a comparison has none)."""
+    images: dict
+    """``{key: picture file}`` logged as ``<key>/heatmap``."""
+
+
+def log_to_wandb(cfg: DictConfig, folder: Path, job_type: str, report: LoggedReport, compare: bool = False,
+                 run_cfg: DictConfig | None = None) -> str | None:
+    """Log ``report`` to a W&B run (``wandb.mode``; disabled: nothing); returns the run id.
+
+    Args:
+        cfg: the probe command's config (its ``wandb`` section; the W&B config under ``probe``).
+        folder: the report folder (W&B files under it; the run id to ``folder/wandb_id``).
+        job_type: the W&B job type (``probe``).
+        report: what is logged (:class:`LoggedReport`).
+        compare: a probe comparison (default False: one model's report), tagged ``compare``.
+        run_cfg: the probed training run's config (default None: a pretrained encoder or a comparison):
+            it names the W&B group and tags, so a probe sits beside the run it probed.
     """
     import wandb  # only when logging: a heavy import
 
+    meta, summaries, tables, images = report.meta, report.summaries, report.tables, report.images
     config = {"probe": OmegaConf.to_container(cfg),
               "meta": {k: v for k, v in meta.items() if k not in ("config", "passes")}}
     run = start_run(cfg.wandb, folder, job_type, config, run_cfg=run_cfg,

@@ -43,10 +43,10 @@ def run(argv: list[str], log=print) -> dict:
         result = score_files(cfg.pred, cfg.gold, list(cfg.tasks), cfg.pred_format, cfg.gold_format, cfg.conllu_pos)
         what = f"{cfg.pred} against {cfg.gold}"
     elif cfg.model:
-        from mtl_heads.analysis.evaluation import evaluate_trained
+        from mtl_heads.analysis.evaluation import Passes, evaluate_trained
 
-        result = evaluate_trained(cfg.model, data, cfg.split, list(cfg.tasks) or None, cfg.device, cfg.precision,
-                                  cfg.batch_size, cfg.progress, log)
+        passes = Passes(cfg.device, cfg.precision, cfg.batch_size, cfg.progress)
+        result = evaluate_trained(cfg.model, data, cfg.split, list(cfg.tasks) or None, passes, log)
         what = f"{cfg.model} on the {cfg.split} split"
     else:
         raise ConfigError("config key 'model': give a trained run folder (python -m mtl_heads evaluate runs/<run>) "

@@ -38,7 +38,7 @@ from mtl_heads.data.errors import DataError, MissingDataError
 from mtl_heads.data.corpus import small_corpus_command
 from mtl_heads.data.ewt_align import REPOS, source_files
 from mtl_heads.files import file_sha256
-from mtl_heads.progress import progress_bar
+from mtl_heads.progress import BYTES, progress_bar
 
 # Content digests of the files the build reads, per REPOS key, at the pinned commits (see above).
 DIGESTS = {
@@ -173,8 +173,7 @@ def download(url: str, folder: Path, label: str, progress: bool, log: Callable[[
     try:
         with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=TIMEOUT) as response:
             size = int(response.headers.get("Content-Length") or 0) or None  # GitHub's archives: often unknown
-            with progress_bar(total=size, unit="B", unit_scale=True, unit_divisor=1024, desc=label,
-                              disable=not progress, file=sys.stderr) as bar:
+            with progress_bar(total=size, unit=BYTES, desc=label, disable=not progress, file=sys.stderr) as bar:
                 got = 0
                 while block := response.read(CHUNK):
                     out.write(block)

@@ -24,6 +24,8 @@ fallback.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import nltk
 
 from mtl_heads.data.errors import data_error
@@ -101,6 +103,21 @@ class _Node:
         self.label, self.head, self.children, self.leaf = label, head, children, leaf
 
 
+@dataclass(frozen=True)
+class _Parse:
+    """One sentence under conversion: its words and POS tags (one per leaf, in order), and the dependencies
+    found so far, filled in place by :func:`_attach` (the lists are shared, not copied)."""
+
+    words: list[str]
+    """The leaves' words."""
+    tags: list[str]
+    """The leaves' POS tags (empty for a bare word under a phrase)."""
+    heads: list[int]
+    """Each word's 1-based head (0: none yet, or the root)."""
+    rels: list[str]
+    """Each word's relation to its head (``dep`` until one is found)."""
+
+
 def tree_to_dependencies(tree: nltk.Tree) -> tuple[list[int], list[str]]:
     """Dependency heads and relations of the leaves of a constituency tree.
 
@@ -119,7 +136,7 @@ def tree_to_dependencies(tree: nltk.Tree) -> tuple[list[int], list[str]]:
     if not words:
         raise ValueError(f"tree {tree} has no words")
     heads, rels = [0] * len(words), ["dep"] * len(words)
-    _attach(root, words, tags, heads, rels)
+    _attach(root, _Parse(words, tags, heads, rels))
     rels[root.head] = "root"
     return heads, rels
 
@@ -215,10 +232,11 @@ def _skip_punct(children: list[_Node], i: int, step: int) -> int | None:
 # ---------------------------------------------------------------- relations
 
 
-def _attach(node: _Node, words, tags, heads, rels) -> None:
-    """Post-order: attach every non-head child's head word to ``node``'s head word, with its relation."""
+def _attach(node: _Node, parse: _Parse) -> None:
+    """Post-order: attach every non-head child's head word to ``node``'s head word, with its relation (into
+    ``parse.heads`` and ``parse.rels``)."""
     for child in node.children:
-        _attach(child, words, tags, heads, rels)
+        _attach(child, parse)
     if node.leaf:
         return
     conjuncts = set(_conjuncts(node.children))
@@ -227,12 +245,14 @@ def _attach(node: _Node, words, tags, heads, rels) -> None:
     for i, child in enumerate(node.children):
         if child is head_child:
             continue
-        heads[child.head] = node.head + 1
-        rels[child.head] = _relation(node, head_child, child, i, i in conjuncts, n_objects, words, tags, heads, rels)
+        parse.heads[child.head] = node.head + 1
+        parse.rels[child.head] = _relation(node, head_child, child, i, i in conjuncts, n_objects, parse)
 
 
-def _relation(parent, head_child, dep, i, conjunct, n_objects, words, tags, heads, rels) -> str:
-    """Stanford-basic-style relation of ``dep`` (``parent.children[i]``) to ``parent``'s head."""
+def _relation(parent, head_child, dep, i, conjunct, n_objects, parse: _Parse) -> str:
+    """Stanford-basic-style relation of ``dep`` (``parent.children[i]``) to ``parent``'s head; ``conjunct``: it is
+    one of the parent's conjuncts; ``n_objects``: the parent's NP children after its head."""
+    words, tags, heads, rels = parse.words, parse.tags, parse.heads, parse.rels
     p, d, h = parent.label, dep.label, head_child.label
     word, tag = words[dep.head].lower(), tags[dep.head]
     left = dep.head < parent.head

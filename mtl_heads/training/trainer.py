@@ -23,7 +23,7 @@ from mtl_heads.model.gating import kept_count
 from mtl_heads.training.parallel import Replicated, training_bytes
 from mtl_heads.training.plan import Phase, RunPlan
 from mtl_heads.model.precision import autocast, uses_bf16
-from mtl_heads.progress import progress_bar, write
+from mtl_heads.progress import Display, progress_bar, write
 from mtl_heads.model.sparsity import sparsity_of
 
 
@@ -397,7 +397,7 @@ class Trainer:
         self.model.train()
         # on a terminal a bar that vanishes at the epoch's end; in a log, a few plain lines and the epoch's own
         bar = progress_bar(total=len(plan), initial=self.state.step_in_epoch, desc=f"epoch {epoch + 1}/{self.tc.epochs}",
-                           disable=self.rank != 0 or not self.tc.progress, summary=True)
+                           disable=self.rank != 0 or not self.tc.progress, display=Display(summary=True))
         for task, batch_ids in plan[self.state.step_in_epoch:]:
             loss = self._step(task, [self.examples["train"][task][i] for i in batch_ids])
             if self.memory is None:
