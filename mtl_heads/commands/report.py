@@ -22,7 +22,7 @@ from omegaconf import DictConfig
 
 from mtl_heads.cli import Arguments, command, config_file
 from mtl_heads.config import ConfigError
-from mtl_heads.reports.page import write_html
+from mtl_heads.reports.page import Lead, write_html
 from mtl_heads.reports.probe_report import split_specs
 from mtl_heads.reports.runs import Note, folder_kind
 from mtl_heads.study.lead import read_page_study, stem_cell_groups, study_lead
@@ -42,8 +42,8 @@ def report(cfg: DictConfig) -> None:
     study = read_page_study(run_specs, cfg.root) if run_specs else None  # read once: the lead and the heads use it
     lead = study_lead(study, notes) if study is not None else ""  # a study's claims and figures, or why not, first
     path = write_html(cfg.html, run_specs, probe_dirs, title=cfg.title, root=cfg.root, panels=cfg.panels,
-                      notes=notes, tests=list(cfg.test), lead=lead,
-                      heads=stem_cell_groups(study, notes) if lead else None)
+                      notes=notes, tests=list(cfg.test),
+                      lead=Lead(lead, stem_cell_groups(study, notes) if lead else None))
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     kinds = [folder_kind(Path(p)) for p in probe_dirs]

@@ -37,6 +37,7 @@ import io
 import json
 import math
 import tempfile
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -59,7 +60,7 @@ from mtl_heads.reports.significance import TESTS_TEXT, format_significance
 from mtl_heads.reports.static import asset
 
 __all__ = ["data_uri", "html_table", "heatmap_spec", "heat_cells", "heatmap_html", "significance_section", "gate_pictures", "stem_cells_html",
-           "probe_section", "probe_comparison_section", "build_page", "write_html", "unreadable",
+           "probe_section", "probe_comparison_section", "Lead", "build_page", "write_html", "unreadable",
            "error_path"]
 
 PANELS = 8  # labels per probe family shown as heatmaps (the most frequent)
@@ -711,10 +712,21 @@ def _report_folders(probe_dirs: list[Path]) -> list[Path]:
     return found
 
 
+@dataclass(frozen=True)
+class Lead:
+    """What a study puts first on the page: its answer before the sections, and its heads first in the
+    attention view (:mod:`mtl_heads.study.lead` makes both). The default puts nothing first."""
+
+    section: str = ""
+    """An HTML section put first: the claims and figures of a study (``study.lead.study_lead``); default none."""
+    heads: dict[str, list[tuple[int, int]]] | None = None
+    """Head groups the attention view offers first (``{"stem cells (DP)": [(layer, head)]}``,
+    ``study.lead.stem_cell_groups``), before the probes' best heads; default None: the best heads only."""
+
+
 def build_page(run_specs: list[str], probe_dirs: list[Path], title: str = "mtl-heads report",
                root: str | Path = RUNS, panels: int = PANELS, notes: list[Note] | None = None,
-               tests: list[str] | None = None, lead: str = "",
-               heads: dict[str, list[tuple[int, int]]] | None = None) -> str:
+               tests: list[str] | None = None, lead: Lead = Lead()) -> str:
     """The whole HTML page as a string (nothing in it refers outside the page).
 
     Args:
@@ -728,11 +740,8 @@ def build_page(run_specs: list[str], probe_dirs: list[Path], title: str = "mtl-h
             listed on the page). Default: a new list.
         tests: ``A,B`` texts or ``all`` of ``test=`` (:func:`mtl_heads.reports.significance.resolve_pairs`):
             adds the section of :func:`significance_section`. Default none: no such section.
-        lead: an HTML section put first (the claims and figures of a study,
-            :func:`mtl_heads.study.lead.study_lead`); default none.
-        heads: head groups the attention view offers first (``{"stem cells (DP)": [(layer, head)]}``,
-            :func:`mtl_heads.study.lead.stem_cell_groups`), before the probes' best heads;
-            default none: the best heads only.
+        lead: what a study puts first (:class:`Lead`: its claims and figures before the sections, its head
+            groups first in the attention view); default nothing.
 
     Raises ``ConfigError`` for nothing to report, ``tests`` without runs, a bad ``--test`` name (the
     message starts ``test=``), or broken run files that the comparison needs (config.yaml, metrics.json);
@@ -747,23 +756,23 @@ def build_page(run_specs: list[str], probe_dirs: list[Path], title: str = "mtl-h
     sections, nav = [], []
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        if lead:
-            sections.append(lead)  # the answer first: the claims and figures (mtl_heads.study.lead)
+        if lead.section:
+            sections.append(lead.section)  # the answer first: the claims and figures (mtl_heads.study.lead)
             nav.append(("claims", "Claims"))
         comparisons = [Path(p) for p in probe_dirs if folder_kind(Path(p)) == "probe comparison"]
         covered = {f.resolve() for f in _report_folders(comparisons)}  # reports a comparison shows are not repeated
-        attention = attention_section(_report_folders(probe_dirs), heads, notes)
+        attention = attention_section(_report_folders(probe_dirs), lead.heads, notes)
         if attention:
             sections.append(attention)
             nav.append(("attention", "Attention"))
         if run_specs:
             comparison = compare_runs(run_specs, root, uses=PROBE_KINDS)
             notes += comparison.notes
-            sections.append(comparison_section(comparison, folder, folded=bool(lead)))
+            sections.append(comparison_section(comparison, folder, folded=bool(lead.section)))
             nav.append(("comparison", "Comparison"))
             if tests:
                 sections.append(significance_section(add_significance(comparison, tests).significance,
-                                                     folded=bool(lead)))
+                                                     folded=bool(lead.section)))
                 nav.append(("significance", "Significance"))
             sections.append(gate_pictures(comparison.runs, folder, notes))
             nav.append(("gates", "Gates"))
