@@ -775,11 +775,41 @@ def test_a_claims_computation_is_data_and_its_words_come_after(study_dir):
 
     study = read_study([str(study_dir)])
     checked = check_claims(study, stability=False)
-    for (compute, words), claim in list(zip(CLAIMS, checked))[:5]:
+    for (compute, words), claim in zip(CLAIMS, checked):
         computed = compute(study)
-        assert computed.facts is not None and computed.tests and computed.key == claim.key
+        assert computed.facts is not None and computed.key == claim.key and list(computed.tests) == list(claim.tests)
         assert (computed.question, computed.paper, computed.answer, computed.lines, computed.notes) == ("", "", "", [], [])
         assert (computed.verdict, computed.rule) == (claim.verdict, claim.rule)
         written = words(computed)
         assert (written.question, written.paper, written.answer, written.text_lines(), written.notes) == (
             claim.question, claim.paper, claim.answer, claim.text_lines(), claim.notes)
+
+
+def test_claim_6s_computation_holds_its_ablations_as_data(study_dir):
+    """Claim 6 computed: its places, drops by seed and the head sets it does not count (and why) are fields; its
+    words, written after, are check_claims'."""
+    from mtl_heads.study import CLAIMS
+
+    for seed in (1, 2, 3):
+        make_run(study_dir / "con-dp" / f"seed{seed}", ("con",), seed, test={"con": 80.0}, experiment="con-dp",
+                 gates=gates_of(CON_KEPT, seed), heads_kept=8, prune={"mode": "dynamic", "lambda": "auto"})
+        write_ablation(study_dir / "ablation" / f"pos-seed{seed}", study_dir / "pos" / f"seed{seed}", sorted(STEM),
+                       {"zero": {"pos": 5.0}}, {"zero": {"pos": [0.0] * 39}})
+    write_ablation(study_dir / "ablation" / "other", study_dir / "pos" / "seed1", ["L0H0"], {"zero": {"pos": 1.0}},
+                   {"zero": {"pos": [0.0]}}, label="one head")
+    study = read_study([str(study_dir)])
+    compute, words = CLAIMS[5]
+    claim = compute(study)
+    assert (claim.answer, claim.lines, claim.notes) == ("", [], [])
+    [unused] = claim.facts.unused
+    assert (unused.label, unused.heads, unused.held_out, unused.null, unused.seen) == (
+        "one head", ["L0H0"], False, "layer", [("STL POS", 1, "zero")])
+    [found] = claim.facts.regimes
+    [place] = found.places
+    assert found.kind == "dp" and (place.where, place.metric, place.keys) == (
+        "STL POS", "accuracy", [f"{REGIME_NAMES['dp']} STL POS zero"])
+    assert place.ablations[0].drops == [(1, 5.0), (2, 5.0), (3, 5.0)] and found.testable == ["STL POS"]
+    checked = check_claims(study, stability=False)[5]
+    words(claim)
+    assert (claim.answer, claim.text_lines(), claim.notes) == (checked.answer, checked.text_lines(), checked.notes)
+    assert "'one head' (1 heads: L0H0) is no held-out stem-cell set of today's study" in claim.notes[0]

@@ -48,7 +48,7 @@ from mtl_heads.study.core import (REGIME_NAMES, REGIMES, Claim, Study, Test, bui
                                            too_few_text)
 from mtl_heads.study.heads import gate_baseline, regime_gates, stem_heads, stem_table
 from mtl_heads.study.mtl import compute_mtl, mtl_vs_stl, words_mtl
-from mtl_heads.study.needed import needed, pooled_ablation
+from mtl_heads.study.needed import compute_needed, needed, pooled_ablation, words_needed
 from mtl_heads.study.overlap import compute_overlap, overlap, words_overlap
 from mtl_heads.study.probes import PAPER_LABELS, compute_probes, probe_skill, probes_claim, words_probes
 from mtl_heads.study.render import (BEGIN, END, SCHEMA, claims_data, page_markdown, read_since, score_grid,
@@ -69,17 +69,10 @@ __all__ = ["ALPHA", "NEAR_ALL", "CLAIM_SHUFFLES", "MIN_SEEDS", "MARGIN", "VERDIC
            "probe_skill", "pooled_ablation", "score_grid", "claims_markdown", "claims_data", "claims_json", "splice",
            "read_since", "since_line"]
 
-
-
-def _whole(claim: Claim) -> Claim:
-    """The words of a claim whose computation writes them itself."""
-    return claim
-
-
-# each claim's computation (tests, verdict, facts: the seed-left-out recomputations read only these) and the
-# function that writes its English from them, in the order of the module docstring
-CLAIMS = ((compute_mtl, words_mtl), (compute_overlap, words_overlap), (compute_stem, words_stem), (compute_probes, words_probes), (compute_sp_dp, words_sp_dp),
-          (needed, _whole))
+# each claim's computation (its tests, verdict and facts: no sentence) and the function that writes its English
+# from them, in the order of the module docstring
+CLAIMS = ((compute_mtl, words_mtl), (compute_overlap, words_overlap), (compute_stem, words_stem),
+          (compute_probes, words_probes), (compute_sp_dp, words_sp_dp), (compute_needed, words_needed))
 
 
 def read_study(specs: list[str], root: str | Path = RUNS) -> Study:
@@ -97,8 +90,10 @@ def _too_few(again) -> bool:
 
 
 def check_claims(study: Study, stability: bool = True) -> list[Claim]:
-    """Every claim of the module docstring, in order. With ``stability`` (default True) each claim is
-    computed again with each seed left out in turn (:meth:`Study.without_seed`). A verdict that changes
+    """Every claim of the module docstring, in order: each computed as data (its tests, verdict and facts),
+    then written (its question, answer, lines and notes: :data:`CLAIMS`). With ``stability`` (default True)
+    each claim is computed again with each seed left out in turn (:meth:`Study.without_seed`; its tests and
+    verdict are compared, so it is not written). A verdict that changes
     is listed in ``Claim.fragile``, unless the change comes from tests left with too few seeds alone
     (every deciding test whose significance changed is one, and there is one: ``Claim.too_few``); a
     significant test that stops being one (or a test that becomes
