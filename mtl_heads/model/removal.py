@@ -47,6 +47,7 @@ The command over this module is ``python -m mtl_heads remove runs/<run> [out=FOL
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -61,7 +62,7 @@ from mtl_heads.files import atomic_write_text, read_json, save_tensors, write_js
 from mtl_heads.model.gating import KEPT_AT
 from mtl_heads.model.model import MultiTaskModel
 
-__all__ = ["REMOVABLE", "DECODERS", "LayerConfig", "HeadsRemovedEncoder", "removal_plan",
+__all__ = ["REMOVABLE", "DECODERS", "LayerConfig", "Provenance", "HeadsRemovedEncoder", "removal_plan",
            "remove_heads", "remove_encoder_heads", "remove_model_heads", "count_parameters", "attention_parameters",
            "save_removal", "read_heads", "removal_encoder", "compare_outputs"]
 
@@ -346,6 +347,16 @@ def _remove_heads_from_model(model: transformers.PreTrainedModel, kept_heads: li
 
 
 # ---------------------------------------------------------------------- the encoder with its heads removed
+@dataclass(frozen=True)
+class Provenance:
+    """Where a :class:`HeadsRemovedEncoder`'s heads came from, kept for ``heads.json``."""
+
+    threshold: float | None = None
+    """The gate value below which heads were removed (default None: not known)."""
+    gates: torch.Tensor | None = None
+    """The ``[layers, heads]`` gate values folded into ``W_O`` (default None: not known)."""
+
+
 class HeadsRemovedEncoder(GatedEncoder):
     """A gate-less ``GatedEncoder`` whose removed heads are physically gone.
 
@@ -354,8 +365,8 @@ class HeadsRemovedEncoder(GatedEncoder):
         kept_heads: per layer, the original indices of the query heads left in the weights.
         head_dim: width of one head.
         tokenizer: optional fast tokenizer.
-        threshold, gates: provenance kept for ``heads.json`` (the removal threshold and the
-            ``[layers, heads]`` gate values folded in), or None.
+        provenance: the removal threshold and the ``[layers, heads]`` gate values folded in, kept for
+            ``heads.json`` (:class:`Provenance`; default: neither known).
         zeroed_heads: per layer, the heads of ``kept_heads`` whose ``W_O`` columns are 0 (pruned inside
             a KV group that keeps other heads). Default: none.
         pool: word pooling, as the gated encoder had it (see ``GatedEncoder``). Default: ``auto``.
@@ -369,7 +380,7 @@ class HeadsRemovedEncoder(GatedEncoder):
     """
 
     def __init__(self, model: transformers.PreTrainedModel, kept_heads: list[list[int]], head_dim: int,
-                 tokenizer=None, threshold: float | None = None, gates: torch.Tensor | None = None,
+                 tokenizer=None, provenance: Provenance = Provenance(),
                  zeroed_heads: list[list[int]] | None = None, pool: str = "auto", gate_groups: str = "heads"):
         _check_removable(model.config.model_type)
         super().__init__(model, gate=None, tokenizer=tokenizer, pool=pool, gate_groups=gate_groups)
@@ -378,7 +389,7 @@ class HeadsRemovedEncoder(GatedEncoder):
         self.heads_per_layer = [len(kept) for kept in self.kept_heads]
         self.kv_heads_per_layer = [n // self.group_size for n in self.heads_per_layer]
         self.zeroed_heads = [sorted(map(int, z)) for z in (zeroed_heads or [[] for _ in self.kept_heads])]
-        self.threshold = threshold
+        self.threshold, gates = provenance.threshold, provenance.gates
         self.removal_gates = None if gates is None else torch.as_tensor(gates).detach().cpu()
         if len(self.zeroed_heads) != self.num_layers or any(not set(z) <= set(k) for z, k in
                                                             zip(self.zeroed_heads, self.kept_heads)):
@@ -458,8 +469,8 @@ def remove_encoder_heads(encoder: GatedEncoder, threshold: float = KEPT_AT,
     model = _copy_model(encoder)
     _remove_heads_from_model(model, kept, encoder.head_dim, scale)
     with torch.random.fork_rng(devices=[]):  # a learnt root vector is drawn, then overwritten below
-        removed = HeadsRemovedEncoder(model, kept, encoder.head_dim, tokenizer=encoder.tokenizer, threshold=threshold,
-                                      gates=values, zeroed_heads=zeroed, pool=encoder.pool,
+        removed = HeadsRemovedEncoder(model, kept, encoder.head_dim, tokenizer=encoder.tokenizer,
+                                      provenance=Provenance(threshold, values), zeroed_heads=zeroed, pool=encoder.pool,
                                       gate_groups=encoder.gate_groups)
     if encoder.root_embedding is not None:
         with torch.no_grad():
@@ -611,9 +622,9 @@ def removal_encoder(folder: Path, heads: dict, attn_implementation: str = "sdpa"
     except ValueError as err:  # not whole KV groups
         raise ConfigError(f"{folder / HEADS}: 'kept_heads': {err}") from None
     gates = heads.get("gates")
+    provenance = Provenance(heads.get("threshold"), None if gates is None else torch.tensor(gates))
     return HeadsRemovedEncoder(model, heads["kept_heads"], heads["head_dim"],
-                               tokenizer=_load_tokenizer(folder, heads["model_type"]), threshold=heads.get("threshold"),
-                               gates=None if gates is None else torch.tensor(gates),
+                               tokenizer=_load_tokenizer(folder, heads["model_type"]), provenance=provenance,
                                zeroed_heads=heads.get("zeroed_heads"), pool=heads.get("pool", "auto"),
                                gate_groups=heads.get("gate_groups", "heads"))
 
