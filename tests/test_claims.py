@@ -778,7 +778,8 @@ def test_a_claims_computation_is_data_and_its_words_come_after(study_dir):
     for (compute, words), claim in zip(CLAIMS, checked):
         computed = compute(study)
         assert computed.facts is not None and computed.key == claim.key and list(computed.tests) == list(claim.tests)
-        assert (computed.question, computed.paper, computed.answer, computed.lines, computed.notes) == ("", "", "", [], [])
+        assert (computed.question, computed.paper, computed.answer, computed.lines, computed.notes) == (
+            "", "", "", [], [])
         assert (computed.verdict, computed.rule) == (claim.verdict, claim.rule)
         written = words(computed)
         assert (written.question, written.paper, written.answer, written.text_lines(), written.notes) == (

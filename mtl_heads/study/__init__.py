@@ -34,6 +34,13 @@ test has a global and a layer-aware null the verdict reads the larger p; Holm-Bo
 claim's tests (:func:`mtl_heads.stats.holm`), raw and adjusted p side by side; every verdict is recomputed with each
 seed left out in turn (:func:`check_claims`), and one that changes is marked fragile with the seed.
 
+Each claim's module computes it as data, then writes its English from that data, so that its logic reads
+without its prose: ``compute_<id>(study)`` returns the :class:`Claim` with its tests, verdict and ``facts``
+(the module's dataclass: the numbers, counts and reasons, as fields, that its words need; no sentence), and
+``words_<id>(claim)`` writes its question, He & Choi's answer, its answer, lines and notes from them
+(:data:`CLAIMS` pairs the two; ``mtl_vs_stl``, ``overlap``, ``stem``, ``probes_claim``, ``sp_vs_dp`` and
+``needed`` do both).
+
 The rest of the package: :mod:`.rules` (the rules and the numbers they name), :mod:`.core` (:class:`Test`,
 :class:`Claim`, :class:`Study` and the helpers every claim writes with), :mod:`.heads` (the
 gates the head claims read) and :mod:`.render` (markdown, and the JSON of ``format=json``, whose schema

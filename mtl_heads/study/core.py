@@ -31,7 +31,8 @@ from mtl_heads.stats import holm
 from mtl_heads.folders import EARLIER_RETRAINING, RETRAINED_FOLDER, RETRAINING_METRICS, match_name, record_folder_name
 
 __all__ = ["REGIMES", "REGIME_NAMES",
-           "regime", "Test", "Claim", "slot", "test_text", "too_few_text", "cannot_reach", "unreachable", "Study", "as_number",
+           "regime", "Test", "Claim", "slot", "test_text", "too_few_text", "cannot_reach", "unreachable", "Study",
+           "as_number",
            "kept_retrainings", "read_ablations", "folder_of", "one_encoder", "build_study", "mean_std", "heads_text",
            "metric_name", "listed",
            "task_name", "mtl_name", "setting_name", "runs_of", "run_folders", "config_of", "score_column", "majority",

@@ -93,7 +93,7 @@ def compute_overlap(study: Study) -> Claim:
         found.correlation = sum(claim.significant(f"{p.key} correlation") for p in counted)
         found.jaccard = sum(claim.significant(f"{p.key} Jaccard") for p in counted)
         found.by_correlation = share(found.correlation, len(counted))
-        if facts.deciding is None and counted:  # the first regime with a counted pair decides (DP first), by the kept sets
+        if facts.deciding is None and counted:  # the first regime with a counted pair decides (DP first), by kept sets
             facts.deciding = found.kind
             claim.verdict = ("" if cannot_reach(claim, [f"{p.key} Jaccard" for p in counted]) else
                              share(found.jaccard, len(counted)))

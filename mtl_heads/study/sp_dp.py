@@ -300,8 +300,8 @@ def _verdict_words(comparisons: list[SpDpComparison], what: str) -> str:
                 f"cannot be tested: no {what} whose DP and SP both pruned")
     wins = named("win")
     return (f"DP wins (fewer heads, score not lower) {len(wins)} of the {len(comparisons)} {what}s whose DP and SP "
-            f"both pruned ({listed([c.label for c in comparisons])}): wins {listed(wins)}; loses {listed(named('loss'))}; "
-            f"neither shown {listed(named('open'))}"
+            f"both pruned ({listed([c.label for c in comparisons])}): wins {listed(wins)}; loses "
+            f"{listed(named('loss'))}; neither shown {listed(named('open'))}"
             + (f"; untested {listed(named('untested'))}" if named("untested") else ""))
 
 
@@ -322,9 +322,9 @@ def words_sp_dp(claim: Claim) -> Claim:
         claim.answer = "on SP's schedule: " + _verdict_words(facts.deciding, "comparison")
         first = [c for c in facts.comparisons if not c.matched and c.counted]
         if first:
+            wins = [c.label for c in first if c.outcome == "win"]
             claim.answer += ("; as first run (shown, not counted; **confounded**: DP and SP trained the encoder "
-                             f"differently, see the notes): DP wins {listed([c.label for c in first if c.outcome == 'win'])}"
-                             f" of {listed([c.label for c in first])}")
+                             f"differently, see the notes): DP wins {listed(wins)} of {listed([c.label for c in first])}")
     else:
         claim.answer = _verdict_words(facts.deciding, "setting")
     skipped = [c.label for c in (facts.matched or facts.comparisons) if not c.counted]

@@ -88,7 +88,8 @@ def compute_stem(study: Study) -> Claim:
             continue
         found = StemRegime(kind, unpruned(gates, gates), True, names, [int(table[f"kept in {n}"].sum()) for n in names],
                            len(table), list(table.loc[table["stem cell"], "name"]),
-                           list(table.loc[table["stem cell"] & table["every run"], "name"]), f"{REGIME_NAMES[kind]} count")
+                           list(table.loc[table["stem cell"] & table["every run"], "name"]),
+                           f"{REGIME_NAMES[kind]} count")
         facts.regimes.append(found)
         block = max(g.block for g in gates.values())
         by_layer = kept_by_layer(table)  # [settings, layers]
