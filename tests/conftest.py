@@ -56,6 +56,31 @@ def tiny_encoder_dir(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.fixture(scope="session")
+def tiny_runs(tiny_encoder_dir, tmp_path_factory):
+    """``get(*args, encoder=None)``: the folder of a finished run trained by ``python -m mtl_heads train`` with
+    ``args`` (``key=value``; e.g. ``*helpers.TINY_RUN, "tasks=pos,ner"``) on ``encoder`` (a model folder; default the tiny
+    BERT), W&B off and no progress bar. Each set of arguments is trained once per session and shared by every
+    fixture that asks for it: read it, never change it (a test that changes a run copies it first,
+    ``shutil.copytree``)."""
+    from mtl_heads.training.experiment import run
+
+    made: dict[tuple, Path] = {}
+
+    def get(*args: str, encoder: Path | None = None) -> Path:
+        key = (str(encoder or tiny_encoder_dir), *args)
+        if key not in made:
+            folder = tmp_path_factory.mktemp("tiny-run")
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setenv("MTL_HEADS_CACHE", str(folder / "cache"))
+                run([f"encoder.name={key[0]}", *args, "wandb.mode=disabled", "train.progress=false",
+                     f"run_dir={folder / 'run'}"])
+            made[key] = folder / "run"
+        return made[key]
+
+    return get
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m selects on the markers
 def pytest_collection_modifyitems(items):
     """Every test that uses ../shared/data (through a fixture of ``DATA_FIXTURES``) is an integration test;

@@ -19,6 +19,10 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 EWT = SHARED_DATA / "ewt"  # the EWT corpus (tests reach it through conftest's ``ewt`` fixture)
 EWT_SOURCES = SHARED_DATA / "ewt-sources"  # its sources (conftest's ``ewt_sources_dir`` fixture)
+# a one-epoch run of the tiny BERT on the demo corpus, as most tests that read a trained run want it (with
+# conftest's ``tiny_runs(*TINY_RUN, "tasks=...")``, trained once per session)
+TINY_RUN = ("data.demo_sizes={train: 24, dev: 8, test: 8}", "train.epochs=1", "train.batch_size=8", "seed=1",
+            "device=cpu")
 
 
 # ---------------------------------------------------------------------- training and numerics

@@ -296,18 +296,11 @@ TRAIN = ["data.demo_sizes={train: 16, dev: 8, test: 8}", "train.epochs=1", "trai
 
 
 @pytest.fixture(scope="module")
-def runs(tiny_encoder_dir, folders, tmp_path_factory):
+def runs(tiny_runs, folders):
     """``{"bert": a POS + DEP run of the tiny BERT, "llama": a POS + DEP run of a Llama with 2 KV heads
     and gates per KV group}``."""
-    from mtl_heads.training.experiment import run
-
-    folder = tmp_path_factory.mktemp("ablation-runs")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MTL_HEADS_CACHE", str(folder / "cache"))
-        run(TRAIN + [f"encoder.name={tiny_encoder_dir}", "tasks=pos,dep", f"run_dir={folder / 'bert'}"])
-        run(TRAIN + [f"encoder.name={folders('llama', 2)}", "tasks=pos,dep", "encoder.gate_groups=kv",
-                     f"run_dir={folder / 'llama'}"])
-        yield {"bert": folder / "bert", "llama": folder / "llama"}
+    return {"bert": tiny_runs(*TRAIN, "tasks=pos,dep"),
+            "llama": tiny_runs(*TRAIN, "tasks=pos,dep", "encoder.gate_groups=kv", encoder=folders("llama", 2))}
 
 
 def ablate(*argv) -> tuple[int, dict | None]:

@@ -8,22 +8,20 @@ import pytest
 from mtl_heads.data.conll2012 import read_conll2012, write_conll2012
 from mtl_heads.commands.evaluate import main
 from mtl_heads.analysis.evaluation import score_sentences
-from mtl_heads.training.experiment import run
 from tasks import TASKS
+from helpers import TINY_RUN
 
 FIVE = ["pos", "ner", "dep", "con", "srl"]
 
 
 @pytest.fixture(scope="module")
-def trained(tiny_encoder_dir, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("evaluate")
-    import os
-
-    os.environ["MTL_HEADS_CACHE"] = str(folder / "cache")
-    run_dir = folder / "run"
-    run([f"encoder.name={tiny_encoder_dir}", "data.demo_sizes={train: 24, dev: 8, test: 8}", "tasks=pos,ner,dep,con,srl",
-         "train.epochs=1", "train.batch_size=8", "wandb.mode=disabled", "train.progress=false", f"run_dir={run_dir}"])
-    return run_dir
+def trained(tiny_runs):
+    """A one-epoch five-task run of the tiny BERT (helpers.TINY_RUN), shared with test_predict's; the corpus
+    cache beside it, which the tests read their gold sentences from."""
+    run_dir = tiny_runs(*TINY_RUN, "tasks=pos,ner,dep,con,srl")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MTL_HEADS_CACHE", str(run_dir.parent / "cache"))
+        yield run_dir
 
 
 def test_a_run_on_its_own_test_split_gives_its_metrics(trained, capsys):

@@ -5,7 +5,6 @@ import torch
 
 from mtl_heads.data.batching import collate
 from mtl_heads.training.build import load_run
-from mtl_heads.training.experiment import run
 from mtl_heads.analysis.ablation import split_examples
 from mtl_heads.model.scoring import task_batches
 from probes.importance import (Ablation, Importance, gradient_importance, masked_scores,
@@ -15,15 +14,10 @@ CLOSED = -30.0  # log_alpha that clamps a Hard Concrete gate to exactly 0
 
 
 @pytest.fixture(scope="module")
-def run_dir(tiny_encoder_dir, tmp_path_factory):
+def run_dir(tiny_runs):
     """A 1-epoch POS + NER run on the tiny random encoder (2 layers x 4 heads), 12 dev sentences."""
-    folder = tmp_path_factory.mktemp("importance")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MTL_HEADS_CACHE", str(folder / "cache"))
-        run([f"encoder.name={tiny_encoder_dir}", "tasks=pos,ner", "data.demo_sizes={train: 24, dev: 12, test: 4}",
-             "train.epochs=1", "train.batch_size=8", "wandb.mode=disabled", "train.progress=false", "seed=1",
-             "device=cpu", f"run_dir={folder / 'run'}"])
-        yield folder / "run"
+    return tiny_runs("tasks=pos,ner", "data.demo_sizes={train: 24, dev: 12, test: 4}", "train.epochs=1",
+                     "train.batch_size=8", "seed=1", "device=cpu")
 
 
 @pytest.fixture

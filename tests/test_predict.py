@@ -23,6 +23,7 @@ from mtl_heads.analysis.inference import Predictor
 from mtl_heads.commands.predict import main
 from tasks.con import BracketF1
 from tasks.ner import spans_to_bio
+from helpers import TINY_RUN
 
 TASKS = ["pos", "ner", "dep", "con", "srl"]
 SENTENCES = [
@@ -37,17 +38,10 @@ LONG = ["word"] * 200  # over the tiny encoder's limit of 128 sub-words
 
 
 @pytest.fixture(scope="module")
-def run_dir(tiny_encoder_dir, tmp_path_factory):
-    """A 1-epoch five-task run on the tiny random encoder (2 layers x 4 heads, 128 sub-words)."""
-    from mtl_heads.training.experiment import run
-
-    folder = tmp_path_factory.mktemp("predict")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MTL_HEADS_CACHE", str(folder / "cache"))
-        run([f"encoder.name={tiny_encoder_dir}", f"tasks={','.join(TASKS)}", "data.demo_sizes={train: 24, dev: 8, test: 4}",
-             "train.epochs=1", "train.batch_size=8", "wandb.mode=disabled", "train.progress=false", "seed=1",
-             "device=cpu", f"run_dir={folder / 'run'}"])
-    return folder / "run"
+def run_dir(tiny_runs):
+    """A 1-epoch five-task run on the tiny random encoder (2 layers x 4 heads, 128 sub-words; helpers.TINY_RUN),
+    shared with test_evaluate's."""
+    return tiny_runs(*TINY_RUN, "tasks=pos,ner,dep,con,srl")  # the same arguments as test_evaluate's: one run
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ and clear errors on bad input."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -167,13 +168,11 @@ class External:
 
 
 @pytest.fixture
-def trained_run(tiny_encoder_dir, tmp_path, monkeypatch):
-    from mtl_heads.training.experiment import run as train
-
-    monkeypatch.setenv("MTL_HEADS_CACHE", str(tmp_path / "cache"))
+def trained_run(tiny_runs, tmp_path):
+    """A one-epoch POS run of the tiny BERT (trained once for the session), copied here: a test may change it."""
+    shared = tiny_runs(SIZES, "tasks=pos", "train.epochs=1", "train.batch_size=8")
     folder = tmp_path / "runs" / "pos"
-    train([f"encoder.name={tiny_encoder_dir}", SIZES, "tasks=pos", "train.epochs=1", "train.batch_size=8",
-           "wandb.mode=disabled", "train.progress=false", f"run_dir={folder}"])
+    shutil.copytree(shared, folder)
     return folder
 
 

@@ -20,11 +20,9 @@ def base(tiny_encoder_dir, tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def trained(base, tmp_path):
-    """A finished (unpruned) POS+NER run."""
-    out = tmp_path / "trained"
-    run(base + ["tasks=pos,ner", f"run_dir={out}"])
-    return out
+def trained(tiny_runs, base):
+    """A finished (unpruned) POS+NER run (``base``'s arguments), trained once for the session: read only."""
+    return tiny_runs(*base[1:], "tasks=pos,ner")
 
 
 def weights(folder):
