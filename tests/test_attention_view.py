@@ -20,7 +20,7 @@ from mtl_heads.model.encoder import GatedEncoder
 from mtl_heads.analysis.probing import with_sink
 from mtl_heads.reports.attention_view import (CAUSAL_TEXT, MIN_LABEL_COUNT, attention_html, best_probe_heads,
                                               note_text, read_samples)
-from mtl_heads.reports.probe_report import read_report
+from mtl_heads.records.probe_reports import read_report
 from probes import PROBES
 from probes.base import ProbeContext
 from probes.runner import run_probes

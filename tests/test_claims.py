@@ -12,11 +12,12 @@ from scipy import stats
 from mtl_heads.commands.claims import main
 from mtl_heads.config import ConfigError
 from mtl_heads.study import (BEGIN, END, MARGIN, MATCHED_RULE, REGIME_NAMES, SCHEMA, TOO_FEW, VERDICT_RULES, Claim,
-                             Test, check_claims, claims_json, claims_markdown, pooled_ablation, probe_skill,
+                             check_claims, claims_json, claims_markdown, pooled_ablation, probe_skill,
                              read_since, read_study, regime, score_grid, since_line, splice, sp_vs_dp,
                              stem_heads)
 from mtl_heads.reports.significance import format_p, format_significance
 from mtl_heads.stats import holm
+from mtl_heads.study import Test as ClaimTest  # not "Test": pytest would try to collect it
 from helpers import NER_KEPT, POS_KEPT, STEM, gates_of, make_run, make_study
 from helpers import STUDY_HEADS as HEADS
 from helpers import STUDY_LAYERS as LAYERS
@@ -676,15 +677,15 @@ def test_cli_json(study_dir, tmp_path, capsys):
 
 def test_lines_are_templates_with_test_slots():
     claim = Claim("mtl", "question", "paper", VERDICT_RULES["mtl"])
-    slot = claim.add(Test("POS", 0.01, what={"task": "pos"}, value=-1.0))
+    slot = claim.add(ClaimTest("POS", 0.01, what={"task": "pos"}, value=-1.0))
     assert slot == "{POS}"
-    claim.add(Test("NER", None))
+    claim.add(ClaimTest("NER", None))
     claim.lines = [f"POS: {slot}; set {{1, 2}}", "NER: {NER}"]
     claim.adjust()
     assert claim.text_lines() == ["POS: p 0.01, Holm 0.01; set {1, 2}", "NER: cannot be tested: no p-value"]
     assert claim.find(task="pos").value == -1.0 and claim.find(task="ner") is None
     with pytest.raises(ValueError, match="braces mark a test's slot"):
-        claim.add(Test("POS {x}", 0.5))
+        claim.add(ClaimTest("POS {x}", 0.5))
 
 
 def test_p_values_near_the_line_show_their_side():

@@ -9,7 +9,7 @@ import pytest
 from mtl_heads.commands.compare import main
 from mtl_heads.config import ConfigError
 from mtl_heads.reports.comparison import compare_runs, run_table, summarise
-from mtl_heads.reports.runs import find_runs, flatten_config
+from mtl_heads.records.runs import find_runs, flatten_config
 
 from helpers import MAIN, make_run
 
@@ -262,7 +262,7 @@ def test_plots_with_long_names_keep_their_axes(tmp_path):
     """Long setting names (many differing keys) once collapsed the axes ("constrained_layout not
     applied because axes sizes collapsed to zero"): the figures now grow with their labels."""
     from mtl_heads.reports.comparison import plot_score_vs_heads
-    from mtl_heads.reports.gates import plot_correlation
+    from mtl_heads.reports.gate_report import plot_correlation
 
     long = [f"pos+ner [{', '.join(f'data.demo_sizes.key{i}={1200 + j}' for i in range(6))}]" for j in range(5)]
     runs = pd.DataFrame({"setting": long * 2, "heads kept": [72, 36, 40, 50, 60] * 2,

@@ -15,10 +15,11 @@ from scipy import stats
 from mtl_heads.config import ConfigError
 from mtl_heads.model.headsets import block_permutations
 from mtl_heads.commands.gates import main
-from mtl_heads.reports import gates as gate_report
-from mtl_heads.reports.gates import pictures
-from mtl_heads.reports.gates import (correlation_matrix, grey_mean, group_settings, kept_per_layer, read_runs,
-                                     rgb_overlap, write_report)
+from mtl_heads import gates
+from mtl_heads.reports import gate_report
+from mtl_heads.figures.gate_map import kept_per_layer
+from mtl_heads.gates import correlation_matrix, group_settings, read_runs
+from mtl_heads.reports.gate_report import grey_mean, rgb_overlap, write_report
 
 from helpers import REPO
 
@@ -138,7 +139,7 @@ def runs_dir(tmp_path):
 
 def test_cli_writes_the_expected_files(runs_dir, monkeypatch, capsys):
     seen = []
-    monkeypatch.setattr(pictures, "rgb_overlap", lambda gates: seen.append(gates) or rgb_overlap(gates))
+    monkeypatch.setattr(gate_report, "rgb_overlap", lambda gates: seen.append(gates) or rgb_overlap(gates))
     assert main([str(runs_dir)]) == 0
     out = runs_dir / "gate-report"
     expected = {"gates-dep-seed1.png", "gates-dep-seed2.png", "gates-dep-seed3.png", "gates-pos+ner-seed1.png",
@@ -241,7 +242,7 @@ def test_correlation_only_where_the_gates_move():
     assert table.loc["pos"].isna().all() and table["pos"].isna().all()  # no noise reported as a correlation
     assert not np.isnan(table.loc["pos (dynamic)", "pos (dynamic)"])
     assert np.isnan(table.loc["one", "one"]) and not np.isnan(table.loc["one", "pos (dynamic)"])
-    assert gate_report.still_settings({"pos": unpruned, "pos (dynamic)": pruned}) == ["pos"]
+    assert gates.still_settings({"pos": unpruned, "pos (dynamic)": pruned}) == ["pos"]
 
 
 def test_cli_says_where_it_wrote_and_what_it_left_out(tmp_path, capsys):
@@ -316,17 +317,17 @@ def test_gates_still_at_their_initial_values_did_not_move():
     """A pruning run too short to push its gates keeps them in their initial range ([0.30, 0.70] for
     log_alpha ~ U(-0.68, 0.68)): they vary, but only as their random start did."""
     pruning = {"tasks": ["pos"], "prune": {"mode": "dynamic"}, "encoder": {"gate": "hard_concrete"}}
-    low, high = gate_report.initial_gate_range(pruning)
+    low, high = gates.initial_gate_range(pruning)
     assert low == pytest.approx(0.3035, abs=1e-3) and high == pytest.approx(0.6965, abs=1e-3)
-    assert gate_report.initial_gate_range({"tasks": ["pos"]})[0] == pytest.approx(0.9928, abs=1e-3)
-    assert gate_report.initial_gate_range({"tasks": ["pos"], "encoder": {"gate": "fixed"}}) is None
+    assert gates.initial_gate_range({"tasks": ["pos"]})[0] == pytest.approx(0.9928, abs=1e-3)
+    assert gates.initial_gate_range({"tasks": ["pos"], "encoder": {"gate": "fixed"}}) is None
     at_start = np.random.default_rng(0).uniform(0.31, 0.68, (6, 12))
-    assert gate_report.gates_vary(at_start) and not gate_report.gates_moved(at_start, pruning)
+    assert gates.gates_vary(at_start) and not gates.gates_moved(at_start, pruning)
     pruned = at_start.copy()
     pruned[0, :5] = 0.0
-    assert gate_report.gates_moved(pruned, pruning)
-    assert gate_report.gates_moved(at_start)  # without a config: only "do they vary" can be told
-    assert not gate_report.gates_moved(np.full((6, 12), 0.998), {"tasks": ["pos"]})
+    assert gates.gates_moved(pruned, pruning)
+    assert gates.gates_moved(at_start)  # without a config: only "do they vary" can be told
+    assert not gates.gates_moved(np.full((6, 12), 0.998), {"tasks": ["pos"]})
 
 
 def test_the_initial_range_uses_the_gates_own_formula():
@@ -342,7 +343,7 @@ def test_the_initial_range_uses_the_gates_own_formula():
         gate = HardConcreteGate(1, 2, init_range=width, init_mean=mean).eval()
         with torch.no_grad():
             gate.log_alpha.copy_(torch.tensor([[mean - width, mean + width]]))
-        assert gate_report.initial_gate_range(cfg) == pytest.approx(gate.values()[0].tolist(), abs=1e-7)
+        assert gates.initial_gate_range(cfg) == pytest.approx(gate.values()[0].tolist(), abs=1e-7)
 
 
 def test_cli_leaves_out_pruning_runs_whose_gates_never_left_their_start(tmp_path, capsys):
@@ -363,27 +364,27 @@ def test_a_kv_group_run_says_what_one_gate_stands_for(tmp_path):
     make_run(tmp_path / "kv", [[1, 1, 0, 0]], encoder={"gate_groups": "kv"})
     make_run(tmp_path / "heads", [[1, 1, 0, 1]])
     runs = {r.path.name: r for r in read_runs([tmp_path / "kv", tmp_path / "heads"])}
-    assert "one gate per KV group" in pictures._groups_text(runs["kv"])
-    assert pictures._groups_text(runs["heads"]) == ""
+    assert "one gate per KV group" in gate_report._groups_text(runs["kv"])
+    assert gate_report._groups_text(runs["heads"]) == ""
 
 
 # --- permutation baseline of gate overlap ------------------------------------------------------
 def test_kept_heads_and_jaccard_by_hand():
     runs = [np.array([[1.0, 0.5, 0.0, 0.0]]), np.array([[1.0, 0.0, 0.7, 0.0]]), np.array([[0.9, 0.4, 0.0, 0.0]])]
     # kept (>= 1e-3) in more than half of the three runs: heads 0 (3 of 3) and 1 (2 of 3), not 2 (1 of 3)
-    assert gate_report.kept_heads(runs).tolist() == [True, True, False, False]
-    assert gate_report.kept_heads(runs[:2]).tolist() == [True, False, False, False]  # two runs: kept in both
-    assert gate_report.kept_heads(runs, threshold=0.6).tolist() == [True, False, False, False]
+    assert gates.kept_heads(runs).tolist() == [True, True, False, False]
+    assert gates.kept_heads(runs[:2]).tolist() == [True, False, False, False]  # two runs: kept in both
+    assert gates.kept_heads(runs, threshold=0.6).tolist() == [True, False, False, False]
     a = np.array([1, 1, 0, 0], dtype=bool)
-    assert gate_report.jaccard(a, np.array([0, 1, 1, 0], dtype=bool)) == pytest.approx(1 / 3)  # {1} / {0, 1, 2}
-    assert gate_report.jaccard(a, np.array([[1, 1, 0, 0], [0, 0, 1, 1]], dtype=bool)).tolist() == [1.0, 0.0]
-    assert np.isnan(gate_report.jaccard(np.zeros(3, bool), np.zeros(3, bool)))
+    assert gates.jaccard(a, np.array([0, 1, 1, 0], dtype=bool)) == pytest.approx(1 / 3)  # {1} / {0, 1, 2}
+    assert gates.jaccard(a, np.array([[1, 1, 0, 0], [0, 0, 1, 1]], dtype=bool)).tolist() == [1.0, 0.0]
+    assert np.isnan(gates.jaccard(np.zeros(3, bool), np.zeros(3, bool)))
 
 
 def test_permutation_baseline_of_identical_grids_is_the_smallest_p():
     rng = np.random.default_rng(0)
     grid = np.where(rng.random((6, 12)) > 0.5, rng.uniform(0.2, 1.0, (6, 12)), 0.0)
-    table = gate_report.permutation_baseline({"a": [grid], "b": [grid.copy()]}, shuffles=500)
+    table = gates.permutation_baseline({"a": [grid], "b": [grid.copy()]}, shuffles=500)
     [row] = table.to_dict("records")
     assert (row["A"], row["B"]) == ("a", "b") and row["correlation"] == pytest.approx(1.0)
     assert row["p"] == pytest.approx(1 / 501) and row["jaccard"] == 1.0 and row["jaccard p"] == pytest.approx(1 / 501)
@@ -394,13 +395,13 @@ def test_permutation_baseline_of_identical_grids_is_the_smallest_p():
 def test_permutation_baseline_of_independent_grids_is_not_small():
     rng = np.random.default_rng(1)
     grids = [np.where(rng.random((6, 12)) > 0.5, 1.0, 0.0) for _ in range(3)]
-    table = gate_report.permutation_baseline({"a": [grids[0]], "b": [grids[1]], "c": [grids[2]]})
+    table = gates.permutation_baseline({"a": [grids[0]], "b": [grids[1]], "c": [grids[2]]})
     assert list(zip(table["A"], table["B"])) == [("a", "b"), ("a", "c"), ("b", "c")]
     assert (table["shuffles"] == 1000).all() and (table["seed"] == 0).all()
     assert (table["p"] > 0.05).all() and (table["jaccard p"] > 0.05).all()
     assert (table["null mean"].abs() < 0.05).all()
     # seeded: the same numbers again
-    again = gate_report.permutation_baseline({"a": [grids[0]], "b": [grids[1]], "c": [grids[2]]})
+    again = gates.permutation_baseline({"a": [grids[0]], "b": [grids[1]], "c": [grids[2]]})
     pd.testing.assert_frame_equal(table, again)
 
 
@@ -409,7 +410,7 @@ def test_permutation_null_equals_numpy_on_the_same_shuffles():
     rng = np.random.default_rng(2)
     a = [rng.random((2, 4)) * (rng.random((2, 4)) > 0.4) for _ in range(2)]
     b = [rng.random((2, 4)) * (rng.random((2, 4)) > 0.4) for _ in range(3)]
-    [row] = gate_report.permutation_baseline({"a": a, "b": b}, shuffles=50, seed=7).to_dict("records")
+    [row] = gates.permutation_baseline({"a": a, "b": b}, shuffles=50, seed=7).to_dict("records")
     x, y = np.mean(a, 0).ravel(), np.mean(b, 0).ravel()
     kept_a = (np.array(a) >= 1e-3).reshape(2, -1).sum(0) > 1
     kept_b = (np.array(b) >= 1e-3).reshape(3, -1).sum(0) >= 2
@@ -431,8 +432,8 @@ def test_permutation_null_equals_numpy_on_the_same_shuffles():
 def test_permutation_baseline_leaves_out_settings_whose_gates_never_moved():
     still = [np.full((2, 3), 0.998)]
     moving = [np.array([[1.0, 0, 0], [1, 1, 0]])]
-    assert gate_report.permutation_baseline({"pos": still, "dep": moving}).empty
-    table = gate_report.permutation_baseline({"pos": still, "dep": moving, "ner": [1 - moving[0]]})
+    assert gates.permutation_baseline({"pos": still, "dep": moving}).empty
+    table = gates.permutation_baseline({"pos": still, "dep": moving, "ner": [1 - moving[0]]})
     assert list(zip(table["A"], table["B"])) == [("dep", "ner")]
     assert table["correlation"].item() == pytest.approx(-1.0) and table["p"].item() == pytest.approx(1.0)
     assert table["jaccard"].item() == 0.0
@@ -484,8 +485,8 @@ def stem_runs(tmp_path):
 def test_stem_cells_by_hand(stem_runs):
     groups = group_settings(read_runs([stem_runs]))
     settings = {s: [r.values for r in g] for s, g in groups.items()}
-    table = gate_report.stem_cells(settings, gate_report.moved_flags(groups))
-    assert gate_report.stem_settings(table) == ["dep (dynamic)", "pos (dynamic)", "pos+ner (dynamic)"]
+    table = gates.stem_cells(settings, gates.moved_flags(groups))
+    assert gates.stem_settings(table) == ["dep (dynamic)", "pos (dynamic)", "pos+ner (dynamic)"]
     assert list(table["name"]) == ["L0H0", "L0H1", "L0H2", "L1H0", "L1H1", "L1H2"]
     assert table["settings kept"].tolist() == [3, 2, 1, 1, 1, 0]
     assert table["runs kept"].tolist() == [6, 4, 3, 4, 3, 1]  # of the 6 pruning runs; the unpruned ones left out
@@ -494,15 +495,15 @@ def test_stem_cells_by_hand(stem_runs):
     assert table["every run"].tolist() == [True, False, False, False, False, False]
     assert table["kept in pos (dynamic)"].tolist() == [True, False, True, False, False, False]
     # kept 3, 2 and 3 of 6 heads: 6 * 3/6 * 2/6 * 3/6 = 0.5 stem cells expected by chance
-    assert gate_report.chance_stem_cells([3, 2, 3], 6) == pytest.approx(0.5)
-    assert gate_report.chance_stem_cells([72], 72) == pytest.approx(72)  # one setting: all its heads
-    assert np.isnan(gate_report.chance_stem_cells([], 6))
-    lines = gate_report.stem_cell_lines(table, ["ner"])
+    assert gates.chance_stem_cells([3, 2, 3], 6) == pytest.approx(0.5)
+    assert gates.chance_stem_cells([72], 72) == pytest.approx(72)  # one setting: all its heads
+    assert np.isnan(gates.chance_stem_cells([], 6))
+    lines = gates.stem_cell_lines(table, ["ner"])
     assert "  settings taking part (3): dep (dynamic), pos (dynamic), pos+ner (dynamic); left out, gates never " \
            "moved: ner" in lines
     # within layers: dep and pos+ner keep 2 of layer 0's 3 heads and 1 of layer 1's, pos 2 and 0:
     # 3 * (2/3)^3 + 3 * (1/3 * 0 * 1/3) = 0.89 expected
-    assert gate_report.kept_by_layer(table).tolist() == [[2, 1], [2, 0], [2, 1]]
+    assert gates.kept_by_layer(table).tolist() == [[2, 1], [2, 0], [2, 1]]
     assert "  1 of 6 heads kept in every setting (chance 0.5 if each setting kept its 3, 2, 3 heads at random; " \
            "0.89 if at random within each layer, as many per layer as it keeps): L0H0" in lines
     assert "  1 heads kept in every run (6 runs): L0H0" in lines
@@ -513,15 +514,15 @@ def test_a_stem_cell_need_not_be_kept_in_every_run():
     """Three seeds: kept in two of them is kept by the setting (more than half), not in every run."""
     a = [np.array([[1.0, 1.0]]), np.array([[1.0, 0.0]]), np.array([[0.0, 1.0]])]
     b = [np.array([[1.0, 0.0]])] * 2
-    table = gate_report.stem_cells({"a": a, "b": b})
+    table = gates.stem_cells({"a": a, "b": b})
     assert table["settings kept"].tolist() == [2, 1] and table["runs kept"].tolist() == [4, 2]
     assert table["stem cell"].tolist() == [True, False] and table["every run"].tolist() == [False, False]
 
 
 def test_no_setting_whose_gates_moved_has_no_stem_cells():
-    table = gate_report.stem_cells({"pos": [np.full((2, 3), 0.998)] * 2})
+    table = gates.stem_cells({"pos": [np.full((2, 3), 0.998)] * 2})
     assert not table["stem cell"].any() and (table["settings"] == 0).all() and (table["runs kept"] == 0).all()
-    assert gate_report.stem_cell_lines(table)[-1] == "  no setting's gates moved: no stem cells to tell"
+    assert gates.stem_cell_lines(table)[-1] == "  no setting's gates moved: no stem cells to tell"
 
 
 def write_probe_report(folder):
@@ -558,66 +559,66 @@ def write_probe_report(folder):
 
 
 def test_head_skill_percentiles_and_ranks_by_hand(tmp_path):
-    from mtl_heads.reports.probe_report import read_report
+    from mtl_heads.records.probe_reports import read_report
 
     report = read_report(write_probe_report(tmp_path / "pretrained"))
     dep, clark = report.tables["dep"], report.tables["clark"]
-    assert gate_report.skill_labels(dep, report.meta["families"]["dep"], "dep") == ["nsubj", "obj"]
-    assert gate_report.skill_labels(clark, report.meta["families"]["clark"], "clark") == ["nsubj"]
+    assert gates.skill_labels(dep, report.meta["families"]["dep"], "dep") == ["nsubj", "obj"]
+    assert gates.skill_labels(clark, report.meta["families"]["clark"], "clark") == ["nsubj"]
     voita = pd.DataFrame({"label": ["confidence", "positional", "rare", "nsubj"]})
     families = {"confidence": {"labels": ["confidence"], "unit": "mean max attention weight"},
                 "roles": {"labels": ["positional", "rare"], "unit": "%"},
                 "syntactic": {"labels": ["nsubj"], "unit": "%"}}
-    assert gate_report.skill_labels(voita, families, "voita") == ["nsubj"]
-    skill = gate_report.head_skill(dep, ["nsubj", "obj"], 2, 3)
+    assert gates.skill_labels(voita, families, "voita") == ["nsubj"]
+    skill = gates.head_skill(dep, ["nsubj", "obj"], 2, 3)
     assert skill.tolist() == [[30.0, 33.0, 27.5], [50.0, 40.0, 45.0]]
-    assert gate_report.head_skill(clark, ["nsubj"], 2, 3).tolist() == [[6, 2, 3], [4, 5, 6]]  # the better direction
+    assert gates.head_skill(clark, ["nsubj"], 2, 3).tolist() == [[6, 2, 3], [4, 5, 6]]  # the better direction
     # ascending: L0H2 27.5, L0H0 30, L0H1 33, L1H1 40, L1H2 45, L1H0 50 -> 100 * (r - 1) / 5
-    assert gate_report.percentile_ranks(skill).tolist() == [[20.0, 40.0, 0.0], [100.0, 60.0, 80.0]]
-    assert gate_report.head_ranks(skill).tolist() == [[5, 4, 6], [1, 3, 2]]
+    assert gates.percentile_ranks(skill).tolist() == [[20.0, 40.0, 0.0], [100.0, 60.0, 80.0]]
+    assert gates.head_ranks(skill).tolist() == [[5, 4, 6], [1, 3, 2]]
     # ties averaged (and share the better rank); NaN below every number: ascending ranks 3, 4.5, 4.5, 1, 2 of 5
     scores = np.array([1.0, 3.0, 3.0, np.nan, 0.0])
-    assert gate_report.percentile_ranks(scores).tolist() == [50.0, 87.5, 87.5, 0.0, 25.0]
-    assert gate_report.head_ranks(scores).tolist() == [3, 1, 1, 5, 4]
+    assert gates.percentile_ranks(scores).tolist() == [50.0, 87.5, 87.5, 0.0, 25.0]
+    assert gates.head_ranks(scores).tolist() == [3, 1, 1, 5, 4]
 
 
 def test_stem_cells_exactly_the_top_heads_give_the_smallest_p():
     rng = np.random.default_rng(3)
-    percent = gate_report.percentile_ranks(rng.random(72))  # [72], no ties
+    percent = gates.percentile_ranks(rng.random(72))  # [72], no ties
     top = percent >= np.sort(percent)[-3]
-    observed, null_mean, null_95, p = gate_report.set_percentile_baseline(percent, top)
+    observed, null_mean, null_95, p = gates.set_percentile_baseline(percent, top)
     assert observed == pytest.approx(np.mean(np.sort(percent)[-3:]))
     # only a draw of exactly the top three is as high: 1 in C(72, 3) = 59,640, so about 0.17 of 10,000 draws
     assert 1 / 10_001 <= p <= 3 / 10_001
     assert null_mean == pytest.approx(50.0, abs=1.0) and null_95 < observed
     # six heads, the top two: exactly 1 of C(6, 2) = 15 sets is as high, so p is about 1/15
-    six = gate_report.percentile_ranks(np.arange(6.0))
-    assert gate_report.set_percentile_baseline(six, six >= 80)[3] == pytest.approx(1 / 15, abs=0.01)
+    six = gates.percentile_ranks(np.arange(6.0))
+    assert gates.set_percentile_baseline(six, six >= 80)[3] == pytest.approx(1 / 15, abs=0.01)
 
 
 def test_stem_cells_that_are_the_worst_heads_give_p_one():
-    percent = gate_report.percentile_ranks(np.random.default_rng(4).random(72))
+    percent = gates.percentile_ranks(np.random.default_rng(4).random(72))
     worst = percent <= np.sort(percent)[2]
-    observed, null_mean, _, p = gate_report.set_percentile_baseline(percent, worst)
+    observed, null_mean, _, p = gates.set_percentile_baseline(percent, worst)
     assert observed == pytest.approx(np.mean(np.sort(percent)[:3])) and observed < 3
     assert p == 1.0  # every random set is at least as high
     # seeded: the same numbers again; another seed, other draws
-    assert gate_report.set_percentile_baseline(percent, percent > 90) == \
-        gate_report.set_percentile_baseline(percent, percent > 90)
-    assert gate_report.set_percentile_baseline(percent, percent > 90, seed=1) != \
-        gate_report.set_percentile_baseline(percent, percent > 90)
+    assert gates.set_percentile_baseline(percent, percent > 90) == \
+        gates.set_percentile_baseline(percent, percent > 90)
+    assert gates.set_percentile_baseline(percent, percent > 90, seed=1) != \
+        gates.set_percentile_baseline(percent, percent > 90)
     with pytest.raises(ValueError, match="at least one"):
-        gate_report.set_percentile_baseline(percent, np.zeros(72, bool))
+        gates.set_percentile_baseline(percent, np.zeros(72, bool))
 
 
 def test_stem_cells_against_a_probe_report(stem_runs, tmp_path):
-    from mtl_heads.reports.probe_report import read_report
+    from mtl_heads.records.probe_reports import read_report
 
     groups = group_settings(read_runs([stem_runs]))
     settings = {s: [r.values for r in g] for s, g in groups.items()}
-    table = gate_report.stem_cells(settings, gate_report.moved_flags(groups))
+    table = gates.stem_cells(settings, gates.moved_flags(groups))
     report = read_report(write_probe_report(tmp_path / "pretrained"))
-    ranks = gate_report.stem_cells_vs_probes(table, [report]).set_index("probe")
+    ranks = gates.stem_cells_vs_probes(table, [report]).set_index("probe")
     assert list(ranks.index) == ["dep", "clark", "sink"]
     dep = ranks.loc["dep"]  # the stem cell L0H0: weighted score 30, fifth of six, percentile 20
     assert (dep["report"], dep["model"], dep["labels"], dep["heads"], dep["stem cells"]) == ("pretrained", "pretrained",
@@ -627,7 +628,7 @@ def test_stem_cells_against_a_probe_report(stem_runs, tmp_path):
     clark = ranks.loc["clark"]  # L0H0 6 ties L1H2 for first: percentile (5.5 - 1) / 5; to [CLS] left out
     assert clark["L0H0 rank"] == 1 and clark["L0H0 percentile"] == pytest.approx(90.0) and clark["labels"] == 1
     assert ranks.loc["sink", "note"].startswith("a share of attention") and np.isnan(ranks.loc["sink", "p"])
-    lines = gate_report.probe_rank_lines(ranks.reset_index())
+    lines = gates.probe_rank_lines(ranks.reset_index())
     assert lines[0].startswith("Stem cells against probe heads: per probe, each head's count-weighted mean score")
     assert "  pretrained/dep (2 labels): stem cells' mean percentile 20.0 (random sets: mean " \
            f"{dep['null mean']:.1f}, 95th pct 100.0; p = {dep['p']:.3g}; layer-matched sets: mean " \
@@ -636,7 +637,7 @@ def test_stem_cells_against_a_probe_report(stem_runs, tmp_path):
     assert dep["null mean"] == pytest.approx(50.0, abs=1.5)  # one random head of six: its mean percentile is 50
     assert "  pretrained/sink: left out (a share of attention on the first token, not a skill)" in lines
     empty = table.assign(**{"stem cell": False})
-    assert gate_report.stem_cells_vs_probes(empty, [report]).empty
+    assert gates.stem_cells_vs_probes(empty, [report]).empty
 
 
 def test_cli_writes_the_stem_cells_and_their_probe_ranks(stem_runs, tmp_path, capsys):
@@ -697,7 +698,7 @@ def test_kv_group_gates_are_shuffled_as_whole_groups(tmp_path):
     def share_significant(block):
         hits = 0
         for _ in range(200):
-            table = gate_report.permutation_baseline({"a": [grid()], "b": [grid()]}, {"a": [True], "b": [True]},
+            table = gates.permutation_baseline({"a": [grid()], "b": [grid()]}, {"a": [True], "b": [True]},
                                                      shuffles=200, block=block)
             hits += table["p"].iloc[0] < 0.05
         return hits / 200
@@ -718,12 +719,12 @@ def test_stem_count_p_matches_the_hypergeometric_tail():
     """Two settings: the heads both keep by chance follow a hypergeometric law, so the simulated p of
     finding at least k common heads is its tail; with KV groups whole groups are drawn."""
     for observed in (2, 4, 6):
-        p = gate_report.stem_count_p([8, 8], 24, observed, draws=20_000)
+        p = gates.stem_count_p([8, 8], 24, observed, draws=20_000)
         assert p == pytest.approx(stats.hypergeom(24, 8, 8).sf(observed - 1), abs=0.006)
-    assert gate_report.stem_count_p([24, 8], 24, 8) == 1.0  # a setting keeping every head: always 8 in common
-    assert gate_report.stem_count_p([8, 8], 24, 0) == 1.0 and np.isnan(gate_report.stem_count_p([], 24, 1))
+    assert gates.stem_count_p([24, 8], 24, 8) == 1.0  # a setting keeping every head: always 8 in common
+    assert gates.stem_count_p([8, 8], 24, 0) == 1.0 and np.isnan(gates.stem_count_p([], 24, 1))
     # groups of 4 (6 groups, 2 kept each): a common count is 0, 4 or 8, and >= 4 means a shared group
-    p = gate_report.stem_count_p([8, 8], 24, 4, draws=20_000, block=4)
+    p = gates.stem_count_p([8, 8], 24, 4, draws=20_000, block=4)
     assert p == pytest.approx(stats.hypergeom(6, 2, 2).sf(0), abs=0.01)
 
 

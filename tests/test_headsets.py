@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from mtl_heads.model import headsets
-from mtl_heads.reports import gates as gate_report
+from mtl_heads import gates
 
 
 def test_names_round_trip():
@@ -58,23 +58,23 @@ def _exact_layer_overlap_p(kept: list[list[int]], heads: int, observed: int) -> 
 def test_layer_aware_stem_count_matches_the_exact_distribution():
     kept = [[3, 1, 0], [2, 2, 1]]  # two settings, heads kept in each of 3 layers of 4 heads
     # expected: 4 * (3/4 * 2/4) + 4 * (1/4 * 2/4) + 4 * 0 = 1.5 + 0.5
-    assert gate_report.chance_stem_cells_by_layer(np.array(kept), 4) == pytest.approx(2.0)
+    assert gates.chance_stem_cells_by_layer(np.array(kept), 4) == pytest.approx(2.0)
     for observed in (1, 2, 3):
         exact = _exact_layer_overlap_p(kept, 4, observed)
-        p = gate_report.stem_count_layer_p(np.array(kept), 4, observed, draws=40_000)
+        p = gates.stem_count_layer_p(np.array(kept), 4, observed, draws=40_000)
         assert p == pytest.approx(exact, abs=0.01)
     # the layer-aware null gives more overlap than the global one when both keep the same layers
     same = np.array([[4, 0, 0], [4, 0, 0]])
-    assert gate_report.chance_stem_cells_by_layer(same, 4) == 4.0 > gate_report.chance_stem_cells([4, 4], 12)
-    assert gate_report.stem_count_layer_p(same, 4, 4) == 1.0  # always the same 4
-    assert math.isnan(gate_report.stem_count_layer_p(np.zeros((0, 3)), 4, 1))
+    assert gates.chance_stem_cells_by_layer(same, 4) == 4.0 > gates.chance_stem_cells([4, 4], 12)
+    assert gates.stem_count_layer_p(same, 4, 4) == 1.0  # always the same 4
+    assert math.isnan(gates.stem_count_layer_p(np.zeros((0, 3)), 4, 1))
 
 
 def test_layer_aware_permutation_baseline_matches_enumeration():
     """2 layers x 3 heads: every within-layer shuffle of B (3! * 3! = 36) enumerated by hand."""
     rng = np.random.default_rng(3)
     a, b = rng.random((2, 3)), rng.random((2, 3))
-    table = gate_report.permutation_baseline({"a": [a], "b": [b]}, {"a": [True], "b": [True]}, shuffles=20_000)
+    table = gates.permutation_baseline({"a": [a], "b": [b]}, {"a": [True], "b": [True]}, shuffles=20_000)
     row = table.iloc[0]
     x, y = a.ravel(), b.ravel()
     observed = np.corrcoef(x, y)[0, 1]
@@ -87,7 +87,7 @@ def test_layer_aware_permutation_baseline_matches_enumeration():
 
 def test_jaccard_of_a_setting_that_keeps_every_head_cannot_be_tested():
     every, some = np.ones((2, 3)), np.array([[1.0, 0, 0], [0, 1.0, 0]])
-    row = gate_report.permutation_baseline({"all": [every * 0.9], "some": [some]},
+    row = gates.permutation_baseline({"all": [every * 0.9], "some": [some]},
                                            {"all": [True], "some": [True]}).iloc[0]
     assert row["jaccard note"] == "cannot be tested: all keeps every head"
     assert math.isnan(row["jaccard p"]) and math.isnan(row["jaccard layer p"])
@@ -97,10 +97,10 @@ def test_layer_matched_percentile_baseline():
     # the best head of each layer chosen: against any heads it is special, against its own layer's
     # heads too; the worst heads of the best layer are not special once layers are matched
     skill = np.array([[90, 80, 70], [10, 5, 1]], float)
-    percent = gate_report.percentile_ranks(skill).ravel()
+    percent = gates.percentile_ranks(skill).ravel()
     chosen = np.array([[0, 1, 1], [0, 0, 0]], bool).ravel()  # layer 0's two weaker heads
-    _, _, _, p_global = gate_report.set_percentile_baseline(percent, chosen, draws=20_000)
-    observed, mean, _, p_layer = gate_report.set_percentile_baseline(percent, chosen, draws=20_000, layers=2)
+    _, _, _, p_global = gates.set_percentile_baseline(percent, chosen, draws=20_000)
+    observed, mean, _, p_layer = gates.set_percentile_baseline(percent, chosen, draws=20_000, layers=2)
     # percentiles 100, 80, 60 | 40, 20, 0; the chosen mean 70. Global: C(6, 2) = 15 sets, 4 with a mean
     # of at least 70 (100+80, 100+60, 100+40, 80+60): p = 4/15
     assert observed == 70 and p_global == pytest.approx(4 / 15, abs=0.01)

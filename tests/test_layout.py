@@ -16,6 +16,8 @@ FLOORS = [
     ("model", ["mtl_heads.model"]),
     ("tasks, probes", ["tasks", "probes"]),
     ("figures", ["mtl_heads.figures"]),
+    ("records", ["mtl_heads.records"]),
+    ("gates", ["mtl_heads.gates"]),
     ("training, reports", ["mtl_heads.training", "mtl_heads.reports"]),
     ("study", ["mtl_heads.study"]),
     ("analysis", ["mtl_heads.analysis"]),

@@ -14,7 +14,8 @@ import torch
 from mtl_heads.commands.probe import main, run
 from probes import PROBES
 from probes.base import Probe, ProbeContext
-from mtl_heads.reports.probe_report import choice_conflicts, pos_tagset, read_report, relation_labels, report_choices, write_report
+from mtl_heads.records.probe_reports import read_report
+from mtl_heads.reports.probe_report import choice_conflicts, pos_tagset, relation_labels, report_choices, write_report
 
 SIZES = "data.demo_sizes={train: 24, dev: 12, test: 16}"
 

@@ -17,7 +17,7 @@ import mtl_heads.reports.probe_compare as compare_module
 from mtl_heads.commands.probe import main
 from probes.base import best_heads
 from mtl_heads.reports.probe_compare import compare_reports, group_reports, pooled_summary, run_setting
-from mtl_heads.reports.probe_report import read_report
+from mtl_heads.records.probe_reports import read_report
 
 COUNTS = {"NN": 30, "VB": 20}
 

@@ -10,7 +10,7 @@ import pytest
 
 from mtl_heads.commands.report import main
 from mtl_heads.reports.page import build_page, heat_cells
-from mtl_heads.reports.probe_report import split_specs
+from mtl_heads.records.probe_reports import split_specs
 
 from helpers import _browser, make_run
 
@@ -134,7 +134,7 @@ def many_settings(tmp_path):
 def probe_comparison(probe_dir, tmp_path):
     """A probe comparison folder written by mtl_heads/reports/probe_compare.py from two copies of ``probe_dir``."""
     from mtl_heads.reports.probe_compare import compare_reports
-    from mtl_heads.reports.probe_report import read_report
+    from mtl_heads.records.probe_reports import read_report
 
     other = tmp_path / "probe-report-2"
     shutil.copytree(probe_dir, other)
@@ -556,7 +556,7 @@ def test_no_stem_cells_part_when_no_gates_moved(tmp_path):
     page = build_page([str(root)], [])
     assert "Gates that never moved" in page and 'id="stem-cells"' not in page
     # called on such settings all the same, it says why there is nothing to tell
-    from mtl_heads.reports.gates import stem_cells
+    from mtl_heads.gates import stem_cells
     from mtl_heads.reports.page import stem_cells_html
 
     still = stem_cells({"pos": [[[1, 0.998, 1], [0.995, 1, 1]]] * 2}, {"pos": [False, False]})

@@ -60,7 +60,7 @@ def stem_cell_heads(csv: Path) -> HeadSource:
     """The heads to ablate that a gates report marked as stem cells: the rows of its ``stem-cells.csv``
     whose ``stem cell`` column is True (kept in every setting whose gates moved).
 
-    Not :func:`mtl_heads.reports.gates.stem_cells`, which computes that table from gate grids (one row
+    Not :func:`mtl_heads.gates.stem_cells`, which computes that table from gate grids (one row
     per head of the grid, stem cell or not); this reads the stem cells back from the written CSV, as
     head names with the grid they came from.
 
@@ -86,9 +86,9 @@ def stem_cell_heads(csv: Path) -> HeadSource:
 
 def probe_heads(folder: Path, probe: str, top: int | None) -> HeadSource:
     """The ``top`` best heads of ``probe`` in a probe report folder, by the count-weighted mean score
-    over its labels in % (``mtl_heads.reports.gates.head_skill``)."""
-    from mtl_heads.reports.gates.survivors import NOT_RANKED, head_skill, skill_labels
-    from mtl_heads.reports.probe_report import read_report
+    over its labels in % (``mtl_heads.gates.head_skill``)."""
+    from mtl_heads.gates.survivors import NOT_RANKED, head_skill, skill_labels
+    from mtl_heads.records.probe_reports import read_report
 
     if not probe or top is None:
         raise ConfigError(f"config keys 'probe' and 'top': a probe report ({folder}) needs both, e.g. probe=dep top=6")

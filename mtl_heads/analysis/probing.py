@@ -26,7 +26,8 @@ from mtl_heads.model.precision import autocast
 from mtl_heads.model.removal import read_heads
 from mtl_heads.study.core import heads_text
 from mtl_heads.reports.probe_compare import compare_reports, group_reports
-from mtl_heads.reports.probe_report import closed_best, read_report, safe_name, write_report
+from mtl_heads.records.probe_reports import read_report
+from mtl_heads.reports.probe_report import closed_best, safe_name, write_report
 from mtl_heads.training.tracking import resolve_mode, start_run
 from probes.base import Probe, ProbeContext, RunProbeAdapter, first_token_name
 from probes.runner import examples_for, run_probes

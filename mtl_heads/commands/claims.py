@@ -23,7 +23,7 @@ from mtl_heads.cli import Arguments, command, config_file
 from mtl_heads.config import ConfigError
 from mtl_heads.files import atomic_write_text
 from mtl_heads.folders import RUNS
-from mtl_heads.reports.runs import spec_folder
+from mtl_heads.records.runs import spec_folder
 from mtl_heads.study import check_claims, claims_json, claims_markdown, read_since, read_study, splice
 
 ARGUMENTS = Arguments(config_file("claims"), positional="folders", many=True,

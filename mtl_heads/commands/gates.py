@@ -1,7 +1,7 @@
 """``python -m mtl_heads gates RUNS... [out=F] [threshold=T] [shuffles=N] [wandb.mode=MODE] [probes=DIR,...]``:
 gate pictures and tables (PNG, CSV) from training run folders.
 
-The command line of :mod:`mtl_heads.reports.gates` (what each picture and table shows is said
+The command line of :mod:`mtl_heads.reports.gate_report` (what each picture and table shows is said
 there); also run as ``python -m mtl_heads gates``. Written into ``out=`` (default: ``gate-report/`` in
 the runs' common parent folder, e.g. ``runs/gate-report/``). The command prints what it left out
 (``note: not used: <path> (<why>)``), the settings, the output folder, and one ``wrote <file>`` line
@@ -23,9 +23,10 @@ from omegaconf import DictConfig
 
 from mtl_heads.cli import Arguments, command, config_file
 from mtl_heads.config import ConfigError
-from mtl_heads.reports.gates import (WANDB_MODES, correlation_note, default_out, describe_file, group_settings, log_to_wandb,
-                                     moved_flags, permutation_lines, probe_rank_lines, read_probe_reports, read_runs,
-                                     stem_cell_lines, still_settings, write_report)
+from mtl_heads.gates import (group_settings, moved_flags, permutation_lines, probe_rank_lines, read_probe_reports,
+                             read_runs, stem_cell_lines, still_settings)
+from mtl_heads.reports.gate_report import (WANDB_MODES, correlation_note, default_out, describe_file, log_to_wandb,
+                                           write_report)
 
 ARGUMENTS = Arguments(config_file("gates"), positional="runs", many=True, greedy=frozenset({"--probes"}),
                       flags={"--out": "out", "--threshold": "threshold", "--shuffles": "shuffles",

@@ -23,8 +23,8 @@ from omegaconf import DictConfig
 from mtl_heads.cli import Arguments, command, config_file
 from mtl_heads.config import ConfigError
 from mtl_heads.reports.page import Lead, write_html
-from mtl_heads.reports.probe_report import split_specs
-from mtl_heads.reports.runs import Note, folder_kind
+from mtl_heads.records.probe_reports import split_specs
+from mtl_heads.records.runs import Note, folder_kind
 from mtl_heads.study.lead import read_page_study, stem_cell_groups, study_lead
 
 ARGUMENTS = Arguments(config_file("report"), positional="paths", many=True, repeat=frozenset({"test"}),

@@ -28,7 +28,7 @@ import json
 from pathlib import Path
 
 from mtl_heads.files import read_json
-from mtl_heads.reports.runs import Note
+from mtl_heads.records.runs import Note
 from mtl_heads.reports.static import asset
 
 __all__ = ["SAMPLES_FILE", "MIN_LABEL_COUNT", "ATTENTION_REPORTS", "read_samples", "samples_problem",
@@ -221,7 +221,7 @@ def attention_section(folders: list[Path], heads: dict | None = None, notes: lis
         heads: head groups offered first (``{"stem cells (DP)": [(layer, head)]}``); default none: the
             probes' best heads only.
         notes: a report whose ``report.json`` or samples file cannot be read is left out of the view and
-            a :class:`~mtl_heads.reports.runs.Note` naming the file and why is appended here (once per
+            a :class:`~mtl_heads.records.runs.Note` naming the file and why is appended here (once per
             file). Default none: left out without a note.
     """
     found = []

@@ -1,7 +1,7 @@
 """Comparison of runs: one table of many runs, seeds pooled (the library of ``python -m mtl_heads compare``).
 
-Runs (found by :func:`mtl_heads.reports.runs.find_runs`) whose configs are identical apart from
-:data:`~mtl_heads.reports.runs.IGNORED_KEYS` (seed, folders, W&B, resume, progress bars) form one *setting*; their seeds are
+Runs (found by :func:`mtl_heads.records.runs.find_runs`) whose configs are identical apart from
+:data:`~mtl_heads.records.runs.IGNORED_KEYS` (seed, folders, W&B, resume, progress bars) form one *setting*; their seeds are
 pooled. The table has one row per setting:
 
 - ``setting``: a short name, the task list (``pos+ner``) with its prune mode (``dep (dynamic)``);
@@ -25,9 +25,9 @@ pooled. The table has one row per setting:
 :func:`write_plots` adds ``score-vs-heads.png`` (test score against heads kept, one point per run, one
 colour per setting), ``dev-curves.png`` / ``.csv`` (:mod:`mtl_heads.reports.curves`: each task's dev
 score per epoch, mean ± std over seeds) and ``gate-correlation.png`` / ``.csv`` / ``-permutation.csv``
-(:func:`mtl_heads.reports.gates.correlation_matrix` between the settings' gates: settings whose gates
+(:func:`mtl_heads.gates.correlation_matrix` between the settings' gates: settings whose gates
 never moved left out, run-to-run consistency on the diagonal where two runs have gates that vary; and
-its permutation baseline, :func:`mtl_heads.reports.gates.permutation_baseline`). With pairs of settings
+its permutation baseline, :func:`mtl_heads.gates.permutation_baseline`). With pairs of settings
 to test (``Comparison.significance``, :mod:`mtl_heads.reports.significance`), :func:`write_comparison`
 also writes ``significance.csv`` and a section of ``compare.md``.
 """
@@ -50,10 +50,10 @@ from mtl_heads.folders import OLD_REMOVAL_WEIGHTS, removal_dir
 from mtl_heads.figures.plots import new_figure, wrap_label
 from mtl_heads.reports.curves import curve_points, learning_curves, main_metric, plot_learning_curves
 from mtl_heads.model.gating import KEPT_AT
-from mtl_heads.reports.gates.pictures import write_correlation
-from mtl_heads.reports.gates.read import read_run
-from mtl_heads.reports.gates.stats import STILL_TEXT
-from mtl_heads.reports.runs import (RUNS, Note, find_runs, flatten_config, is_null, name_settings,
+from mtl_heads.reports.gate_report import write_correlation
+from mtl_heads.gates.read import read_run
+from mtl_heads.gates.grids import STILL_TEXT
+from mtl_heads.records.runs import (RUNS, Note, find_runs, flatten_config, is_null, name_settings,
                                     read_yaml, setting_config, value_text, varying_keys)
 from mtl_heads.reports.significance import TESTS_TEXT, format_significance, resolve_pairs, significance_table
 
@@ -111,7 +111,7 @@ def _number(value) -> float:
 
 def _gates_or_none(path: Path, notes: list[Note] | None) -> dict | None:
     """``path/gates.json``, or None when it is absent or cannot be read; a broken one is appended to
-    ``notes`` (when given) as a :class:`~mtl_heads.reports.runs.Note` naming the file and why."""
+    ``notes`` (when given) as a :class:`~mtl_heads.records.runs.Note` naming the file and why."""
     try:
         return read_json(path / "gates.json")
     except UnreadableFile as err:
@@ -132,7 +132,7 @@ def read_run_row(path: Path, notes: list[Note] | None = None) -> tuple[dict, dic
     Args:
         path: the run folder.
         notes: a gates.json that cannot be read is appended to it as a
-            :class:`~mtl_heads.reports.runs.Note` (for the report's list and stderr). Default None:
+            :class:`~mtl_heads.records.runs.Note` (for the report's list and stderr). Default None:
             not told.
     """
     cfg = read_yaml(path / "config.yaml")
@@ -618,13 +618,13 @@ def plot_dev_curves(runs: pd.DataFrame, out: Path, notes: list[Note] | None = No
 
 
 def gate_settings(runs: pd.DataFrame, notes: list[Note] | None = None) -> dict[str, list]:
-    """``{setting: [RunGates of its runs]}`` (:class:`mtl_heads.reports.gates.RunGates`) for the runs with
+    """``{setting: [RunGates of its runs]}`` (:class:`mtl_heads.gates.RunGates`) for the runs with
     a readable ``gates.json``, settings as in the table (with several grid shapes, the most common).
 
     Args:
         runs: one row per run (:func:`run_table`).
         notes: a run whose gates cannot be read is left out and its file appended to it as a
-            :class:`~mtl_heads.reports.runs.Note`, unless a note already names that file
+            :class:`~mtl_heads.records.runs.Note`, unless a note already names that file
             (:func:`compare_runs` noted a broken gates.json); default None: left out, not told.
     """
     settings: dict[str, list] = {}
@@ -647,7 +647,7 @@ def gate_settings(runs: pd.DataFrame, notes: list[Note] | None = None) -> dict[s
 
 
 def plot_gate_correlation(runs: pd.DataFrame, out: Path, notes: list[Note] | None = None) -> dict[str, Path]:
-    """``gate-correlation.csv`` / ``.png``: :func:`~mtl_heads.reports.gates.correlation_matrix` between the
+    """``gate-correlation.csv`` / ``.png``: :func:`~mtl_heads.gates.correlation_matrix` between the
     settings' gates (runs without ``gates.json`` left out; with several grid shapes, the most common).
     The picture leaves out settings whose gates never moved; none is drawn when no setting's gates
     moved (a note says so)."""

@@ -9,7 +9,7 @@ The page holds, with nothing to fetch (inline CSS and JavaScript, pictures as ba
 - with ``tests`` (``test=A,B`` / ``all``), the significance between settings of
   :mod:`mtl_heads.reports.significance` (Welch's t-test and an exact permutation test over seeds, per
   shared score), as ``python -m mtl_heads compare test=`` prints it;
-- the gate pictures of :mod:`mtl_heads.reports.gates` for the settings of the table (mean gate map,
+- the gate pictures of :mod:`mtl_heads.reports.gate_report` for the settings of the table (mean gate map,
   correlation between the settings whose gates moved and its permutation baseline, R/G/B overlaps of
   three seeds, heads kept per layer, each run's gate map) and, when gates moved, the stem cells (heads
   kept in every setting, against chance; how many settings keep each head as a hover heatmap), the
@@ -21,7 +21,7 @@ The page holds, with nothing to fetch (inline CSS and JavaScript, pictures as ba
   ``mtl_heads/reports/probe_compare.py``): its side-by-side heatmaps, the per-label table folded below.
 
 Every table sorts when a header is clicked (numerically when the column holds numbers; again to
-reverse). Run specs are what :func:`mtl_heads.reports.runs.find_runs` takes (run folders, globs,
+reverse). Run specs are what :func:`mtl_heads.records.runs.find_runs` takes (run folders, globs,
 folders of runs at any depth, experiment names); a folder holding ``report.json`` is a probe report,
 one holding ``compare.json`` a probe comparison (also found below the folders given,
 :func:`mtl_heads.reports.probe_report.split_specs`). Whatever is given and not used is listed on the
@@ -50,12 +50,14 @@ from mtl_heads.reports.attention_view import attention_section
 from mtl_heads.reports.comparison import (Comparison, add_significance, compare_runs, config_legend, legend_title,
                                           mixed_tasks, number_columns, numbers_shown, plot_dev_curves,
                                           plot_score_vs_heads, runs_shown)
-from mtl_heads.reports.gates import (DIAGONAL_TEXT, PERMUTATION_TEXT, group_settings, moved_flags,
-                                     read_run, stem_cell_lines, stem_settings, still_settings, write_report)
+from mtl_heads.gates import (DIAGONAL_TEXT, PERMUTATION_TEXT, group_settings, moved_flags, read_run, stem_cell_lines,
+                             stem_settings, still_settings)
+from mtl_heads.reports.gate_report import write_report
 from mtl_heads.reports.probe_compare import (best_head_cells, compared_folders, compared_reports, group_indices,
                                              model_name, pooled_cells, read_comparison)
-from mtl_heads.reports.probe_report import PROBE_KINDS, heatmap_grid, probe_families, read_report, summary_cells
-from mtl_heads.reports.runs import RUNS, Note, folder_kind
+from mtl_heads.records.probe_reports import PROBE_KINDS, read_report
+from mtl_heads.reports.probe_report import heatmap_grid, probe_families, summary_cells
+from mtl_heads.records.runs import RUNS, Note, folder_kind
 from mtl_heads.reports.significance import TESTS_TEXT, format_significance
 from mtl_heads.reports.static import asset
 
@@ -421,9 +423,9 @@ def _none_testable(table: pd.DataFrame) -> str:
 
 
 def gate_pictures(runs: pd.DataFrame | list[Path], folder: Path, notes: list[Note] | None = None) -> str:
-    """The gate pictures of :func:`mtl_heads.reports.gates.write_report` for the runs that have gates,
+    """The gate pictures of :func:`mtl_heads.reports.gate_report.write_report` for the runs that have gates,
     grouped into the settings of the comparison table (``runs``: its run table; a plain list of run
-    folders is grouped by :func:`mtl_heads.reports.gates.group_settings`), and, when some setting's
+    folders is grouped by :func:`mtl_heads.gates.group_settings`), and, when some setting's
     gates moved, its stem cells (:func:`stem_cells_html`). ``folder``: where the pictures are drawn
     before they are inlined (a temporary folder). When the gates cannot be drawn (a broken gates.json,
     runs of two encoders) the section says why, and so does a :class:`Note` appended to ``notes``
@@ -501,13 +503,13 @@ def gate_pictures(runs: pd.DataFrame | list[Path], folder: Path, notes: list[Not
 
 def stem_cells_html(table: pd.DataFrame, left_out: list[str] | tuple = ()) -> str:
     """The stem cells (heads kept in every setting whose gates moved, He & Choi 2021): the lines
-    ``python -m mtl_heads gates`` prints (:func:`mtl_heads.reports.gates.stem_cell_lines`: the rule,
+    ``python -m mtl_heads gates`` prints (:func:`mtl_heads.gates.stem_cell_lines`: the rule,
     the settings taking part, ``k of N heads kept in every setting (chance x ...): L0H0, ...``, the
     heads kept in every run), then its grid of how many settings keep each head as a hover heatmap,
     the stem cells outlined. Without stem cells a sentence says so before the count line.
 
     Args:
-        table: :func:`mtl_heads.reports.gates.stem_cells` (as written to ``stem-cells.csv``).
+        table: :func:`mtl_heads.gates.stem_cells` (as written to ``stem-cells.csv``).
         left_out: settings whose gates never moved (named in the settings line). Default: none.
     """
     names = stem_settings(table)
@@ -531,7 +533,7 @@ def stem_cells_html(table: pd.DataFrame, left_out: list[str] | tuple = ()) -> st
 
 
 def _permutation_html(table: pd.DataFrame) -> str:
-    """The permutation baseline of the gate correlation (:func:`mtl_heads.reports.gates.permutation_baseline`)
+    """The permutation baseline of the gate correlation (:func:`mtl_heads.gates.permutation_baseline`)
     as a sortable table, one row per pair of settings, with a line saying what it tests."""
     def number(value, digits: str = ".2f") -> str:
         return "" if pd.isna(value) else format(value, digits)
@@ -730,7 +732,7 @@ def build_page(run_specs: list[str], probe_dirs: list[Path], title: str = "mtl-h
     """The whole HTML page as a string (nothing in it refers outside the page).
 
     Args:
-        run_specs: what :func:`mtl_heads.reports.runs.find_runs` takes (run folders, globs, folders
+        run_specs: what :func:`mtl_heads.records.runs.find_runs` takes (run folders, globs, folders
             of runs, experiment names); none: no comparison or gate sections.
         probe_dirs: probe report and probe comparison folders (:func:`mtl_heads.reports.probe_report.split_specs`).
         title: the page's title (default ``mtl-heads report``).

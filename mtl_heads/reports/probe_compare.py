@@ -6,7 +6,7 @@ Seeds pooled (``pool="seeds"``, the default; :func:`group_reports`): the reports
 one setting form one *group*. A run's setting is its ``config.yaml`` ``experiment`` key (set by
 ``seeds=1,2,3`` and ``docs/ewt-study.sh``), read from the run folder the report names
 (``report.json`` ``model``, when ``model_kind`` is ``run``) together with the rest of its setting
-(the config apart from seed, folders, W&B: :func:`mtl_heads.reports.runs.setting_config`); when that
+(the config apart from seed, folders, W&B: :func:`mtl_heads.records.runs.setting_config`); when that
 file cannot be read (the report was moved away from its runs), the run folder's parent's name when
 the run folder is ``seed<N>`` (``runs/<experiment>/seed<N>``). Reports also pool only when they were
 made alike (split, data, encoder size, probe choices) and on different seeds. Anything else -- the
@@ -44,10 +44,10 @@ import pandas as pd
 from mtl_heads.config import ConfigError
 from mtl_heads.files import read_json
 from mtl_heads.model.headsets import head_name
-from mtl_heads.reports.probe_report import (Report, choice_conflicts, choices_text, draw_heatmaps,
-                                            heatmap_grid, markdown_table, marked_head, read_report, report_choices,
-                                            safe_name)
-from mtl_heads.reports.runs import flatten_config, read_yaml, setting_config
+from mtl_heads.records.probe_reports import Report, read_report
+from mtl_heads.reports.probe_report import (choice_conflicts, choices_text, draw_heatmaps, heatmap_grid,
+                                            markdown_table, marked_head, report_choices, safe_name)
+from mtl_heads.records.runs import flatten_config, read_yaml, setting_config
 from mtl_heads.stats import welch
 
 __all__ = ["compare_reports", "side_by_side", "display_names", "POOLS", "Group", "run_setting", "group_reports",

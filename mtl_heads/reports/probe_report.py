@@ -12,14 +12,14 @@ Layout (``<folder>/``):
   means for each probe's numbers, in words); ``attention_sink`` (the ``sink`` probe's
   ``[layers, heads]`` grid of the mean share of attention on the first token, when it ran);
 - ``report.md``: a self-contained summary naming all of the above, with the best-head tables.
+
+A folder is read back by :func:`mtl_heads.records.probe_reports.read_report`.
 """
 from __future__ import annotations
 
-import glob
 import json
 import math
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -28,14 +28,13 @@ from omegaconf import OmegaConf
 
 from mtl_heads.config import ConfigError, pos_column
 from mtl_heads.model.headsets import head_name
-from mtl_heads.reports.runs import MAX_DEPTH, SKIP_DIRS, folder_kind
+from mtl_heads.records.probe_reports import Report
 from probes.texts import CAUSAL_NOTE, NO_START_TOKEN, RELATION_TEXT, ROOT_TEXT
 
-__all__ = ["write_report", "read_report", "Report", "heatmap_grid", "draw_heatmaps", "markdown_table",
+__all__ = ["write_report", "heatmap_grid", "draw_heatmaps", "markdown_table",
            "marked_head", "closed_best", "safe_name", "report_choices", "pos_tagset", "relation_labels",
            "choices_text", "choice_conflicts",
-           "CHOICE_PROBES", "causal_caveats", "probe_families", "summary_cells",
-           "PROBE_KINDS", "split_specs"]
+           "CHOICE_PROBES", "causal_caveats", "probe_families", "summary_cells"]
 
 # ---------------------------------------------------------------------- comparability choices
 CHOICE_PROBES = {"dep.root": ("dep",), "dep.relations": ("dep", "clark"), "data.pos": ("pos",)}
@@ -384,39 +383,6 @@ def _choice_source(key: str, data: dict) -> str:
     return ""
 
 
-@dataclass
-class Report:
-    """A report folder read back: ``meta`` (report.json), full ``tables`` and ``summaries`` per probe."""
-
-    folder: Path
-    meta: dict
-    tables: dict
-    summaries: dict
-
-
-def read_report(folder) -> Report:
-    """Read a report folder written by :func:`write_report`; errors name the missing file."""
-    folder = Path(folder)
-    path = folder / "report.json"
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: not a probe report folder (no report.json)")
-    try:
-        meta = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from None
-    tables, summaries = {}, {}
-    for name in meta.get("probes", {}):
-        for kind, store in (("", tables), ("_summary", summaries)):
-            csv = folder / f"{name}{kind}.csv"
-            if not csv.exists():
-                raise FileNotFoundError(f"{csv}: missing (listed in {path})")
-            try:
-                store[name] = pd.read_csv(csv, keep_default_na=False, na_values=[""], dtype={"label": str})
-            except pd.errors.EmptyDataError:
-                store[name] = pd.DataFrame(columns=["layer", "head", "label", "score", "count"])
-    return Report(folder, meta, tables, summaries)
-
-
 # ---------------------------------------------------------------------- the HTML page's cells
 def probe_families(report: Report, name: str, summary: pd.DataFrame) -> dict:
     """``{family: {"labels": [...], "unit": ...}}`` of the probe ``name`` of ``report`` (from report.json's
@@ -451,57 +417,3 @@ def summary_cells(summary: pd.DataFrame, closed: dict[str, str] | None = None) -
         text[column] = ["" if not finite(v) else str(int(v)) if integers else
                         f"{v:.1f}" if abs(v) >= 1 else f"{v:.3g}" for v in shown[column]]
     return text, numbers
-
-
-# ---------------------------------------------------------------------- probe folders among a command's paths
-PROBE_KINDS = ("probe report", "probe comparison")  # what mtl_heads.folders.folder_kind calls the folders of probes
-
-
-def _probe_folders(folder: Path, depth: int = MAX_DEPTH) -> list[Path]:
-    """Probe report and probe comparison folders below ``folder`` (not inside runs, nor inside a
-    comparison: the reports it probed on the fly belong to it)."""
-    found = []
-    try:
-        children = sorted(c for c in folder.iterdir() if c.is_dir())
-    except OSError:
-        return found
-    for child in children:
-        if child.name.startswith(".") or child.name in SKIP_DIRS or (child / "config.yaml").is_file():
-            continue
-        if folder_kind(child) in PROBE_KINDS:
-            found.append(child)
-        elif depth > 1:
-            found += _probe_folders(child, depth - 1)
-    return found
-
-
-def _has_runs(folder: Path, depth: int = MAX_DEPTH) -> bool:
-    try:
-        children = [c for c in folder.iterdir() if c.is_dir()]
-    except OSError:
-        return False
-    for child in children:
-        if child.name.startswith(".") or child.name in SKIP_DIRS or folder_kind(child) in PROBE_KINDS:
-            continue
-        if (child / "config.yaml").is_file() or (depth > 1 and _has_runs(child, depth - 1)):
-            return True
-    return False
-
-
-def split_specs(specs: list[str]) -> tuple[list[str], list[Path]]:
-    """(run specs, probe folders): a folder with ``report.json`` is a probe report, one with
-    ``compare.json`` a probe comparison; those below a folder given are taken too (at any depth up
-    to ``MAX_DEPTH``), and the folder stays a run spec when runs lie below it (or when it holds no
-    probe folder, so that a spec naming nothing is reported as such)."""
-    runs, probes = [], []
-    for spec in map(str, specs):
-        matches = [Path(m) for m in sorted(glob.glob(spec))] if glob.has_magic(spec) else [Path(spec)]
-        if matches and all(folder_kind(m) in PROBE_KINDS for m in matches):
-            probes += matches
-            continue
-        folder = Path(spec)
-        found = _probe_folders(folder) if folder.is_dir() else []
-        probes += found
-        if not found or _has_runs(folder) or glob.has_magic(spec):
-            runs.append(spec)
-    return runs, list(dict.fromkeys(probes))

@@ -17,7 +17,7 @@ The claims (:func:`check_claims`), each a :class:`Claim` with its question, He &
    training on another split, is shown but not counted);
 2. (:mod:`.overlap`) do the heads that survive pruning overlap across tasks more than chance (the gate correlation and
    the kept-head Jaccard overlap of every pair of single-task settings that pruned, against a global
-   and a layer-aware permutation null, :func:`mtl_heads.reports.gates.permutation_baseline`);
+   and a layer-aware permutation null, :func:`mtl_heads.gates.permutation_baseline`);
 3. (:mod:`.stem`) which heads survive in every task that pruned ("stem cells"), against the count expected by chance
    (global and within layers), and are they the pretrained encoder's best probe heads (against random
    sets anywhere and random sets matched per layer);
@@ -65,7 +65,7 @@ from mtl_heads.study.rules import (ALPHA, CLAIM_SHUFFLES, MARGIN, MATCHED_RULE, 
 from mtl_heads.study.sp_dp import compute_sp_dp, sp_vs_dp, words_sp_dp
 from mtl_heads.study.stem import compute_stem, stem, words_stem
 from mtl_heads.reports.comparison import compare_runs, markdown
-from mtl_heads.reports.runs import RUNS, spec_folder
+from mtl_heads.records.runs import RUNS, spec_folder
 from mtl_heads.reports.significance import format_p
 
 __all__ = ["ALPHA", "NEAR_ALL", "CLAIM_SHUFFLES", "MIN_SEEDS", "MARGIN", "VERDICT_RULES", "MATCHED_RULE", "REPLICATION",

@@ -24,8 +24,8 @@ from mtl_heads.files import UnreadableFile, file_sha256, read_json
 from mtl_heads.folders import ABLATION_FILE, is_probe_report, shown
 from mtl_heads.study.rules import ALPHA, REPLICATION, TOO_FEW
 from mtl_heads.reports.curves import main_metric
-from mtl_heads.reports.probe_report import read_report
-from mtl_heads.reports.runs import read_yaml, walk_runs
+from mtl_heads.records.probe_reports import read_report
+from mtl_heads.records.runs import read_yaml, walk_runs
 from mtl_heads.reports.significance import format_p
 from mtl_heads.stats import holm
 from mtl_heads.folders import EARLIER_RETRAINING, RETRAINED_FOLDER, RETRAINING_METRICS, match_name, record_folder_name

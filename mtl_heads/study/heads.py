@@ -11,9 +11,9 @@ import pandas as pd
 
 from mtl_heads.study.core import Claim, Study, Test, run_folders, runs_of, slot, task_name
 from mtl_heads.study.rules import CLAIM_SHUFFLES, FLOOR, NEAR_ALL
-from mtl_heads.reports.gates.read import moved_flags, read_run
-from mtl_heads.reports.gates.stats import kept_heads, permutation_baseline
-from mtl_heads.reports.gates.survivors import stem_cells
+from mtl_heads.gates.read import moved_flags, read_run
+from mtl_heads.gates.grids import kept_heads, permutation_baseline
+from mtl_heads.gates.survivors import stem_cells
 from mtl_heads.reports.significance import format_p
 
 __all__ = ["Gates", "setting_gates", "regime_gates", "gate_baseline", "stricter", "Unpruned", "unpruned",

@@ -37,9 +37,9 @@ from mtl_heads.config import ConfigError
 from mtl_heads.figures.plots import new_figure
 from mtl_heads.study import (REGIME_NAMES, REGIMES, Claim, Study, gate_baseline,
                                       regime_gates, stem_table, check_claims, read_study, stem_heads)
-from mtl_heads.reports.gates import run_consistency
+from mtl_heads.gates import run_consistency
 from mtl_heads.reports.page import error_path, heatmap_html, unreadable, viridis_colour
-from mtl_heads.reports.runs import RUNS, Note
+from mtl_heads.records.runs import RUNS, Note
 from mtl_heads.reports.static import asset
 
 __all__ = ["SHORT", "STABILITY", "study_lead", "stem_cell_groups", "read_page_study", "claims_list", "claims_legend",
@@ -279,7 +279,7 @@ def _claims_note(note: str) -> str:
 
 def _not_read(why: str, notes: list[Note] | None) -> str:
     """The claims' place when the study cannot be read: the file and why where the error names one (and its
-    :class:`~mtl_heads.reports.runs.Note` in ``notes``), else why."""
+    :class:`~mtl_heads.records.runs.Note` in ``notes``), else why."""
     left_out = "the claims and their figures are left out"
     path = error_path(why, Path(""))
     if str(path) not in ("", "."):
@@ -298,7 +298,7 @@ def study_lead(specs: list[str] | Study | str, notes: list[Note] | None = None, 
         specs: run folders, globs or experiment names (as ``python -m mtl_heads claims`` takes), the
             :class:`~mtl_heads.study.Study` already read from them, or why it could not be
             (:func:`read_page_study`).
-        notes: a file that cannot be read is appended to it as a :class:`~mtl_heads.reports.runs.Note`
+        notes: a file that cannot be read is appended to it as a :class:`~mtl_heads.records.runs.Note`
             (for the page's list and the command's stderr). Default none: the section's note only.
         root: where experiment names are looked up (default ``runs``, as ``report root=``)."""
     study = read_page_study(specs, root) if isinstance(specs, list) else specs
@@ -337,7 +337,7 @@ def stem_cell_groups(specs: list[str] | Study | str, notes: list[Note] | None = 
     """``{"stem cells (DP)": [(layer, head), ...], ...}``: the stem cells of each regime of the study in
     ``specs`` (as for :func:`study_lead`) that has some (for the attention view); empty when the runs
     hold none or the study cannot be read (:func:`study_lead` says why), or when a gates.json cannot be
-    read (then a :class:`~mtl_heads.reports.runs.Note` naming it and why is appended to ``notes``;
+    read (then a :class:`~mtl_heads.records.runs.Note` naming it and why is appended to ``notes``;
     default none: no note)."""
     study = read_page_study(specs, root) if isinstance(specs, list) else specs
     if isinstance(study, str):

@@ -14,7 +14,7 @@ from mtl_heads.study.core import REGIME_NAMES, REGIMES, Claim, Study, cannot_rea
 from mtl_heads.study.heads import (Unpruned, gate_baseline, gate_runs, not_pruned, pair_tests, pair_words,
                                    regime_gates, unpruned, unpruned_text)
 from mtl_heads.study.rules import REPLICATION, VERDICT_RULES
-from mtl_heads.reports.gates.stats import run_consistency
+from mtl_heads.gates.grids import run_consistency
 
 __all__ = ["OverlapPair", "OverlapRegime", "OverlapFacts", "compute_overlap", "words_overlap", "overlap"]
 

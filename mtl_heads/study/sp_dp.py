@@ -17,7 +17,7 @@ from mtl_heads.study.core import (Claim, Study, Test, config_of, listed, mean_st
 from mtl_heads.study.heads import (Unpruned, gate_baseline, not_pruned, pair_tests, pair_words, setting_gates,
                                    unpruned, unpruned_text)
 from mtl_heads.study.rules import MARGIN, MATCHED_RULE, MIN_SEEDS, TOO_FEW, VERDICT_RULES
-from mtl_heads.reports.runs import read_yaml
+from mtl_heads.records.runs import read_yaml
 from mtl_heads.stats import welch_lower_bound, welch_one_sided
 from mtl_heads.folders import RETRAINED_FOLDER, match_name, record_folder_name
 

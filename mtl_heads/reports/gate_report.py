@@ -1,6 +1,40 @@
-"""The gate report's files: pictures (PNG) and tables (CSV) of the runs' gates in one folder
+"""The gate report of ``python -m mtl_heads gates`` (its command line is :mod:`mtl_heads.commands.gates`): the
+numbers of :mod:`mtl_heads.gates` drawn and written.
+
+What the report holds:
+
+Reads the ``gates.json`` and ``config.yaml`` of finished runs (run folders, globs, or folders with runs
+at any depth below them), groups the runs into *settings* as ``python -m mtl_heads compare`` does
+(configs equal apart from seed, folders and W&B; named ``dep``, ``pos+ner``, ``pos (dynamic, budget=36)``;
+the seeds of one setting form one group) and writes, as PNG and CSV (:func:`write_report`; the findings it
+looks for are He & Choi 2021's):
+
+- ``gates-<setting>-seed<seed>.png``: the layer x head gate map of every run, with its kept count;
+- ``overlap-<setting>.png``: three runs of a setting (the first three by seed) as the R, G, B
+  channels of one image, channel ``c = 255 * (1 - gate of run c)``: black = kept in all three;
+- ``mean-gates.png``: ``255 * (1 - mean gate)`` over every run given (all tasks), black = always kept;
+- ``correlation.csv`` / ``.png``: Pearson correlation between the settings' mean gate vectors, with
+  run-to-run consistency (mean pairwise Pearson of its runs) on the diagonal, only where it means
+  something: settings whose gates never moved (:func:`gates_moved`: unpruned, all near 1, or still
+  within their initial range) are blank in the CSV and left out of the picture, and the diagonal
+  needs two runs whose gates moved;
+- ``correlation-permutation.csv``: a permutation baseline for each pair of those settings
+  (:func:`permutation_baseline`): do they keep the same heads more than chance, given how many heads
+  each keeps? The observed correlation of their mean gates, and the Jaccard overlap of their kept
+  heads, against the same values with one setting's head positions shuffled;
+- ``kept-per-layer.csv`` and ``kept-<setting>.png``: heads kept per layer (gate >= threshold);
+- ``stem-cells.csv`` (:func:`stem_cells`): per head, how many settings (whose gates moved) and runs keep
+  it; the heads kept in every setting are the *stem cells* (He & Choi 2021), held against the count
+  expected if each setting kept its number of heads at random (:func:`chance_stem_cells`);
+- ``stem-cells-probes.csv`` (:func:`stem_cells_vs_probes`, with probe report folders): are the stem
+  cells among the best heads of the (pretrained) encoder's probes? Their percentile ranks per probe,
+  against random head sets of the same size.
+
+A head counts as kept when its gate is at least :data:`mtl_heads.model.gating.KEPT_AT` (1e-3).
+
+The gate report's files: pictures (PNG) and tables (CSV) of the runs' gates in one folder
 (:func:`write_report`), logged to W&B on request (:func:`log_to_wandb`), and what each file shows
-(:func:`describe_file`). The numbers come from :mod:`.stats` and :mod:`.survivors`; this module draws and writes.
+(:func:`describe_file`). The numbers come from :mod:`mtl_heads.gates`; this module draws and writes.
 """
 from __future__ import annotations
 
@@ -15,10 +49,10 @@ from mtl_heads.config import ConfigError
 from mtl_heads.figures.gate_map import grid_axes, kept_per_layer, plot_gate_map, save_figure
 from mtl_heads.figures.plots import chars_in, lines_height, new_figure, text_size, wrap_label
 from mtl_heads.model.gating import KEPT_AT
-from mtl_heads.reports.gates.read import RunGates, group_settings, moved_flags
-from mtl_heads.reports.gates.stats import (BASELINE_SHUFFLES, STILL_TEXT, correlation_matrix, permutation_baseline,
-                                           stack_gates, still_settings)
-from mtl_heads.reports.gates.survivors import DRAWS, check_probe_grid, stem_cells, stem_cells_vs_probes
+from mtl_heads.gates.read import RunGates, group_settings, moved_flags
+from mtl_heads.gates.grids import (BASELINE_SHUFFLES, STILL_TEXT, correlation_matrix, permutation_baseline,
+                                   stack_gates, still_settings)
+from mtl_heads.gates.survivors import DRAWS, check_probe_grid, stem_cells, stem_cells_vs_probes
 
 __all__ = ["WANDB_MODES", "rgb_overlap", "grey_mean", "plot_pixels", "plot_correlation", "plot_kept_bars",
            "write_overlap", "group_size", "write_correlation", "correlation_note", "write_kept", "write_stem_cells",

@@ -20,7 +20,7 @@ import pandas as pd
 from mtl_heads.config import ConfigError
 from mtl_heads.model.gating import KEPT_AT
 from mtl_heads.model.headsets import block_permutations, head_name, layer_matched_sets, layer_permutations, random_sets
-from mtl_heads.reports.gates.stats import kept_heads, num_text, resolve_moved, stack_gates
+from mtl_heads.gates.grids import kept_heads, num_text, resolve_moved, stack_gates
 from mtl_heads.stats import null_summary, one_sided_p
 
 __all__ = ["STEM_TEXT", "DRAWS", "RANKS_SHOWN", "NOT_RANKED", "ROLE_LABELS", "PROBE_RANK_TEXT", "stem_cells",

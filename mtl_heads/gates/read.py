@@ -1,7 +1,7 @@
 """Reading run folders for the gate report: each run's ``gates.json`` and ``config.yaml``
 (:func:`read_runs`, :class:`RunGates`), grouped into settings as ``python -m mtl_heads compare`` groups
 them (:func:`group_settings`), and the probe report folders of ``probes=`` (:func:`read_probe_reports`).
-What is named or found and not used is told as a :class:`mtl_heads.reports.runs.Note`.
+What is named or found and not used is told as a :class:`mtl_heads.records.runs.Note`.
 """
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ import pandas as pd
 from mtl_heads.config import ConfigError
 from mtl_heads.files import read_json
 from mtl_heads.folders import KIND_WHY, folder_kind, is_gate_run
-from mtl_heads.reports.gates.stats import gates_moved, saved_prune_mode
-from mtl_heads.reports.probe_report import read_report
-from mtl_heads.reports.runs import Note, read_yaml, setting_names, walk_runs
+from mtl_heads.gates.grids import gates_moved, saved_prune_mode
+from mtl_heads.records.probe_reports import read_report
+from mtl_heads.records.runs import Note, read_yaml, setting_names, walk_runs
 
 __all__ = ["RunGates", "moved_flags", "read_run", "read_runs", "group_settings", "read_probe_reports"]
 
@@ -92,8 +92,8 @@ def _has_config_only(path: Path) -> bool:
 
 def _expand(spec: str, notes: list | None = None) -> list[Path]:
     """The run folders named by ``spec``: a run folder, a glob, or a folder with run folders at any
-    depth up to ``mtl_heads.reports.runs.MAX_DEPTH`` below it. What is named or found and not used is
-    added to ``notes`` (:class:`mtl_heads.reports.runs.Note`)."""
+    depth up to ``mtl_heads.records.runs.MAX_DEPTH`` below it. What is named or found and not used is
+    added to ``notes`` (:class:`mtl_heads.records.runs.Note`)."""
     notes = [] if notes is None else notes
     matches = sorted(glob.glob(spec)) if glob.has_magic(spec) else [spec]
     if not matches or not all(os.path.exists(m) for m in matches):
@@ -158,7 +158,7 @@ def read_runs(paths: list[str | Path], notes: list | None = None) -> list[RunGat
 
     Args:
         paths: what the command was given.
-        notes: when given, a :class:`mtl_heads.reports.runs.Note` is appended for everything named or
+        notes: when given, a :class:`mtl_heads.records.runs.Note` is appended for everything named or
             found and not used (runs without gates.json, probe reports, files).
 
     Raises ``ConfigError`` naming the path or file for a missing path, no run found, or a broken file.
@@ -179,7 +179,7 @@ def _seed_order(run: RunGates) -> tuple:
 def group_settings(runs: list[RunGates]) -> dict[str, list[RunGates]]:
     """``{setting: runs sorted by seed}``, settings ordered by number of tasks (STL first), then name.
 
-    A setting is what ``python -m mtl_heads compare`` calls one (:func:`mtl_heads.reports.runs.setting_names`:
+    A setting is what ``python -m mtl_heads compare`` calls one (:func:`mtl_heads.records.runs.setting_names`:
     configs equal apart from seed, folders, W&B; named by task list and pruning regime, plus the keys
     that tell apart settings of one name: ``pos (dynamic, budget=36)``). Runs from different
     ``experiment`` names are never pooled as seeds: their names get `` [experiment]`` appended.
