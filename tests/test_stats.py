@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from helpers import REPO
-from mtl_heads.stats import TIE, at_least, null_summary, one_sided_p, permutation_test
+from mtl_heads.stats import (TIE, at_least, jaccard_null, mc_standard_error, null_summary, one_sided_p,
+                             permutation_test, unresolved)
 
 
 def test_the_tie_rule_is_the_rules_one():
@@ -46,3 +47,31 @@ def test_the_permutation_test_counts_ties_by_the_same_rule():
     # {0.1, 0.2} vs {0.1, 0.3}: |difference| 0.05; in floats two of the other splits give 0.05 less a rounding
     # error, which a strict >= would miss (4 of 6); as ties, every split reaches it
     assert permutation_test([0.1, 0.2], [0.1, 0.3])["p"] == 1.0
+
+
+@pytest.mark.parametrize("total, a, b", [(7, 3, 4), (8, 2, 2), (6, 6, 3), (9, 0, 4), (10, 5, 5)])
+def test_the_exact_jaccard_null_is_every_placement_counted(total, a, b):
+    """The hypergeometric p and mean Jaccard against all C(total, b) placements of the second set."""
+    from itertools import combinations
+
+    first = set(range(a))
+    overlaps = [len(first & set(c)) for c in combinations(range(total), b)]
+    jaccards = [k / (a + b - k) for k in overlaps]
+    for k in sorted(set(overlaps)):
+        mean, p = jaccard_null(total, a, b, k)
+        assert p == pytest.approx(sum(o >= k for o in overlaps) / len(overlaps), abs=1e-12)
+        assert mean == pytest.approx(np.mean(jaccards), abs=1e-12)
+    with pytest.raises(ValueError, match="cannot share"):
+        jaccard_null(total, a, b, min(a, b) + 1)
+    assert all(math.isnan(v) for v in jaccard_null(5, 0, 0, 0))
+
+
+def test_the_monte_carlo_standard_error_and_the_unresolved_band():
+    assert mc_standard_error(0.04, 250) == pytest.approx(math.sqrt(0.04 * 0.96 / 250))
+    assert math.isnan(mc_standard_error(math.nan, 10))
+    with pytest.raises(ValueError):
+        mc_standard_error(0.5, 0)
+    se = mc_standard_error(0.02, 250)  # about 0.00885; Holm factor 2: the band is 0.05 +- 0.0354
+    assert unresolved(0.04, 0.02, 250, 2) and not unresolved(0.01, 0.005, 250, 2)
+    assert unresolved(0.05 + 3.9 * se, 0.02, 250, 2) and not unresolved(0.05 + 4.1 * se, 0.02, 250, 2)
+    assert not unresolved(math.nan, 0.02, 250, 2)

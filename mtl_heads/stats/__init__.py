@@ -6,6 +6,8 @@ its base modules, so that the floors above (analysis, reports) share it.
   p ``(1 + hits) / (1 + n)`` of an observed value against a null (:func:`one_sided_p`), with the
   null's mean and 95th percentile (:func:`null_summary`), and the exact two-sided permutation test
   of a difference of means over seed labels (:func:`permutation_test`);
+- :mod:`.exact`: the exact null of a kept-set Jaccard (hypergeometric, :func:`jaccard_null`) and the
+  standard error of a Monte Carlo p (:func:`mc_standard_error`, :func:`unresolved`);
 - :mod:`.adjust`: Holm-Bonferroni adjusted p-values (:func:`holm`);
 - :mod:`.ttests`: Welch's t-test, two-sided (:func:`welch`) and one-sided (:func:`welch_one_sided`,
   with its lower confidence bound :func:`welch_lower_bound`), and the one-sample t-test
@@ -14,9 +16,10 @@ its base modules, so that the floors above (analysis, reports) share it.
 from __future__ import annotations
 
 from mtl_heads.stats.adjust import holm
+from mtl_heads.stats.exact import jaccard_null, mc_standard_error, unresolved
 from mtl_heads.stats.permutation import (MAX_EXACT_SPLITS, TIE, at_least, null_summary, one_sided_p,
                                          permutation_test)
 from mtl_heads.stats.ttests import one_sample_p, welch, welch_lower_bound, welch_one_sided
 
 __all__ = ["TIE", "MAX_EXACT_SPLITS", "at_least", "one_sided_p", "null_summary", "permutation_test", "holm", "welch",
-           "welch_one_sided", "welch_lower_bound", "one_sample_p"]
+           "welch_one_sided", "welch_lower_bound", "one_sample_p", "jaccard_null", "mc_standard_error", "unresolved"]
