@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.stats import hypergeom
 
 __all__ = ["jaccard_null", "mc_standard_error", "unresolved"]
 
@@ -27,6 +26,8 @@ def jaccard_null(total: int, a: int, b: int, overlap: int) -> tuple[float, float
         raise ValueError(f"sets of {a} and {b} of {total} heads cannot share {overlap}")
     if a + b == 0:
         return math.nan, math.nan
+    from scipy.stats import hypergeom  # here: scipy.stats takes a second to import, and most users need none of it
+
     k = np.arange(max(0, a + b - total), min(a, b) + 1)
     mass = hypergeom.pmf(k, total, a, b)  # scipy: population, successes in it, draws
     mean = float(np.sum(mass * k / (a + b - k)))
