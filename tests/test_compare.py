@@ -514,6 +514,19 @@ def test_a_key_added_since_a_run_reads_as_its_default(tmp_path):
     assert runs.groupby("setting")["seed"].count().sort_values().tolist() == [1, 2]
 
 
+def test_a_seed_trained_in_reproducible_mode_joins_the_seeds_trained_before(tmp_path):
+    """reproducible=true and its threads say how a run was run, not what: seeds 1 and 2 saved before the keys
+    existed, seed 3 with reproducible=true and threads=1, form one setting of three seeds."""
+    from mtl_heads.reports.comparison import compare_runs
+
+    root = tmp_path / "runs"
+    make_run(root / "a" / "seed1", ("pos",), 1, experiment="a")
+    make_run(root / "a" / "seed2", ("pos",), 2, experiment="a")
+    make_run(root / "a" / "seed3", ("pos",), 3, experiment="a", reproducible=True, threads=1)
+    runs = compare_runs([str(root)]).runs
+    assert runs["setting"].nunique() == 1 and sorted(runs["seed"]) == [1, 2, 3]
+
+
 def test_two_runs_legend_shows_each_runs_values_and_what_they_share(tmp_path, capsys):
     """Two runs that differ in several keys: no value is usual (each key's values tie), so each run's
     line lists every key that differs, there is no "usual values" line (it once mixed the two runs'

@@ -4,7 +4,7 @@
 A run is a folder holding ``config.yaml`` and ``metrics.json``; :func:`find_runs` takes run folders,
 globs, folders of runs (searched at any depth up to ``MAX_DEPTH``) and experiment names, and says in a
 :class:`Note` what it was given or found and did not use. Runs whose configs are identical apart from
-``IGNORED_KEYS`` (seed, folders, W&B, resume, progress bars) form one setting; :func:`setting_names`
+``IGNORED_KEYS`` (seed, folders, W&B, resume, progress bars, reproducible mode and threads) form one setting; :func:`setting_names`
 names it by its tasks and prune mode (``pos+ner``, ``dep (dynamic)``), plus the keys that tell apart
 settings of one name (``pos (dynamic, budget=36)``) or a number (``pos #2``).
 """
@@ -26,8 +26,11 @@ __all__ = ["IGNORED_KEYS", "RUNS", "MAX_DEPTH", "SKIP_DIRS", "KIND_WHY", "Note",
            "find_runs", "read_yaml", "flatten_config", "setting_config", "varying_keys", "is_null",
            "value_text", "name_settings", "setting_names"]
 
-# config keys that may differ between the seeds of one setting (a key and everything under it)
-IGNORED_KEYS = ("seed", "seeds", "run_dir", "experiment", "wandb", "resume", "train.progress", "progress")
+# config keys that may differ between the seeds of one setting (a key and everything under it): how a run was
+# run, not what: reproducible mode and the thread count change the last bits of the numbers, not the experiment,
+# so a seed trained again in reproducible mode joins the seeds trained before it (the EWT study's round 3)
+IGNORED_KEYS = ("seed", "seeds", "run_dir", "experiment", "wandb", "resume", "train.progress", "progress",
+                "reproducible", "threads")
 
 
 # --- finding runs ------------------------------------------------------------------------------
