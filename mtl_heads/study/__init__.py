@@ -52,16 +52,16 @@ import json
 from pathlib import Path
 
 from mtl_heads.study.core import (REGIME_NAMES, REGIMES, Claim, Study, Test, build_study, read_ablations, regime,
-                                           too_few_text)
+                                  too_few_text)
 from mtl_heads.study.heads import gate_baseline, regime_gates, stem_heads, stem_table
 from mtl_heads.study.mtl import compute_mtl, mtl_vs_stl, words_mtl
 from mtl_heads.study.needed import compute_needed, needed, pooled_ablation, words_needed
 from mtl_heads.study.overlap import compute_overlap, overlap, words_overlap
 from mtl_heads.study.probes import PAPER_LABELS, compute_probes, probe_skill, probes_claim, words_probes
 from mtl_heads.study.render import (BEGIN, END, SCHEMA, claims_data, page_markdown, read_since, score_grid,
-                                             since_line, splice)
-from mtl_heads.study.rules import (ALPHA, CLAIM_SHUFFLES, MARGIN, MATCHED_RULE, MIN_SEEDS, NEAR_ALL,
-                                            REPLICATION, SUPPORT, TESTS, TOO_FEW, VERDICT_RULES)
+                                    since_line, splice)
+from mtl_heads.study.rules import (ALPHA, CLAIM_SHUFFLES, MARGIN, MATCHED_RULE, MIN_SEEDS, NEAR_ALL, REPLICATION,
+                                   SUPPORT, TESTS, TOO_FEW, VERDICT_RULES)
 from mtl_heads.study.sp_dp import compute_sp_dp, sp_vs_dp, words_sp_dp
 from mtl_heads.study.stem import compute_stem, stem, words_stem
 from mtl_heads.reports.comparison import compare_runs, markdown

@@ -35,8 +35,8 @@ from matplotlib.lines import Line2D
 
 from mtl_heads.config import ConfigError
 from mtl_heads.figures.plots import new_figure
-from mtl_heads.study import (REGIME_NAMES, REGIMES, Claim, Study, gate_baseline,
-                                      regime_gates, stem_table, check_claims, read_study, stem_heads)
+from mtl_heads.study import (REGIME_NAMES, REGIMES, Claim, Study, gate_baseline, regime_gates, stem_table,
+                             check_claims, read_study, stem_heads)
 from mtl_heads.gates import run_consistency
 from mtl_heads.reports.page import error_path, heatmap_html, unreadable, viridis_colour
 from mtl_heads.records.runs import RUNS, Note

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from mtl_heads.study.core import (Claim, Study, Test, config_of, listed, majority, mean_std, metric_name, mtl_name,
-                                           run_folders, runs_of, score_column, slot, task_name)
+                                  run_folders, runs_of, score_column, slot, task_name)
 from mtl_heads.study.rules import MIN_SEEDS, TOO_FEW, VERDICT_RULES
 from mtl_heads.reports.significance import format_p, significance_table
 

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from mtl_heads.study.core import (Claim, Study, Test, listed, majority, mean_std, mtl_name, run_folders, slot,
-                                           task_name)
+                                  task_name)
 from mtl_heads.study.rules import MIN_SEEDS, TOO_FEW, VERDICT_RULES
 from mtl_heads.reports.significance import format_p
 from mtl_heads.stats import one_sample_p, permutation_test, welch

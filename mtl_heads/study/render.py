@@ -53,8 +53,8 @@ import numpy as np
 import pandas as pd
 
 from mtl_heads.config import ConfigError
-from mtl_heads.study.core import (REGIME_NAMES, Claim, Study, Test, folder_of, mean_std, metric_name,
-                                           mtl_name, score_column, as_number, task_name)
+from mtl_heads.study.core import (REGIME_NAMES, Claim, Study, Test, folder_of, mean_std, metric_name, mtl_name,
+                                  score_column, as_number, task_name)
 from mtl_heads.study.rules import TESTS
 from mtl_heads.reports.significance import format_p
 

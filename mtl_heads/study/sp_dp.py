@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mtl_heads.study.core import (Claim, Study, Test, config_of, listed, mean_std, metric_name, run_folders,
-                                           runs_of, score_column, setting_name, slot)
+from mtl_heads.study.core import (Claim, Study, Test, config_of, listed, mean_std, metric_name, run_folders, runs_of,
+                                  score_column, setting_name, slot)
 from mtl_heads.study.heads import (Unpruned, gate_baseline, not_pruned, pair_tests, pair_words, setting_gates,
                                    unpruned, unpruned_text)
 from mtl_heads.study.rules import MARGIN, MATCHED_RULE, MIN_SEEDS, TOO_FEW, VERDICT_RULES

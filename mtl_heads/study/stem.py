@@ -12,7 +12,7 @@ from mtl_heads.study.core import (REGIME_NAMES, REGIMES, Claim, Study, Test, can
 from mtl_heads.study.heads import Unpruned, gate_runs, regime_gates, stem_table, stricter, unpruned, unpruned_text
 from mtl_heads.study.rules import CLAIM_SHUFFLES, FLOOR, VERDICT_RULES
 from mtl_heads.gates.survivors import (chance_stem_cells, chance_stem_cells_by_layer, kept_by_layer,
-                                               stem_cells_vs_probes, stem_count_layer_p, stem_count_p, stem_settings)
+                                       stem_cells_vs_probes, stem_count_layer_p, stem_count_p, stem_settings)
 from mtl_heads.reports.significance import format_p
 
 __all__ = ["StemProbe", "StemRegime", "StemFacts", "compute_stem", "words_stem", "stem"]
