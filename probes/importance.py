@@ -98,7 +98,7 @@ def single_head_ablation(model: nn.Module, batches_by_task: dict, skip_closed: b
     Args:
         model: the ``MultiTaskModel``.
         batches_by_task: ``{task: batches}`` from :func:`task_batches`.
-        skip_closed: heads whose gate is already below :data:`mtl_heads.model.gating.KEPT_AT` get delta 0 without a pass
+        skip_closed: heads whose gate is already below :data:`mtl_heads.model.gate_constants.KEPT_AT` get delta 0 without a pass
             (masking them changes nothing, or next to nothing). Default True.
         progress: show a progress bar over heads.
     """
@@ -131,7 +131,7 @@ def pruning_curve(model: nn.Module, batches_by_task: dict, ks: Sequence[int] = P
                   normalize_layers: bool = True, progress: bool = False) -> pd.DataFrame:
     """Greedy pruning: the metric after masking k heads, for each k in ``ks``; nested sets.
 
-    Candidates are the open heads (gate >= :data:`mtl_heads.model.gating.KEPT_AT`); k counts heads masked by the probe.
+    Candidates are the open heads (gate >= :data:`mtl_heads.model.gate_constants.KEPT_AT`); k counts heads masked by the probe.
 
     Args:
         model: the ``MultiTaskModel``.

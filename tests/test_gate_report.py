@@ -730,8 +730,8 @@ def test_stem_count_p_matches_the_hypergeometric_tail():
 
 def test_the_commands_default_cut_off_is_the_kept_cut_off():
     """configs/gates.yaml and configs/remove.yaml spell the cut-off as a number (YAML cannot import it):
-    it must stay mtl_heads.model.gating.KEPT_AT, the one value every count of kept heads uses."""
-    from mtl_heads.model.gating import KEPT_AT
+    it must stay mtl_heads.model.gate_constants.KEPT_AT, the one value every count of kept heads uses."""
+    from mtl_heads.model.gate_constants import KEPT_AT
 
     for name in ("gates", "remove"):
         assert yaml.safe_load((REPO / "configs" / f"{name}.yaml").read_text())["threshold"] == KEPT_AT, name

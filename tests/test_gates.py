@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from mtl_heads.model.gating import KEPT_AT, GATES, FixedGate, HardConcreteGate, build_gate, deterministic_gate, kept_count
+from mtl_heads.model.gate_constants import KEPT_AT, kept_count
+from mtl_heads.model.gating import GATES, FixedGate, HardConcreteGate, build_gate, deterministic_gate
 
 
 def test_hard_concrete_init_range_and_shape():

@@ -50,7 +50,7 @@ from mtl_heads.model.headsets import (cell_matched_sets, head_name, head_names, 
                                       parse_head)
 from mtl_heads.model.precision import autocast
 from mtl_heads.progress import progress_bar
-from mtl_heads.model.gating import KEPT_AT
+from mtl_heads.model.gate_constants import KEPT_AT
 from mtl_heads.model.scoring import batch_scores, eval_mode, open_heads, task_batches, task_score
 from mtl_heads.stats import null_summary
 from probes.importance import gradient_importance, normalise_per_layer

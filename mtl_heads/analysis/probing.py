@@ -20,7 +20,7 @@ from mtl_heads.data.corpus import ROLES, load_corpus
 from mtl_heads.folders import is_probe_report, is_run_dir, removal_dir
 from mtl_heads.training.build import load_run, pick_device
 from mtl_heads.model.encoder import EncoderNotFound, GatedEncoder
-from mtl_heads.model.gating import KEPT_AT, kept_count
+from mtl_heads.model.gate_constants import KEPT_AT, kept_count
 from mtl_heads.model.headsets import head_name
 from mtl_heads.model.precision import autocast
 from mtl_heads.model.removal import read_heads

@@ -1,5 +1,5 @@
 """``python -m mtl_heads remove RUN [out=FOLDER] [threshold=T]``: remove a run's closed heads for real
-and save the smaller model (default ``<run>/removal/``; T defaults to :data:`mtl_heads.model.gating.KEPT_AT`).
+and save the smaller model (default ``<run>/removal/``; T defaults to :data:`mtl_heads.model.gate_constants.KEPT_AT`).
 
 Heads whose gate is below the threshold are sliced out of Q, K, V and ``W_O`` (the work is done by
 :mod:`mtl_heads.model.removal`; decoders with grouped-query attention lose whole KV groups, and a closed

@@ -1,6 +1,6 @@
 """One run's gate map, the picture training logs to W&B each epoch and the gate report draws per
 run: what both share (heads kept per layer, the layer x head axes), below both. The kept cut-off itself is
-:data:`mtl_heads.model.gating.KEPT_AT`."""
+:data:`mtl_heads.model.gate_constants.KEPT_AT`."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from mtl_heads.model.gating import KEPT_AT
+from mtl_heads.model.gate_constants import KEPT_AT
 from mtl_heads.figures.plots import chars_in, lines_height, new_figure, wrap_label
 
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ def kept_per_layer(gates: np.ndarray | list[np.ndarray], threshold: float = KEPT
 
     Args:
         gates: gate values; a head is kept when its gate is >= ``threshold``.
-        threshold: default :data:`mtl_heads.model.gating.KEPT_AT`.
+        threshold: default :data:`mtl_heads.model.gate_constants.KEPT_AT`.
     """
     return (np.asarray(gates, dtype=float) >= threshold).sum(-1)
 

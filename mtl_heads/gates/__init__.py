@@ -8,7 +8,7 @@
 - :mod:`.read`: run folders and probe report folders read and grouped into settings.
 
 Every public name of the three is importable from here (``from mtl_heads.gates import stem_cells``).
-A head counts as kept when its gate is at least :data:`mtl_heads.model.gating.KEPT_AT` (1e-3).
+A head counts as kept when its gate is at least :data:`mtl_heads.model.gate_constants.KEPT_AT` (1e-3).
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ gates moved (:func:`gates_moved`), how alike two settings' gates are (:func:`cor
 run-to-run consistency on its diagonal, :func:`run_consistency`) and whether two settings keep the same
 heads more than chance (:func:`permutation_baseline`). Gate grids are ``[layers, heads]`` arrays; a
 setting is a list of them, one per run. A head is kept when its gate is at least
-:data:`mtl_heads.model.gating.KEPT_AT`.
+:data:`mtl_heads.model.gate_constants.KEPT_AT`.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import textwrap
 import numpy as np
 import pandas as pd
 
-from mtl_heads.model.gating import INIT_MEAN, INIT_RANGE, KEPT_AT, OPEN_INIT_MEAN, deterministic_gate
+from mtl_heads.model.gate_constants import INIT_MEAN, INIT_RANGE, KEPT_AT, OPEN_INIT_MEAN
 from mtl_heads.model.headsets import block_permutations, layer_permutations
 from mtl_heads.stats import null_summary
 
@@ -77,8 +77,9 @@ def gates_vary(gates: np.ndarray, spread: float = MIN_GATE_SPREAD) -> bool:
 def initial_gate_range(cfg: dict | None) -> tuple[float, float] | None:
     """(lowest, highest) evaluation gate value a run's Hard Concrete gates can have at initialisation,
     from its config: ``log_alpha ~ U(mean - encoder.gate_init, mean + encoder.gate_init)`` with mean
-    ``encoder.gate_init_mean`` (auto: :data:`mtl_heads.model.gating.INIT_MEAN`, 0, when pruning, else
-    :data:`~mtl_heads.model.gating.OPEN_INIT_MEAN`, 3), through the eval gate :func:`mtl_heads.model.gating.deterministic_gate`:
+    ``encoder.gate_init_mean`` (auto: :data:`mtl_heads.model.gate_constants.INIT_MEAN`, 0, when pruning, else
+    :data:`~mtl_heads.model.gate_constants.OPEN_INIT_MEAN`, 3), through the eval gate
+    :func:`mtl_heads.model.gating.deterministic_gate`:
     [0.30, 0.70] for a pruning run, [0.99, 1] otherwise. None without a config, or for gates that are not learnt."""
     if not cfg:
         return None
@@ -92,6 +93,8 @@ def initial_gate_range(cfg: dict | None) -> tuple[float, float] | None:
         mean = auto if mean in (None, "auto") else float(mean)
     except (TypeError, ValueError):
         return None
+    from mtl_heads.model.gating import deterministic_gate  # torch: here, so that reading gates imports none
+
     low, high = deterministic_gate([mean - width, mean + width]).tolist()
     return low, high
 
@@ -162,7 +165,7 @@ def still_settings(settings: dict[str, list[np.ndarray]], moved: dict[str, list[
 
 def kept_heads(gates: list[np.ndarray], threshold: float = KEPT_AT) -> np.ndarray:
     """The heads a setting keeps, ``[layers * heads]`` bool (flattened layer by layer): kept (gate >=
-    ``threshold``, default :data:`mtl_heads.model.gating.KEPT_AT`) in more than half of its runs (``gates``: each ``[layers, heads]``;
+    ``threshold``, default :data:`mtl_heads.model.gate_constants.KEPT_AT`) in more than half of its runs (``gates``: each ``[layers, heads]``;
     with one run, that run's; with two, both)."""
     stacked = stack_gates(gates)  # [runs, layers, heads]
     return (stacked >= threshold).reshape(len(gates), -1).mean(0) > 0.5  # [layers * heads]
@@ -200,7 +203,7 @@ def permutation_baseline(settings: dict[str, list[np.ndarray]], moved: dict[str,
         settings: ``{setting: [gates [layers, heads] of each run]}``, one grid shape.
         moved: ``{setting: [whether each run's gates moved]}`` (:func:`moved_flags`); default
             :func:`gates_vary` of each run.
-        threshold: a head is kept when its gate is >= this (default :data:`mtl_heads.model.gating.KEPT_AT`).
+        threshold: a head is kept when its gate is >= this (default :data:`mtl_heads.model.gate_constants.KEPT_AT`).
         shuffles: number of shuffles of each null (default 1000); the smallest p is ``1 / (shuffles + 1)``.
         seed: numpy seed of the shuffles (default 0).
         block: query heads that share one gate in some setting (``encoder.gate_groups=kv``: a KV

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from mtl_heads.config import ConfigError
-from mtl_heads.model.gating import KEPT_AT
+from mtl_heads.model.gate_constants import KEPT_AT
 from mtl_heads.model.headsets import block_permutations, head_name, layer_matched_sets, layer_permutations, random_sets
 from mtl_heads.gates.grids import kept_heads, num_text, resolve_moved, stack_gates
 from mtl_heads.stats import null_summary, one_sided_p
@@ -62,7 +62,7 @@ def stem_cells(settings: dict[str, list[np.ndarray]], moved: dict[str, list[bool
             :func:`gates_vary` of each run. Only settings with a run whose gates moved take part
             (those of :func:`permutation_baseline` and the correlation picture): an unpruned
             setting keeps every head, which says nothing.
-        threshold: a head is kept when its gate is >= this (default :data:`mtl_heads.model.gating.KEPT_AT`).
+        threshold: a head is kept when its gate is >= this (default :data:`mtl_heads.model.gate_constants.KEPT_AT`).
 
     One row per head, layer by layer. Columns: ``layer``, ``head``, ``name`` (``L<layer>H<head>``),
     ``settings kept`` (how many of the settings taking part keep it, :func:`kept_heads`: in more than

@@ -2,6 +2,8 @@
 
 - :mod:`~mtl_heads.model.architectures`: what differs per model family (where the attention modules live);
 - :mod:`~mtl_heads.model.gating`: head gates (Hard Concrete, fixed gates) on a ``[layers, heads]`` grid;
+- :mod:`~mtl_heads.model.gate_constants`: the numbers that define a gate (when a head is kept, the Hard Concrete
+  defaults), without torch, for what reads and draws gates;
 - :mod:`~mtl_heads.model.precision`: bf16 autocast, and the computations kept in fp32 inside it;
 - :mod:`~mtl_heads.model.encoder`: :class:`~mtl_heads.model.encoder.GatedEncoder`, the gated pretrained encoder;
 - :mod:`~mtl_heads.model.model`: :class:`~mtl_heads.model.model.MultiTaskModel`, one encoder and a decoder per task;

@@ -1,6 +1,6 @@
 """Physical removal of attention heads, and saving / loading the models whose heads were removed.
 
-A head whose deterministic gate value is below ``threshold`` (default :data:`mtl_heads.model.gating.KEPT_AT`,
+A head whose deterministic gate value is below ``threshold`` (default :data:`mtl_heads.model.gate_constants.KEPT_AT`,
 the paper's "pruned" rule) is removed by slicing the rows of Q, K and V and the
 columns of ``W_O``. The gate value ``g`` of each kept head is folded into its ``W_O`` columns, so
 the model with its heads removed needs no gate and computes ``Concat_i(g_i * head_i) W_O`` over the kept heads:
@@ -59,7 +59,7 @@ from mtl_heads.config import ConfigError
 from mtl_heads.model.encoder import (ADAPTERS, GATE_GROUPS, POOLING, Adapter, GatedEncoder,
                                _in_features, attention_shape, tokenizer_kwargs, word_tokenizer)
 from mtl_heads.files import atomic_write_text, read_json, save_tensors, write_json
-from mtl_heads.model.gating import KEPT_AT
+from mtl_heads.model.gate_constants import KEPT_AT
 from mtl_heads.model.model import MultiTaskModel
 
 __all__ = ["REMOVABLE", "DECODERS", "LayerConfig", "Provenance", "HeadsRemovedEncoder", "removal_plan",
@@ -102,7 +102,7 @@ def removal_plan(values: torch.Tensor, threshold: float = KEPT_AT,
 
     Args:
         values: ``[layers, heads]`` deterministic gate values, one per query head.
-        threshold: a head below it counts as pruned. Default: :data:`mtl_heads.model.gating.KEPT_AT`.
+        threshold: a head below it counts as pruned. Default: :data:`mtl_heads.model.gate_constants.KEPT_AT`.
         group_size: query heads per KV head (``heads // kv_heads``; 1 without GQA). Default: 1.
 
     Returns:
@@ -450,7 +450,7 @@ def remove_encoder_heads(encoder: GatedEncoder, threshold: float = KEPT_AT,
         encoder: the gated encoder; it is left unchanged.
         threshold: heads whose gate value is below it are removed (with GQA: whole KV groups whose
             heads are all below it; a head below it in a kept group is zeroed). Default:
-            :data:`mtl_heads.model.gating.KEPT_AT`.
+            :data:`mtl_heads.model.gate_constants.KEPT_AT`.
         values: ``[layers, heads]`` gate values to use instead of ``encoder.gate_values()``
             (e.g. a fixed 0/1 choice of heads). Default: the encoder's deterministic gates.
 

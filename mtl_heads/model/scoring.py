@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from mtl_heads.data.batching import Example, collate, length_batches, move_to
-from mtl_heads.model.gating import KEPT_AT
+from mtl_heads.model.gate_constants import KEPT_AT
 
 __all__ = ["eval_mode", "open_heads", "task_batches", "batch_scores", "task_score"]
 
@@ -29,7 +29,7 @@ def eval_mode(model: nn.Module) -> Iterator[None]:
 
 
 def open_heads(encoder: nn.Module) -> torch.Tensor:
-    """``[layers, heads]`` bool: heads whose deterministic gate is at least :data:`mtl_heads.model.gating.KEPT_AT`."""
+    """``[layers, heads]`` bool: heads whose deterministic gate is at least :data:`mtl_heads.model.gate_constants.KEPT_AT`."""
     return encoder.gate_values() >= KEPT_AT
 
 

@@ -49,7 +49,7 @@ from mtl_heads.files import UnreadableFile, read_json
 from mtl_heads.folders import OLD_REMOVAL_WEIGHTS, removal_dir
 from mtl_heads.figures.plots import new_figure, wrap_label
 from mtl_heads.reports.curves import curve_points, learning_curves, main_metric, plot_learning_curves
-from mtl_heads.model.gating import KEPT_AT
+from mtl_heads.model.gate_constants import KEPT_AT
 from mtl_heads.reports.gate_report import write_correlation
 from mtl_heads.gates.read import read_run
 from mtl_heads.gates.grids import STILL_TEXT

@@ -30,7 +30,7 @@ looks for are He & Choi 2021's):
   cells among the best heads of the (pretrained) encoder's probes? Their percentile ranks per probe,
   against random head sets of the same size.
 
-A head counts as kept when its gate is at least :data:`mtl_heads.model.gating.KEPT_AT` (1e-3).
+A head counts as kept when its gate is at least :data:`mtl_heads.model.gate_constants.KEPT_AT` (1e-3).
 
 The gate report's files: pictures (PNG) and tables (CSV) of the runs' gates in one folder
 (:func:`write_report`), logged to W&B on request (:func:`log_to_wandb`), and what each file shows
@@ -48,7 +48,7 @@ import pandas as pd
 from mtl_heads.config import ConfigError
 from mtl_heads.figures.gate_map import grid_axes, kept_per_layer, plot_gate_map, save_figure
 from mtl_heads.figures.plots import chars_in, lines_height, new_figure, text_size, wrap_label
-from mtl_heads.model.gating import KEPT_AT
+from mtl_heads.model.gate_constants import KEPT_AT
 from mtl_heads.gates.read import RunGates, group_settings, moved_flags
 from mtl_heads.gates.grids import (BASELINE_SHUFFLES, STILL_TEXT, correlation_matrix, permutation_baseline,
                                    stack_gates, still_settings)
@@ -209,7 +209,7 @@ def write_correlation(groups: dict[str, list[RunGates]], out: Path, stem: str = 
     """``<stem>.csv`` (every setting; blank where the correlation means nothing, see
     :func:`correlation_matrix`), ``<stem>.png`` (the settings whose gates vary; none drawn when
     no setting's do) and, with two or more such settings, ``<stem>-permutation.csv``
-    (:func:`permutation_baseline` with ``threshold``, default :data:`mtl_heads.model.gating.KEPT_AT`, and ``shuffles``,
+    (:func:`permutation_baseline` with ``threshold``, default :data:`mtl_heads.model.gate_constants.KEPT_AT`, and ``shuffles``,
     default 1000).
     Keys: ``<stem>_csv``, ``<stem>``, ``<stem>_permutation_csv``."""
     settings = {s: [r.values for r in g] for s, g in groups.items()}
@@ -275,7 +275,7 @@ def write_report(runs: list[RunGates], out: str | Path, threshold: float = KEPT_
     Args:
         runs: from :func:`read_runs`; all must share one ``[layers, heads]`` grid.
         out: the output folder (created).
-        threshold: a head is kept when its gate is >= threshold (default :data:`mtl_heads.model.gating.KEPT_AT`).
+        threshold: a head is kept when its gate is >= threshold (default :data:`mtl_heads.model.gate_constants.KEPT_AT`).
         groups: ``{setting: runs}`` to use instead of :func:`group_settings` (the HTML report passes
             the settings of its comparison table).
         shuffles: shuffles of the permutation baseline (default 1000, :func:`permutation_baseline`).

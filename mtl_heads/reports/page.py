@@ -45,7 +45,7 @@ import numpy as np
 import pandas as pd
 
 from mtl_heads.config import ConfigError
-from mtl_heads.model.gating import KEPT_AT
+from mtl_heads.model.gate_constants import KEPT_AT
 from mtl_heads.reports.attention_view import attention_section
 from mtl_heads.reports.comparison import (Comparison, add_significance, compare_runs, config_legend, legend_title,
                                           mixed_tasks, number_columns, numbers_shown, plot_dev_curves,

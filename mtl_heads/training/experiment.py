@@ -20,7 +20,7 @@ from mtl_heads.data.batching import prepare_examples
 from mtl_heads.data.corpus import cut_note, load_corpus
 from mtl_heads.model.encoder import GatedEncoder
 from mtl_heads.files import atomic_write_text, file_sha256, read_json, write_json
-from mtl_heads.model.gating import kept_count
+from mtl_heads.model.gate_constants import kept_count
 from mtl_heads.model.model import MultiTaskModel
 from mtl_heads.training.parallel import check_strategy, make_parallel
 from mtl_heads.model.precision import uses_bf16

@@ -39,7 +39,7 @@ from omegaconf import DictConfig, OmegaConf
 from mtl_heads.config import ConfigError
 from mtl_heads.figures.gate_map import plot_gate_map
 from mtl_heads.folders import shown
-from mtl_heads.model.gating import kept_count
+from mtl_heads.model.gate_constants import kept_count
 from mtl_heads.model.sparsity import prune_mode
 from mtl_heads.training.plan import RunPlan
 
@@ -162,7 +162,7 @@ def gate_scalars(values: torch.Tensor) -> dict[str, float]:
 def log_gate_pictures(run, values: torch.Tensor, title: str, step: int | None = None, prefix: str = "gates") -> None:
     """Log ``<prefix>/table`` (layer, head, gate), ``<prefix>/heatmap`` (the layer x head picture of
     :func:`mtl_heads.figures.gate_map.plot_gate_map`) and ``<prefix>/kept`` (heads with gate >=
-    :data:`mtl_heads.model.gating.KEPT_AT`).
+    :data:`mtl_heads.model.gate_constants.KEPT_AT`).
 
     Args:
         run: a W&B run (None: nothing is logged).

@@ -19,7 +19,7 @@ from mtl_heads.data.batching import Example, collate, epoch_plan, length_batches
 from mtl_heads.config import ConfigError
 from mtl_heads.files import (RefusedFile, UnreadableFile, file_sha256, fsync_dir, load_state, load_tensors, load_weights,
                               save_state, save_tensors)
-from mtl_heads.model.gating import kept_count
+from mtl_heads.model.gate_constants import kept_count
 from mtl_heads.training.parallel import Replicated, training_bytes
 from mtl_heads.training.plan import Phase, RunPlan
 from mtl_heads.model.precision import autocast, uses_bf16
