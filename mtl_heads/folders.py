@@ -18,7 +18,8 @@ Kinds (the files that make one, written by the command in brackets):
   (:data:`RETRAINED_FOLDER`, not committed: it holds weights); in the record's folder, the retraining's
   ``metrics.json`` (:data:`RETRAINING_METRICS`, and :data:`EARLIER_RETRAINING` for each earlier one, the
   first numbered 1); under a run, each of the study's head ablations (:data:`ABLATION_FOLDER`, and
-  :data:`IMPORTANCE_ABLATION_FOLDER` against the importance-matched null). The study
+  :data:`IMPORTANCE_ABLATION_FOLDER` against the importance-matched null); a study folder that adds seeds to
+  another's settings (the EWT study's round 3) names that folder in :data:`CONTINUES` (:func:`continued_run`). The study
   script reads these names from :func:`study_layout_shell` at its start, so that a name changed here
   changes in both. Each template's fields are in braces, in the order the script's ``printf`` fills them.
 """
@@ -34,7 +35,8 @@ __all__ = ["RUN_FILES", "REMOVAL_FILES", "REMOVAL_DIR", "is_run_dir", "is_finish
            "is_removal_dir", "removal_dir",
            "is_gate_run", "is_probe_report", "is_probe_comparison", "check_run_dir", "check_record", "seed_dir", "folder_kind",
            "SEED_FOLDER", "ABLATION_FILE", "RETRAINED_FOLDER", "RETRAINING_METRICS", "EARLIER_RETRAINING",
-           "ABLATION_FOLDER", "IMPORTANCE_ABLATION_FOLDER", "STUDY_LAYOUT", "match_name", "record_folder_name", "study_layout_shell",
+           "ABLATION_FOLDER", "IMPORTANCE_ABLATION_FOLDER", "CONTINUES", "continued_run", "STUDY_LAYOUT", "match_name",
+           "record_folder_name", "study_layout_shell",
            "KIND_WHY", "shown", "RUNS", "newest_unfinished_run"]
 
 SEED_FOLDER = "seed{seed}"  # the run folder of one seed in an experiment (train seeds=...) or a study
@@ -45,6 +47,7 @@ RETRAINING_METRICS = "retraining.metrics.json"  # in the record's folder: the la
 EARLIER_RETRAINING = "retraining.{k}.metrics.json"  # ... an earlier retraining's, whose weights were lost
 ABLATION_FOLDER = "ablation-{kind}-stem-cells-without-{task}"  # the ablate stage's: kind dp or budget, task T
 IMPORTANCE_ABLATION_FOLDER = ABLATION_FOLDER + "-importance-matched"  # ... against the importance-matched null
+CONTINUES = "continues.txt"  # in a study folder: the study folder whose settings its runs add seeds to (one path)
 STUDY_LAYOUT = {"SEED_FOLDER": SEED_FOLDER, "RETRAINED_FOLDER": RETRAINED_FOLDER, "RETRAINING_METRICS": RETRAINING_METRICS,
                 "EARLIER_RETRAINING": EARLIER_RETRAINING, "ABLATION_FOLDER": ABLATION_FOLDER,
                 "IMPORTANCE_ABLATION_FOLDER": IMPORTANCE_ABLATION_FOLDER, "ABLATION_FILE": ABLATION_FILE}
@@ -211,3 +214,16 @@ def record_folder_name(name: str) -> str:
 def study_layout_shell() -> str:
     """The layout as bash assignments, each template a ``printf`` format (``SEED_FOLDER=seed%s``)."""
     return "\n".join(f"{key}={shlex.quote(FIELD.sub('%s', value))}" for key, value in STUDY_LAYOUT.items())
+
+
+def continued_run(run: str) -> str:
+    """A run folder path ``<study>/<setting>/<run>`` as the study it continues names it: ``<other>/<setting>/<run>``
+    when ``<study>`` holds :data:`CONTINUES` naming ``<other>`` (read from the current folder, as the path is);
+    else ``run`` as given. So that a static pruning run of a continuing study, whose ``init`` is its own baseline,
+    is one setting with the continued study's (records.runs.setting_config)."""
+    path = Path(run)
+    marker = path.parent.parent / CONTINUES
+    if len(path.parts) < 3 or not marker.is_file():
+        return run
+    other = marker.read_text().strip()
+    return str(Path(other) / path.parent.name / path.name) if other else run

@@ -1,6 +1,7 @@
 """Comparing runs: made-up run folders, hand-computed means and standard deviations, the CLI."""
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -525,6 +526,27 @@ def test_a_seed_trained_in_reproducible_mode_joins_the_seeds_trained_before(tmp_
     make_run(root / "a" / "seed3", ("pos",), 3, experiment="a", reproducible=True, threads=1)
     runs = compare_runs([str(root)]).runs
     assert runs["setting"].nunique() == 1 and sorted(runs["seed"]) == [1, 2, 3]
+
+
+def test_static_pruning_of_a_continuing_study_joins_the_continued_studys(tmp_path, monkeypatch):
+    """Round 3's seeds live in their own folder; their static pruning starts from their own baselines there.
+    With the folder's continues.txt naming the first study, those SP runs are one setting with the first
+    study's (their init read as the first study's path); without it, two settings."""
+    from mtl_heads.folders import CONTINUES
+
+    monkeypatch.chdir(tmp_path)
+    for study, seed in (("first", 1), ("first", 2), ("later", 4)):
+        make_run(Path(study) / "pos" / f"seed{seed}", ("pos",), seed, experiment="pos")
+        make_run(Path(study) / "pos-sp" / f"seed{seed}", ("pos",), seed, experiment="pos-sp",
+                 prune={"mode": "static", "lambda": "auto"}, init=f"{study}/pos/seed{seed}")
+
+    def sp_settings():
+        runs = compare_runs(["first", "later"]).runs
+        return runs[runs["run"].astype(str).str.contains("pos-sp")].groupby("setting")["seed"].apply(sorted).tolist()
+
+    assert sp_settings() == [[1, 2], [4]]
+    (tmp_path / "later" / CONTINUES).write_text("first\n")
+    assert sp_settings() == [[1, 2, 4]]
 
 
 def test_two_runs_legend_shows_each_runs_values_and_what_they_share(tmp_path, capsys):

@@ -20,7 +20,7 @@ import pandas as pd
 import yaml
 
 from mtl_heads.config import ConfigError
-from mtl_heads.folders import KIND_WHY, RUNS, folder_kind, is_finished_run, is_unfinished_run
+from mtl_heads.folders import KIND_WHY, RUNS, continued_run, folder_kind, is_finished_run, is_unfinished_run
 
 __all__ = ["IGNORED_KEYS", "RUNS", "MAX_DEPTH", "SKIP_DIRS", "KIND_WHY", "Note", "folder_kind", "walk_runs", "spec_folder",
            "find_runs", "read_yaml", "flatten_config", "setting_config", "varying_keys", "is_null",
@@ -211,13 +211,14 @@ def setting_config(flat: dict) -> dict:
     reads as what its absence meant; ``init=.../seed<N>`` is read
     as ``.../seed*`` (static pruning of each seed's own trained run is one setting), and so is
     ``.../.seed<N>.retrained`` (a retraining of that run that stands in for it: docs/ewt-study.sh's
-    retrain stage)."""
+    retrain stage), and an ``init`` in a study folder that continues another
+    (:func:`mtl_heads.folders.continued_run`) as the continued study's path."""
     if "tasks" in flat:  # a training run's config (probe and other configs are read as they are)
         flat = {**{k: v for k, v in ADDED_KEYS.items() if k not in flat}, **flat}
         flat = {k: v for k, v in flat.items() if not (k in ADDED_KEYS and ADDED_KEYS[k] is None and v is None)}
     out = {k: v for k, v in flat.items() if not _ignored(k)}
     if isinstance(out.get("init"), str):
-        out["init"] = re.sub(r"(?:\.)?seed\d+(?:\.retrained)?(/?)$", r"seed*\1", out["init"])
+        out["init"] = re.sub(r"(?:\.)?seed\d+(?:\.retrained)?(/?)$", r"seed*\1", continued_run(out["init"]))
     return out
 
 
