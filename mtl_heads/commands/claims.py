@@ -10,7 +10,9 @@ that cannot drift from the runs. ``format=json`` prints the claims as JSON inste
 its fields, statistic and p-values (schema: :mod:`mtl_heads.study.render`), and writes it
 only where ``out=`` says. ``since=FILE`` (such a JSON, of an earlier round) adds under each verdict what
 changed since it, called ``since_name=`` (default: ``the claims in FILE``): the verdict then and now, and
-each test whose significance changed, its Holm p and value then and now.
+each test whose significance changed, its Holm p and value then and now. ``rules=`` names the round of rules
+the verdicts follow (:data:`mtl_heads.study.RULE_SETS`): ``round2`` (default; ``docs/ewt-study/rules.md``) or
+``round3`` (``docs/ewt-study/rules-round3.md``).
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from mtl_heads.config import ConfigError
 from mtl_heads.files import atomic_write_text
 from mtl_heads.folders import RUNS
 from mtl_heads.records.runs import spec_folder
-from mtl_heads.study import check_claims, claims_json, claims_markdown, read_since, read_study, splice
+from mtl_heads.study import RULE_SETS, check_claims, claims_json, claims_markdown, read_since, read_study, splice
 
 ARGUMENTS = Arguments(config_file("claims"), positional="folders", many=True,
                       flags={"--out": "out", "--doc": "doc", "--root": "root"})
@@ -45,12 +47,16 @@ def claims(cfg: DictConfig) -> None:
     if form == "json" and cfg.get("since"):
         raise ConfigError("config key 'since': it compares in the markdown; format=json writes this study's claims "
                           "alone")
+    rules = str(cfg.get("rules") or "round2")
+    if rules not in RULE_SETS:
+        raise ConfigError(f"config key 'rules': {rules!r} is not one of {', '.join(RULE_SETS)}")
     since = read_since(cfg.since, cfg.get("since_name") or None) if cfg.get("since") else None
-    named = [key for key in ("since", "since_name") if cfg.get(key)] + (["root"] if Path(cfg.root) != RUNS else [])
+    named = [key for key in ("since", "since_name") if cfg.get(key)] + (["root"] if Path(cfg.root) != RUNS else []) \
+        + (["rules"] if rules != "round2" else [])
     command_line = "python -m mtl_heads claims " + " ".join(map(shlex.quote, folders)) + "".join(
         f" {key}={shlex.quote(str(cfg[key]))}" for key in named)
     try:
-        study = read_study(folders, cfg.root)
+        study = read_study(folders, cfg.root, RULE_SETS[rules])
         checked = check_claims(study)
         if form == "json":
             text = claims_json(study, checked, command_line)

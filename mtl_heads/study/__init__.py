@@ -61,7 +61,7 @@ from mtl_heads.study.probes import PAPER_LABELS, compute_probes, probe_skill, pr
 from mtl_heads.study.render import (BEGIN, END, SCHEMA, claims_data, page_markdown, read_since, score_grid,
                                     since_line, splice)
 from mtl_heads.study.rules import (ALPHA, CLAIM_SHUFFLES, MARGIN, MATCHED_RULE, MIN_SEEDS, NEAR_ALL, REPLICATION,
-                                   SUPPORT, TESTS, TOO_FEW, VERDICT_RULES)
+                                   ROUND2, ROUND3, RULE_SETS, SUPPORT, TESTS, TOO_FEW, VERDICT_RULES, Rules)
 from mtl_heads.study.sp_dp import compute_sp_dp, sp_vs_dp, words_sp_dp
 from mtl_heads.study.stem import compute_stem, stem, words_stem
 from mtl_heads.reports.comparison import compare_runs, markdown
@@ -69,7 +69,7 @@ from mtl_heads.records.runs import RUNS, spec_folder
 from mtl_heads.reports.significance import format_p
 
 __all__ = ["ALPHA", "NEAR_ALL", "CLAIM_SHUFFLES", "MIN_SEEDS", "MARGIN", "VERDICT_RULES", "MATCHED_RULE", "REPLICATION",
-           "SUPPORT",
+           "SUPPORT", "Rules", "ROUND2", "ROUND3", "RULE_SETS",
            "TESTS", "TOO_FEW", "REGIMES", "REGIME_NAMES", "PAPER_LABELS", "BEGIN", "END", "SCHEMA", "Test", "Claim",
            "Study", "regime", "read_study", "read_ablations", "CLAIMS", "check_claims", "mtl_vs_stl", "overlap",
            "stem", "probes_claim", "sp_vs_dp", "needed", "regime_gates", "gate_baseline", "stem_table", "stem_heads",
@@ -82,12 +82,13 @@ CLAIMS = ((compute_mtl, words_mtl), (compute_overlap, words_overlap), (compute_s
           (compute_probes, words_probes), (compute_sp_dp, words_sp_dp), (compute_needed, words_needed))
 
 
-def read_study(specs: list[str], root: str | Path = RUNS) -> Study:
+def read_study(specs: list[str], root: str | Path = RUNS, rules: Rules = ROUND2) -> Study:
     """The finished runs, probe reports and head ablations found in ``specs`` (run folders, folders
-    searched at any depth, or experiment names looked up under ``root``, as ``compare`` takes them); a
-    ConfigError when they hold no finished run, or a study that cannot be read."""
+    searched at any depth, or experiment names looked up under ``root``, as ``compare`` takes them), to be
+    judged by ``rules`` (a round of :data:`RULE_SETS`; default round 2's); a ConfigError when they hold no
+    finished run, or a study that cannot be read."""
     comparison = compare_runs(specs, root, uses=("probe report", "probe comparison"))
-    return build_study(comparison.runs, comparison.notes, [str(spec_folder(s, root)) for s in specs])
+    return build_study(comparison.runs, comparison.notes, [str(spec_folder(s, root)) for s in specs], rules)
 
 
 def _too_few(again) -> bool:

@@ -22,12 +22,12 @@ import pandas as pd
 from mtl_heads.config import ConfigError
 from mtl_heads.files import UnreadableFile, file_sha256, read_json
 from mtl_heads.folders import ABLATION_FILE, is_probe_report, shown
-from mtl_heads.study.rules import ALPHA, REPLICATION, TOO_FEW
+from mtl_heads.study.rules import ALPHA, REPLICATION, ROUND2, TOO_FEW, Rules
 from mtl_heads.reports.curves import main_metric
 from mtl_heads.records.probe_reports import read_report
 from mtl_heads.records.runs import read_yaml, walk_runs
 from mtl_heads.reports.significance import format_p
-from mtl_heads.stats import holm
+from mtl_heads.stats import holm, mc_standard_error, unresolved
 from mtl_heads.folders import EARLIER_RETRAINING, RETRAINED_FOLDER, RETRAINING_METRICS, match_name, record_folder_name
 
 __all__ = ["REGIMES", "REGIME_NAMES",
@@ -71,7 +71,11 @@ class Test:
     ``adjusted`` (Holm over its family), ``reach`` (``""``, or the sets it needs when its family is too
     large for its floor: it cannot be significant), ``fragile`` (what leaving out a seed does to a
     significant result), ``too_few`` (the seeds whose leaving out leaves it too few to test) and
-    ``checked`` (recomputed with each seed left out, by ``check_claims``)."""
+    ``checked`` (recomputed with each seed left out, by ``check_claims``); ``draws`` (the Monte Carlo draws
+    behind ``p``: shuffles or random sets; 0 for an exact test or a t-test) and, under rules that print
+    standard errors (round 3), ``factor`` (its Holm multiplier) and ``unresolved`` (``""``, or why its
+    adjusted p is too close to the level for its draws to say which side it falls on: it then counts as not
+    significant)."""
 
     key: str
     p: float
@@ -89,10 +93,18 @@ class Test:
     value: float = math.nan
     numbers: dict = field(default_factory=dict)
     runs: list[str] = field(default_factory=list)
+    draws: int = 0
+    factor: float = math.nan  # set by Claim.adjust under rules that print standard errors only
+    unresolved: str = ""
 
     @property
     def significant(self) -> bool:
-        return bool(np.isfinite(self.adjusted) and self.adjusted < ALPHA and not self.reach)
+        return bool(np.isfinite(self.adjusted) and self.adjusted < ALPHA and not self.reach and not self.unresolved)
+
+    @property
+    def standard_error(self) -> float:
+        """The standard error of its Monte Carlo p (NaN for an exact test, a t-test, or no p)."""
+        return mc_standard_error(self.p, self.draws) if self.draws else math.nan
 
     @property
     def untestable(self) -> str:
@@ -119,7 +131,8 @@ class Claim:
     seed left out, where they differ), ``too_few`` (the seeds whose leaving out changes the verdict
     through tests left with too few seeds only), ``stability`` (the sentence ``check_claims`` writes) and
     ``facts`` (what the claim's computation found beside its tests, as its module's dataclass: the numbers
-    and reasons its words are written from; None until computed).
+    and reasons its words are written from; None until computed) and ``rules`` (the round of rules it is
+    judged by, the study's: :class:`~mtl_heads.study.rules.Rules`; its families and standard errors).
 
     A claim's computation fills ``key``, ``rule``, ``words``, ``tests``, ``verdict`` and ``facts``; its
     words (``question``, ``paper``, ``answer``, ``lines``, ``notes``) are written from them after."""
@@ -138,6 +151,7 @@ class Claim:
     too_few: list[str] = field(default_factory=list)
     stability: str = ""  # "" (not checked), or the sentence of check_claims
     facts: object = field(default=None, repr=False)  # the claim module's facts, for its words
+    rules: Rules = field(default=ROUND2, repr=False)
 
     @property
     def word(self) -> str:
@@ -171,18 +185,30 @@ class Claim:
 
     def adjust(self) -> None:
         """Holm-Bonferroni within each family of tests that have a p-value; a test whose family of m is too
-        large for its floor (``m * floor >= ALPHA``) gets ``reach``: the sets it would need, 20 m."""
+        large for its floor (``m * floor >= ALPHA``) gets ``reach``: the sets it would need, 20 m. Under named
+        families (round 3) a test no verdict reads is adjusted in a descriptive family of its kind
+        (:meth:`~mtl_heads.study.rules.Rules.family`); under standard errors a Monte Carlo test whose adjusted p
+        lies within 2 standard errors (times its Holm factor) of ALPHA gets ``unresolved``."""
         families: dict[str, list[Test]] = {}
         for test in self.tests.values():
+            test.family = self.rules.family(test.family, test.decides)
             families.setdefault(test.family, []).append(test)
         for tests in families.values():
             for test, adjusted in zip(tests, holm([t.p for t in tests])):
                 test.adjusted = adjusted
             m = sum(np.isfinite(t.p) for t in tests)
+            if self.rules.standard_errors:
+                for rank, test in enumerate(sorted((t for t in tests if np.isfinite(t.p)), key=lambda t: t.p)):
+                    test.factor = float(m - rank)  # Holm's multiplier of the (rank + 1)-th smallest p
             for test in tests:
                 if np.isfinite(test.p) and test.floor > 0 and m * test.floor >= ALPHA:
                     test.reach = (f"cannot reach significance: {round(1 / test.floor) - 1} sets or shuffles allow p "
                                   f">= {format_p(test.floor)}, and Holm over {m} tests needs at least {20 * m}")
+                if self.rules.standard_errors and test.draws and np.isfinite(test.p) and \
+                        unresolved(test.adjusted, test.p, test.draws, test.factor, ALPHA):
+                    test.unresolved = (f"not resolved at {test.draws:,} draws: Holm {format_p(test.adjusted)} lies "
+                                       f"within 2 standard errors ({_se(test.factor * test.standard_error)}) of "
+                                       f"{ALPHA}; counted as not significant")
 
     def significant(self, key: str) -> bool:
         return key in self.tests and self.tests[key].significant
@@ -215,8 +241,18 @@ def test_text(test: Test) -> str:
     notes = ([f"fragile: {'; '.join(test.fragile)}"] if test.fragile else []) + \
         ([too_few_text(test.too_few)] if test.too_few else [])
     stability = f" ({'; '.join(notes)})" if notes else ", stable" if test.checked else ""
-    return f"p {format_p(test.p)}, Holm {format_p(test.adjusted)}" + (f"; {test.reach}" if test.reach else "") \
-        + stability
+    se = test.standard_error
+    raw, adjusted = format_p(test.p), format_p(test.adjusted)
+    if np.isfinite(se) and np.isfinite(test.factor):  # a Monte Carlo p, under rules that print its error (round 3)
+        raw += f" ± {_se(se)}"
+        adjusted += f" ± {_se(test.factor * se)}"
+    return f"p {raw}, Holm {adjusted}" + (f"; {test.reach}" if test.reach else "") \
+        + (f"; {test.unresolved}" if test.unresolved else "") + stability
+
+
+def _se(value: float) -> str:
+    """A standard error to 1 significant digit (``0.0007``), or ``0`` (every draw on one side)."""
+    return "0" if value == 0 else f"{value:.1g}" if value >= 1e-4 else f"{value:.0e}"
 
 
 def too_few_text(entries: list[str]) -> str:
@@ -255,7 +291,8 @@ class Study:
     retrainings: ``{run folder: seconds}`` of the runs trained again for their weights whose record's
     folder keeps the retraining's metrics (:data:`~mtl_heads.folders.RETRAINING_METRICS`, and :data:`~mtl_heads.folders.EARLIER_RETRAINING`
     where it was trained again more than once: the seconds of all of them); earlier_retrainings: how
-    many such earlier retrainings the record keeps in all.
+    many such earlier retrainings the record keeps in all; rules: the round of rules its claims are judged by
+    (:class:`~mtl_heads.study.rules.Rules`; default :data:`~mtl_heads.study.rules.ROUND2`).
     """
 
     runs: pd.DataFrame
@@ -268,6 +305,7 @@ class Study:
     gates: dict = field(default_factory=dict, repr=False)  # run folder -> RunGates, read once
     retrainings: dict = field(default_factory=dict)  # run folder -> seconds of its retrainings
     earlier_retrainings: int = 0
+    rules: Rules = ROUND2
 
     def setting(self, tasks: str | None, kind: str) -> str | None:
         setting = self.cells.get((tasks, kind)) if tasks else None
@@ -379,9 +417,10 @@ def one_encoder(runs: pd.DataFrame) -> None:
                       f"compare the settings of one encoder: {found}; name the folders of one encoder's runs")
 
 
-def build_study(runs: pd.DataFrame, notes: list[str], specs: list[str]) -> Study:
+def build_study(runs: pd.DataFrame, notes: list[str], specs: list[str], rules: Rules = ROUND2) -> Study:
     """The study of a run table (``compare_runs(specs).runs``, whose ``notes`` are kept): each run's regime
-    and cell, the MTL setting, and the probe reports and head ablations found in ``specs``."""
+    and cell, the MTL setting, and the probe reports and head ablations found in ``specs``; judged by
+    ``rules`` (default round 2's)."""
     one_encoder(runs)
     runs = runs.copy()
     runs["regime"] = [regime(p, b) for p, b in zip(runs["prune"], _budget(runs))]
@@ -411,7 +450,7 @@ def build_study(runs: pd.DataFrame, notes: list[str], specs: list[str]) -> Study
             except (OSError, ValueError) as err:
                 notes.append(f"{folder}: not used ({err})")
     ablations, more = read_ablations(specs)
-    study = Study(runs, cells, mtl, reports, notes + more, ablations)
+    study = Study(runs, cells, mtl, reports, notes + more, ablations, rules=rules)
     study.ablations, stand_ins = [], {}
     for path, record in ablations:  # each matched to its run once
         row = study.run_row(record.get("run_resolved") or record["run"])

@@ -10,11 +10,12 @@ import numpy as np
 import pandas as pd
 
 from mtl_heads.study.core import Claim, Study, Test, run_folders, runs_of, slot, task_name
-from mtl_heads.study.rules import CLAIM_SHUFFLES, FLOOR, NEAR_ALL
+from mtl_heads.study.rules import NEAR_ALL, ROUND2, Rules
 from mtl_heads.gates.read import moved_flags, read_run
 from mtl_heads.gates.grids import kept_heads, permutation_baseline
 from mtl_heads.gates.survivors import stem_cells
 from mtl_heads.reports.significance import format_p
+from mtl_heads.stats import jaccard_null
 
 __all__ = ["Gates", "setting_gates", "regime_gates", "gate_baseline", "stricter", "Unpruned", "unpruned",
            "unpruned_text", "not_pruned", "pair_tests", "pair_words",
@@ -65,10 +66,29 @@ def regime_gates(study: Study, kind: str) -> dict[str, Gates]:
     return {task_name(t): setting_gates(study, s, t) for t in study.tasks if (s := study.setting(t, kind)) is not None}
 
 
-def gate_baseline(gates: dict[str, Gates]) -> pd.DataFrame:
-    """:func:`permutation_baseline` over ``{label: gates}`` with :data:`CLAIM_SHUFFLES` shuffles."""
-    return permutation_baseline({n: g.grids for n, g in gates.items()}, {n: g.moved for n, g in gates.items()},
-                                shuffles=CLAIM_SHUFFLES, block=max(g.block for g in gates.values()))
+def gate_baseline(gates: dict[str, Gates], rules: Rules = ROUND2) -> pd.DataFrame:
+    """:func:`permutation_baseline` over ``{label: gates}`` with the shuffles and seed of ``rules`` (default round
+    2's), and per pair the grid's ``heads`` and, under rules with exact tests, the global Jaccard null computed
+    exactly (:func:`mtl_heads.stats.jaccard_null`: ``jaccard p`` and ``jaccard null mean`` replaced, the Monte
+    Carlo ones kept as ``jaccard mc p`` and ``jaccard mc null mean``)."""
+    table = permutation_baseline({n: g.grids for n, g in gates.items()}, {n: g.moved for n, g in gates.items()},
+                                 shuffles=rules.shuffles, seed=rules.seed, block=max(g.block for g in gates.values()))
+    if table.empty:
+        return table
+    table["heads"] = [gates[a].kept.size for a in table["A"]]
+    if rules.exact:
+        table["jaccard mc p"], table["jaccard mc null mean"] = table["jaccard p"], table["jaccard null mean"]
+        exact = [_exact_jaccard(gates[row["A"]], gates[row["B"]]) for row in table.to_dict("records")]
+        table["jaccard null mean"] = [mean for mean, _ in exact]
+        table["jaccard p"] = [p for _, p in exact]
+    return table
+
+
+def _exact_jaccard(a: Gates, b: Gates) -> tuple[float, float]:
+    """The exact global null of two settings' kept-head Jaccard (:func:`mtl_heads.stats.jaccard_null`): the null's
+    mean and the one-sided p of their overlap."""
+    kept_a, kept_b = a.kept.ravel(), b.kept.ravel()
+    return jaccard_null(kept_a.size, int(kept_a.sum()), int(kept_b.sum()), int((kept_a & kept_b).sum()))
 
 
 def stricter(row: dict, prefix: str = "") -> float:
@@ -118,12 +138,16 @@ def pair_tests(claim: Claim, key: str, row: dict, why: str, decides: bool = True
         runs: the run folders of the two settings.
     """
     what = what or {}
-    claim.add(Test(f"{key} correlation", stricter(row), floor=FLOOR, decides=False,
+    floor, draws = 1 / (int(row["shuffles"]) + 1), int(row["shuffles"])
+    claim.add(Test(f"{key} correlation", stricter(row), floor=floor, decides=False, draws=draws,
                    what={**what, "statistic": "correlation"}, value=row["correlation"], runs=runs,
                    numbers={"null_mean": row["null mean"], "null_95": row["null 95%"], "p_global": row["p"],
                             "layer_null_mean": row["layer null mean"], "p_layer": row["layer p"]}))
     jaccard_why = why or (row["jaccard note"] if isinstance(row.get("jaccard note"), str) else "")
-    claim.add(Test(f"{key} Jaccard", stricter(row, "jaccard "), jaccard_why, floor=FLOOR, decides=decides,
+    exact = "jaccard mc p" in row  # the global null exact: the layer-aware one alone is drawn
+    layer_floor = floor if not exact or row["jaccard layer p"] >= row["jaccard p"] else 0.0
+    claim.add(Test(f"{key} Jaccard", stricter(row, "jaccard "), jaccard_why, floor=layer_floor, decides=decides,
+                   draws=draws if not exact or row["jaccard layer p"] >= row["jaccard p"] else 0,
                    what={**what, "statistic": "jaccard"}, value=row["jaccard"], runs=runs,
                    numbers={"null_mean": row["jaccard null mean"], "p_global": row.get("jaccard p"),
                             "layer_null_mean": row["jaccard layer null mean"],

@@ -195,7 +195,7 @@ def correlation_map(study: Study, kind: str, gates: dict, claim: Claim | None) -
     outlined where it beats both permutation nulls (claim 2's test: the larger of the global and the
     layer-aware p, Holm-adjusted over the claim's tests, below 0.05); on the diagonal, italic, the
     run-to-run consistency (mean correlation between a task's seeds). Hover: the nulls and the p values."""
-    table = gate_baseline(gates)
+    table = gate_baseline(gates, study.rules)
     if table.empty:
         return '<p class="note">fewer than two tasks whose gates moved</p>'
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from mtl_heads.study.core import (Claim, Study, Test, config_of, listed, majority, mean_std, metric_name, mtl_name,
                                   run_folders, runs_of, score_column, slot, task_name)
-from mtl_heads.study.rules import MIN_SEEDS, TOO_FEW, VERDICT_RULES
+from mtl_heads.study.rules import MIN_SEEDS, TOO_FEW
 from mtl_heads.reports.significance import format_p, significance_table
 
 __all__ = ["Confound", "MtlTask", "MtlFacts", "compute_mtl", "words_mtl", "mtl_vs_stl"]
@@ -100,7 +100,7 @@ def compute_mtl(study: Study) -> Claim:
     or why the task is shown and not counted, in words: the test's record); ``value`` is MTL's mean minus
     STL's. Its facts: :class:`MtlFacts`."""
     facts = MtlFacts(mtl_name(study))
-    claim = Claim("mtl", rule=VERDICT_RULES["mtl"], facts=facts)
+    claim = Claim("mtl", rule=study.rules.verdict_rules["mtl"], rules=study.rules, facts=facts)
     mtl = study.setting(study.mtl, "none")
     if mtl is None:
         return claim
@@ -125,6 +125,8 @@ def compute_mtl(study: Study) -> Claim:
                                 "permutation_p": row["permutation p"], "smallest_p": row["smallest p"]}))
         facts.tasks.append(MtlTask(task, task_name(task), values[stl].to_numpy(float), values[mtl].to_numpy(float),
                                    confound))
+        if confound is not None and study.rules.named_families:  # shown alone, unadjusted, not counted (round 3)
+            claim.tests[task_name(task)].decides = False
     claim.adjust()
     for t in facts.tasks:
         test = claim.tests[t.key]

@@ -14,7 +14,7 @@ import numpy as np
 from mtl_heads.study.core import (REGIME_NAMES, REGIMES, Claim, Study, Test, cannot_reach, heads_text, listed,
                                   majority, mtl_name, runs_of, slot, task_name, unreachable)
 from mtl_heads.study.heads import regime_gates, stem_heads
-from mtl_heads.study.rules import SUPPORT, VERDICT_METHODS, VERDICT_RULES
+from mtl_heads.study.rules import SUPPORT, VERDICT_METHODS
 from mtl_heads.stats import null_summary
 
 __all__ = ["pooled_ablation", "Unused", "Ablated", "NeededPlace", "NeededRegime", "NeededFacts",
@@ -178,7 +178,7 @@ def compute_needed(study: Study) -> Claim:
     ``heads`` (the held-out stem cells ablated); ``value`` is the drop averaged over seeds; ``runs`` the runs
     ablated. Its facts: :class:`NeededFacts`."""
     facts = NeededFacts(bool(study.ablations))
-    claim = Claim("needed", rule=VERDICT_RULES["needed"], words=SUPPORT, facts=facts)
+    claim = Claim("needed", rule=study.rules.verdict_rules["needed"], rules=study.rules, words=SUPPORT, facts=facts)
     if not study.ablations:
         return claim
     held, wheres, facts.unused = _ablation_groups(study)

@@ -13,7 +13,7 @@ import numpy as np
 from mtl_heads.study.core import REGIME_NAMES, REGIMES, Claim, Study, cannot_reach, share, unreachable
 from mtl_heads.study.heads import (Unpruned, gate_baseline, gate_runs, not_pruned, pair_tests, pair_words,
                                    regime_gates, unpruned, unpruned_text)
-from mtl_heads.study.rules import REPLICATION, VERDICT_RULES
+from mtl_heads.study.rules import REPLICATION
 from mtl_heads.gates.grids import run_consistency
 
 __all__ = ["OverlapPair", "OverlapRegime", "OverlapFacts", "compute_overlap", "words_overlap", "overlap"]
@@ -69,14 +69,14 @@ def compute_overlap(study: Study) -> Claim:
     ``... Jaccard``: ``what`` holds ``regime``, ``pair`` (task ids, in the study's task order) and
     ``statistic`` (``correlation`` or ``jaccard``); ``value`` is the statistic. Its facts: :class:`OverlapFacts`."""
     facts = OverlapFacts()
-    claim = Claim("overlap", rule=VERDICT_RULES["overlap"], facts=facts)
+    claim = Claim("overlap", rule=study.rules.verdict_rules["overlap"], rules=study.rules, facts=facts)
     for kind in REGIMES:
         gates = regime_gates(study, kind)
         if len(gates) < 2:
             continue
         found = OverlapRegime(kind)
         facts.regimes.append(found)
-        table = gate_baseline(gates)
+        table = gate_baseline(gates, study.rules)
         if table.empty:
             found.moved = False
             continue
@@ -87,6 +87,12 @@ def compute_overlap(study: Study) -> Claim:
             pair_tests(claim, pair.key, row, not_pruned(gates, (row["A"], row["B"])),
                        what={"regime": kind, "pair": [gates[row["A"]].task, gates[row["B"]].task]},
                        runs=gate_runs(study, gates, (row["A"], row["B"])))
+    if study.rules.named_families:  # the verdict's family: the deciding regime's counted pairs' Jaccard tests alone
+        deciding = next((r for r in facts.regimes if r.counted), None)
+        for found in facts.regimes:
+            for pair in found.pairs:
+                if found is not deciding or not pair.counted:
+                    claim.tests[f"{pair.key} Jaccard"].decides = False
     claim.adjust()
     for found in facts.regimes:
         counted = found.counted

@@ -14,7 +14,7 @@ import pandas as pd
 
 from mtl_heads.study.core import (Claim, Study, Test, listed, majority, mean_std, mtl_name, run_folders, slot,
                                   task_name)
-from mtl_heads.study.rules import MIN_SEEDS, TOO_FEW, VERDICT_RULES
+from mtl_heads.study.rules import MIN_SEEDS, TOO_FEW
 from mtl_heads.reports.significance import format_p
 from mtl_heads.stats import one_sample_p, permutation_test, welch
 
@@ -111,7 +111,7 @@ def compute_probes(study: Study) -> Claim:
     score minus the second's. Its facts: :class:`ProbesFacts`."""
     pretrained = [r for r in study.reports if r.meta.get("model_kind") != "run"]
     facts = ProbesFacts(mtl_name(study), bool(pretrained))
-    claim = Claim("probes", rule=VERDICT_RULES["probes"], facts=facts)
+    claim = Claim("probes", rule=study.rules.verdict_rules["probes"], rules=study.rules, facts=facts)
     by_setting = _reports_by_setting(study)
     mtl = study.setting(study.mtl, "none")
     for task in study.tasks:

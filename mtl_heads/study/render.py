@@ -55,7 +55,6 @@ import pandas as pd
 from mtl_heads.config import ConfigError
 from mtl_heads.study.core import (REGIME_NAMES, Claim, Study, Test, folder_of, mean_std, metric_name, mtl_name,
                                   score_column, as_number, task_name)
-from mtl_heads.study.rules import TESTS
 from mtl_heads.reports.significance import format_p
 
 __all__ = ["BEGIN", "END", "SCHEMA", "score_grid", "page_markdown", "claim_markdown", "since_line", "read_since",
@@ -220,7 +219,7 @@ def page_markdown(study: Study, claims: list[Claim], grid: str, command: str = "
            "in all (the sum of their `metrics.json` seconds: wall time with loading and evaluation, of every "
            "process of a resumed run that lists them under `resumed`, else of its last; probes not counted)."
            + _other_settings_hours(study) + _ablation_hours(study) + _retraining_hours(study), "",
-           "Test scores, mean ± sample standard deviation over seeds (n = seeds):", "", grid, "", TESTS, ""]
+           "Test scores, mean ± sample standard deviation over seeds (n = seeds):", "", grid, "", study.rules.tests, ""]
     if since is not None:
         then = since["data"].get("study") or {}
         out += [f"*Since {since['name']}* (under each verdict): `{since['path']}` holds the claims of "
@@ -313,7 +312,7 @@ def claim_data(number: int, claim: Claim) -> dict:
 
 def claims_data(study: Study, claims: list[Claim], command: str = "") -> dict:
     """The study and its claims as plain data, ready for ``json.dumps`` (schema: the module docstring)."""
-    return plain({"schema": SCHEMA, "command": command, "tests_text": TESTS,
+    return plain({"schema": SCHEMA, "command": command, "tests_text": study.rules.tests,
                   "study": {"runs": len(study.runs), "settings": int(study.runs["setting"].nunique()),
                             "probe_reports": len(study.reports), "ablations": len(study.ablations),
                             "hours": _hours(study.runs), "seeds": study.seeds, "tasks": study.tasks, "mtl": study.mtl,

@@ -1,13 +1,22 @@
 """The rules every claim is held to, fixed before any number is read: the verdicts' definitions
 (:data:`VERDICT_RULES`), the statistics all claims share (:data:`TESTS`, with the numbers it names), and the
 words a verdict is written in. ``docs/ewt-study/rules.md`` says the same in full; changing a rule after
-the runs it judges is what tests/test_published.py's rules-commit check catches."""
+the runs it judges is what tests/test_published.py's rules-commit check catches.
+
+A study is judged by one *round* of rules (:class:`Rules`; :data:`RULE_SETS` by name, ``rules=`` of
+``python -m mtl_heads claims``): :data:`ROUND2` (``docs/ewt-study/rules.md``, the constants above it) or
+:data:`ROUND3` (``docs/ewt-study/rules-round3.md``: each verdict's Holm family named by its members, exact
+nulls where they exist, Monte Carlo nulls from a named seed with their standard errors, claim 6 against two
+nulls, claim 5 read from the runs matched but for the pruning)."""
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 from mtl_heads.reports.significance import ALPHA
 
 __all__ = ["ALPHA", "NEAR_ALL", "CLAIM_SHUFFLES", "FLOOR", "MIN_SEEDS", "MARGIN", "VERDICT_METHODS", "TOO_FEW", "TESTS",
-           "VERDICT_RULES", "MATCHED_RULE", "REPLICATION", "SUPPORT"]
+           "VERDICT_RULES", "MATCHED_RULE", "REPLICATION", "SUPPORT", "Rules", "ROUND2", "ROUND3", "RULE_SETS",
+           "DESCRIPTIVE"]
 
 NEAR_ALL = 0.95  # a setting keeping at least this share of the heads (in most of its seeds) did not prune
 CLAIM_SHUFFLES = 10_000  # shuffles / random sets of every null here: Holm over a claim's tests needs small p
@@ -76,3 +85,105 @@ MATCHED_RULE = ("With DP runs trained on SP's schedule (the same encoder epochs 
 REPLICATION = {"yes": "replicated", "partly": "partly replicated", "no": "not replicated",
                "inconclusive": "inconclusive"}
 SUPPORT = {"yes": "supported", "partly": "partly supported", "no": "not supported", "inconclusive": "inconclusive"}
+
+
+# --- the rounds -----------------------------------------------------------------------------------------
+DESCRIPTIVE = "descriptive"  # the family name of round 3's tests that no verdict reads (a family of their kind)
+
+
+@dataclass(frozen=True)
+class Rules:
+    """One round's rules: what the claims' tests draw and how their families and verdicts are formed.
+
+    ``name`` (``round2``), ``file`` (where they are written in full), ``shuffles`` (draws of every shuffle null:
+    claims 2, 3 and 5's same-heads tests), ``seed`` (numpy ``default_rng`` seed of every Monte Carlo null),
+    ``named_families`` (each verdict's Holm family holds exactly the tests it reads, every other test a
+    descriptive family of its kind; False: one family per claim unless the claim names its own),
+    ``exact`` (the global null of a kept-set Jaccard computed exactly, hypergeometric), ``standard_errors``
+    (every Monte Carlo p printed with its standard error; a Holm-adjusted p within 2 of them of
+    :data:`ALPHA` is *not resolved* and counts as not significant), ``nulls`` (claim 6: the random-set nulls a
+    pair's zero and mean ablation must each beat for it to need its stem cells), ``matched`` (claim 5's
+    deciding runs: ``encoder``, DP whose encoder was trained on SP's schedule; ``phases``, DP run on SP's
+    whole schedule in one run, decoders frozen in SP's epochs, ``train.phases``), ``stem_seeds`` (claim 6:
+    the seeds whose DP runs choose the held-out stem cells, so that the ablated sets stay those the
+    ablations drew whatever seed stability leaves out; empty: every seed of the study), ``verdict_rules``
+    (each claim's rule in words) and ``tests`` (the statistics every claim shares, in words)."""
+
+    name: str
+    file: str
+    shuffles: int = CLAIM_SHUFFLES
+    seed: int = 0
+    named_families: bool = False
+    exact: bool = False
+    standard_errors: bool = False
+    nulls: tuple[str, ...] = ("layer",)
+    matched: str = "encoder"
+    stem_seeds: tuple[int, ...] = ()
+    verdict_rules: dict = field(default_factory=lambda: dict(VERDICT_RULES), compare=False, repr=False)
+    tests: str = field(default=TESTS, compare=False, repr=False)
+
+    @property
+    def floor(self) -> float:
+        """The smallest p of ``shuffles`` shuffles: ``1 / (shuffles + 1)``."""
+        return 1 / (self.shuffles + 1)
+
+    def family(self, own: str, decides: bool = True) -> str:
+        """The Holm family of a test: ``own`` (the family its claim names), except that under named families
+        a test no verdict reads goes to :data:`DESCRIPTIVE` (with ``own`` after it, so that kinds stay apart)."""
+        if self.named_families and not decides and not own.startswith(DESCRIPTIVE):
+            return f"{DESCRIPTIVE} {own}".strip()
+        return own
+
+
+ROUND2 = Rules("round2", "docs/ewt-study/rules.md")
+ROUND3_SHUFFLES = 100_000  # rules-round3.md: the shuffle nulls' draws
+ROUND3_SEED = 20261129     # rules-round3.md: the Monte Carlo seed
+ROUND3_TESTS = (
+    "Tests (docs/ewt-study/rules-round3.md): Welch's t-test over seeds (two-sided unless a rule says one-sided) "
+    f"for scores, with at least {MIN_SEEDS} seeds a group (fewer: *too few seeds to test*). Each verdict's "
+    "Holm-Bonferroni family is exactly the tests it reads; every other test is *descriptive*, adjusted in a family "
+    "of its kind. Exact tests where they exist: the global null of a kept-set Jaccard is hypergeometric. "
+    f"Elsewhere Monte Carlo p = (1 + hits) / (1 + n) from numpy seed {ROUND3_SEED}: shuffle nulls draw "
+    f"{ROUND3_SHUFFLES:,}; random head sets (claim 6) 250 per seed, 1,000 for a test whose Holm p lies within 2 "
+    "standard errors of 0.05 (a test still within them is *not resolved* and counts as not significant); each "
+    "Monte Carlo p is printed with its standard error (`± SE`, times its Holm factor for the adjusted p). "
+    "Where a null is global and layer-aware the verdict reads the larger p. A draw within 1e-9 of the observed "
+    "statistic counts as a hit. `p raw, Holm adjusted`; significant: adjusted p < "
+    f"{ALPHA}. Stability: each verdict recomputed with each seed left out in turn: *stable* when none changes "
+    "it, *fragile* (with the seed) when one does, *too few seeds to test* only when what is left has a t-test "
+    f"with fewer than {MIN_SEEDS} values a group or a family whose smallest attainable adjusted p reaches "
+    f"{ALPHA}. A setting that keeps at least {NEAR_ALL:.0%} of its heads (in most of its seeds) *did not prune*.")
+ROUND3_VERDICT_RULES = {
+    **VERDICT_RULES,
+    "mtl": "one Holm family of the two-sided Welch tests of STL against MTL on the tasks trained under equal "
+           "conditions (EWT: POS, DEP, CON, SRL); a task with a known confound (EWT's NER: another training "
+           "split, another share of steps) is shown alone, unadjusted, not counted. Replicated when MTL loses "
+           "on more than half of the counted tasks; partly when it loses on at least one and gains "
+           "significantly on none; not replicated otherwise.",
+    "overlap": "counted: pairs of single-task DP settings that both pruned; one test a pair, the kept-head "
+               "Jaccard, whose p is the larger of the global null's (exact, hypergeometric) and the layer-aware "
+               "null's; these tests alone form the verdict's Holm family. Replicated when every counted pair's "
+               "Jaccard is significant, partly when some are, not replicated when none is; the gate "
+               "correlations are a descriptive family, shown beside it.",
+    "sp_dp": f"counted: settings whose SP and whose DP run matched but for the pruning (SP's whole schedule in one "
+             f"run, decoders frozen in SP's epochs: rules-round3.md) both pruned in every seed. Per setting two "
+             f"one-sided Welch tests over seeds, the verdict's Holm family: *fewer heads* (DP's heads kept below "
+             f"SP's) and *not lower* (non-inferiority, margin {MARGIN:g} points on the test score; MTL: the mean "
+             f"over its tasks). DP wins a setting when both are significant; it loses when SP keeps significantly "
+             f"fewer heads or DP's score is significantly more than {MARGIN:g} below SP's (descriptive, as are "
+             f"the same-heads tests and the comparisons of earlier DP runs with SP). Replicated when DP wins every "
+             f"counted setting, partly when some, not replicated when it wins none and loses every other; "
+             f"inconclusive otherwise.",
+    "needed": "held out: for each task T, DP's stem cells found without T (from the seeds that chose the ablated "
+              "sets) ablated in T's unpruned runs (STL, and MTL scored on T), seeds pooled, against two nulls of "
+              "random head sets: matched on layer, and matched on layer and on each head's importance for T "
+              "within its layer (Michel et al. 2019; three bins a layer). One Holm family per (regime, method, "
+              "null) over the (model, task) pairs; a (model, task) needs its held-out stem cells when zero and "
+              "mean ablation are both significant against both nulls (an intersection-union test). Supported "
+              "when more than half of the (model, task) pairs need them, partly supported when at least one "
+              "does, not supported otherwise. The paper does not test this claim.",
+}
+ROUND3 = Rules("round3", "docs/ewt-study/rules-round3.md", shuffles=ROUND3_SHUFFLES, seed=ROUND3_SEED,
+               named_families=True, exact=True, standard_errors=True, nulls=("layer", "importance"),
+               matched="phases", stem_seeds=(1, 2, 3), verdict_rules=ROUND3_VERDICT_RULES, tests=ROUND3_TESTS)
+RULE_SETS = {rules.name: rules for rules in (ROUND2, ROUND3)}

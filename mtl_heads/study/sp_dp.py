@@ -16,7 +16,7 @@ from mtl_heads.study.core import (Claim, Study, Test, config_of, listed, mean_st
                                   score_column, setting_name, slot)
 from mtl_heads.study.heads import (Unpruned, gate_baseline, not_pruned, pair_tests, pair_words, setting_gates,
                                    unpruned, unpruned_text)
-from mtl_heads.study.rules import MARGIN, MATCHED_RULE, MIN_SEEDS, TOO_FEW, VERDICT_RULES
+from mtl_heads.study.rules import MARGIN, MATCHED_RULE, MIN_SEEDS, TOO_FEW
 from mtl_heads.records.runs import read_yaml
 from mtl_heads.stats import welch_lower_bound, welch_one_sided
 from mtl_heads.folders import RETRAINED_FOLDER, match_name, record_folder_name
@@ -163,7 +163,7 @@ def _compare(claim: Claim, study: Study, tasks: str, pair: _Pair) -> SpDpCompari
     same heads) and its facts; None when it cannot be compared."""
     name = setting_name(study, tasks)
     gates = {f"{name} DP": setting_gates(study, pair.dp), f"{name} SP": setting_gates(study, pair.sp)}
-    table = gate_baseline(gates)
+    table = gate_baseline(gates, study.rules)
     if table.empty:
         claim.facts.unmoved.append(pair.label)
         return None
@@ -230,7 +230,7 @@ def compute_sp_dp(study: Study) -> Claim:
     whether they keep the same heads (``<pair> DP & SP correlation`` / ``Jaccard``, shown). With matched
     comparisons, the rule gains :data:`MATCHED_RULE`. Its facts: :class:`SpDpFacts`."""
     facts = SpDpFacts()
-    claim = Claim("sp_dp", rule=VERDICT_RULES["sp_dp"], facts=facts)
+    claim = Claim("sp_dp", rule=study.rules.verdict_rules["sp_dp"], rules=study.rules, facts=facts)
     for tasks in study.tasks + ([study.mtl] if study.mtl else []):
         for pair in _sp_dp_pairs(study, tasks, setting_name(study, tasks)):
             comparison = _compare(claim, study, tasks, pair)
@@ -240,7 +240,7 @@ def compute_sp_dp(study: Study) -> Claim:
     for comparison in facts.comparisons:
         comparison.outcome = _outcome(claim, comparison)
     if facts.matched:
-        claim.rule = f"{VERDICT_RULES['sp_dp']} {MATCHED_RULE}"
+        claim.rule = f"{study.rules.verdict_rules['sp_dp']} {MATCHED_RULE}"
     claim.verdict = _verdict(facts.deciding)
     return claim
 

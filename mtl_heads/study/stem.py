@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from mtl_heads.study.core import (REGIME_NAMES, REGIMES, Claim, Study, Test, cannot_reach, heads_text, majority,
                                   slot, unreachable)
 from mtl_heads.study.heads import Unpruned, gate_runs, regime_gates, stem_table, stricter, unpruned, unpruned_text
-from mtl_heads.study.rules import CLAIM_SHUFFLES, FLOOR, VERDICT_RULES
 from mtl_heads.gates.survivors import (chance_stem_cells, chance_stem_cells_by_layer, kept_by_layer,
                                        stem_cells_vs_probes, stem_count_layer_p, stem_count_p, stem_settings)
 from mtl_heads.reports.significance import format_p
@@ -75,7 +74,7 @@ def compute_stem(study: Study) -> Claim:
     probe's heads). Its facts: :class:`StemFacts`."""
     pretrained = [r for r in study.reports if r.meta.get("model_kind") != "run"]
     facts = StemFacts(pretrained=bool(pretrained))
-    claim = Claim("stem", rule=VERDICT_RULES["stem"], facts=facts)
+    claim = Claim("stem", rule=study.rules.verdict_rules["stem"], rules=study.rules, facts=facts)
     for kind in REGIMES:
         gates = regime_gates(study, kind)
         table = stem_table(gates) if len(gates) >= 2 else None
@@ -94,22 +93,25 @@ def compute_stem(study: Study) -> Claim:
         block = max(g.block for g in gates.values())
         by_layer = kept_by_layer(table)  # [settings, layers]
         heads = int(table["head"].max()) + 1
-        p_global = stem_count_p(found.kept, found.size, len(found.cells), CLAIM_SHUFFLES, block=block)
-        p_layer = stem_count_layer_p(by_layer, heads, len(found.cells), CLAIM_SHUFFLES, block=block)
+        rules = study.rules
+        p_global = stem_count_p(found.kept, found.size, len(found.cells), rules.shuffles, rules.seed, block=block)
+        p_layer = stem_count_layer_p(by_layer, heads, len(found.cells), rules.shuffles, rules.seed, block=block)
         runs = gate_runs(study, gates, names)
-        claim.add(Test(found.count_key, max(p_global, p_layer), floor=FLOOR, value=len(found.cells), runs=runs,
+        claim.add(Test(found.count_key, max(p_global, p_layer), floor=rules.floor, value=len(found.cells), runs=runs,
+                       draws=rules.shuffles,
                        what={"regime": kind, "tasks": [gates[n].task for n in names], "statistic": "stem cell count",
                              "heads": found.cells},
                        numbers={"chance": chance_stem_cells(found.kept, found.size), "p_global": p_global,
                                 "chance_within_layers": chance_stem_cells_by_layer(by_layer, heads),
                                 "p_layer": p_layer, "every_seed": len(found.every)}))
         if found.cells and not found.all_kept and pretrained:
-            ranks = stem_cells_vs_probes(table, pretrained[:1], CLAIM_SHUFFLES, block=block)
+            ranks = stem_cells_vs_probes(table, pretrained[:1], rules.shuffles, rules.seed, block=block)
             for r in ranks.to_dict("records"):
                 if r.get("note"):
                     continue
                 found.probes.append(StemProbe(f"{REGIME_NAMES[kind]} {r['probe'].upper()} probe", r["best head"]))
-                claim.add(Test(found.probes[-1].key, stricter(r), floor=FLOOR, value=r["mean percentile"], runs=runs,
+                claim.add(Test(found.probes[-1].key, stricter(r), floor=rules.floor, value=r["mean percentile"],
+                               runs=runs, draws=rules.shuffles,
                                what={"regime": kind, "probe": r["probe"], "statistic": "mean percentile"},
                                numbers={"null_mean": r["null mean"], "p_global": r["p"],
                                         "layer_null_mean": r["layer null mean"], "p_layer": r["layer p"]}))

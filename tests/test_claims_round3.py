@@ -1,0 +1,85 @@
+"""The claims under round 3's rules (docs/ewt-study/rules-round3.md; mtl_heads.study.rules.ROUND3) on the made-up
+study of helpers.make_study: each verdict's Holm family holds the tests it reads and no other, the global
+Jaccard null is exact, and a Monte Carlo p is printed with its standard error and counts as not significant
+when its adjusted p lies within 2 of them of 0.05. Round 2's output is unchanged: tests/test_published.py
+regenerates its documents byte for byte."""
+import math
+
+import pytest
+
+from mtl_heads.commands.claims import main
+from mtl_heads.stats import holm, jaccard_null
+from mtl_heads.study import ROUND2, ROUND3, Claim, mtl_vs_stl, overlap, read_study
+from mtl_heads.study import Test as ClaimTest  # not "Test": pytest would try to collect it
+from mtl_heads.study.rules import DESCRIPTIVE
+from helpers import NER_KEPT, POS_KEPT, make_study
+from helpers import STUDY_HEADS as HEADS
+from helpers import STUDY_LAYERS as LAYERS
+
+
+@pytest.fixture(scope="module")
+def study_dir(tmp_path_factory):
+    return make_study(tmp_path_factory.mktemp("round3") / "study")
+
+
+def test_claim_2s_family_is_the_dp_jaccard_tests_and_their_global_null_is_exact(study_dir):
+    study = read_study([str(study_dir)], rules=ROUND3)
+    claim = overlap(study)
+    jaccard = claim.find(regime="dp", statistic="jaccard")
+    correlation = claim.find(regime="dp", statistic="correlation")
+    # POS and NER with DP keep 8 heads each, 6 of them shared, among 24
+    overlap_count = len(set(POS_KEPT) & set(NER_KEPT))
+    mean, exact = jaccard_null(LAYERS * HEADS, len(POS_KEPT), len(NER_KEPT), overlap_count)
+    assert jaccard.numbers["p_global"] == pytest.approx(exact) and jaccard.numbers["null_mean"] == pytest.approx(mean)
+    assert jaccard.p == pytest.approx(max(exact, jaccard.numbers["p_layer"]))
+    assert jaccard.family == "" and jaccard.adjusted == pytest.approx(jaccard.p)  # the family's one test
+    assert correlation.family.startswith(DESCRIPTIVE) and not correlation.decides
+    # the layer-aware null is drawn from round 3's seed, 100,000 shuffles, and its p printed with its error
+    assert correlation.draws == ROUND3.shuffles == 100_000
+    line = next(line for line in claim.text_lines() if "gate correlation" in line and "Jaccard" in line)
+    assert " ± " in line
+    # round 2: one family of both tests, Monte Carlo global null, no standard errors
+    before = overlap(read_study([str(study_dir)]))
+    assert {t.family for t in before.tests.values()} == {""}
+    assert " ± " not in "".join(before.text_lines())
+    assert before.find(regime="dp", statistic="jaccard").numbers["p_global"] != pytest.approx(exact)
+
+
+def test_claim_1_counts_the_tasks_trained_alike_and_shows_the_confounded_one_alone(study_dir):
+    claim = mtl_vs_stl(read_study([str(study_dir)], rules=ROUND3))
+    pos, ner = claim.tests["POS"], claim.tests["NER"]  # NER trains on dev: a known confound
+    assert pos.decides and pos.family == "" and pos.adjusted == pytest.approx(pos.p)
+    assert not ner.decides and ner.family.startswith(DESCRIPTIVE) and ner.adjusted == pytest.approx(ner.p)
+    assert claim.rule == ROUND3.verdict_rules["mtl"] != ROUND2.verdict_rules["mtl"]
+
+
+def test_a_monte_carlo_p_within_two_standard_errors_of_the_level_is_not_resolved():
+    def claim_of(rules, draws):
+        claim = Claim("x", rules=rules)
+        claim.add(ClaimTest("near", 0.02, draws=draws))
+        claim.add(ClaimTest("other", 0.5, draws=draws))
+        claim.adjust()
+        return claim
+
+    near = claim_of(ROUND3, 250).tests["near"]
+    assert near.adjusted == pytest.approx(holm([0.02, 0.5])[0]) == pytest.approx(0.04)
+    assert near.factor == 2.0 and near.standard_error == pytest.approx(math.sqrt(0.02 * 0.98 / 250))
+    assert near.unresolved.startswith("not resolved at 250 draws") and not near.significant
+    assert "p 0.02 ± 0.009, Holm 0.04 ± 0.02; not resolved at 250 draws" in Claim.text_lines(_with_line(claim_of(ROUND3, 250), "near"))[0]
+    assert claim_of(ROUND3, 1_000_000).tests["near"].significant  # enough draws: resolved
+    assert claim_of(ROUND3, 0).tests["near"].significant  # an exact test has no standard error
+    assert claim_of(ROUND2, 250).tests["near"].significant  # round 2 reads the p as it is
+    assert not claim_of(ROUND3, 250).tests["other"].unresolved  # far from the level: no draws could move it
+
+
+def _with_line(claim: Claim, key: str) -> Claim:
+    claim.lines = ["{" + key + "}"]
+    return claim
+
+
+def test_rules_names_a_round(study_dir, tmp_path, capsys):
+    assert main([str(study_dir), "rules=round9", f"out={tmp_path / 'c.md'}"]) == 2
+    assert "config key 'rules': 'round9' is not one of round2, round3" in capsys.readouterr().err
+    assert main([str(study_dir), "rules=round3", f"out={tmp_path / 'c.md'}"]) == 0
+    written = (tmp_path / "c.md").read_text()
+    assert "rules=round3" in written and "docs/ewt-study/rules-round3.md" in written
