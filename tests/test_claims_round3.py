@@ -3,16 +3,21 @@ study of helpers.make_study: each verdict's Holm family holds the tests it reads
 Jaccard null is exact, and a Monte Carlo p is printed with its standard error and counts as not significant
 when its adjusted p lies within 2 of them of 0.05. Round 2's output is unchanged: tests/test_published.py
 regenerates its documents byte for byte."""
+import json
 import math
+import shutil
 
+import numpy as np
 import pytest
+import yaml
+from scipy import stats
 
 from mtl_heads.commands.claims import main
 from mtl_heads.stats import holm, jaccard_null
-from mtl_heads.study import ROUND2, ROUND3, Claim, mtl_vs_stl, overlap, read_study
+from mtl_heads.study import MARGIN, ROUND2, ROUND3, Claim, mtl_vs_stl, overlap, read_study, sp_vs_dp
 from mtl_heads.study import Test as ClaimTest  # not "Test": pytest would try to collect it
 from mtl_heads.study.rules import DESCRIPTIVE
-from helpers import NER_KEPT, POS_KEPT, make_study
+from helpers import NER_KEPT, POS_KEPT, gates_of, make_run, make_study
 from helpers import STUDY_HEADS as HEADS
 from helpers import STUDY_LAYERS as LAYERS
 
@@ -83,3 +88,63 @@ def test_rules_names_a_round(study_dir, tmp_path, capsys):
     assert main([str(study_dir), "rules=round3", f"out={tmp_path / 'c.md'}"]) == 0
     written = (tmp_path / "c.md").read_text()
     assert "rules=round3" in written and "docs/ewt-study/rules-round3.md" in written
+
+
+def _train(epochs: int, lr: float, **more) -> dict:
+    """A run config's train section as a real run writes it (the decoder rate too)."""
+    return {"epochs": epochs, "lr_encoder": lr, "lr_decoder": 1e-3, **more}
+
+
+def test_claim_5_reads_the_runs_matched_but_for_the_pruning(tmp_path):
+    """SP: 2 epochs at 1e-4 (its baseline), then 1 at 1e-5 with its decoders frozen. Round 3's matched DP
+    (matched3) trains the same phases in one run, its decoders frozen in the last: it alone decides. Round 2's
+    matched DP (DP's record, then 1 epoch at 1e-5 with its decoders training) is shown with that confound."""
+    root = make_study(tmp_path / "study")
+    shutil.rmtree(root / "pos-sp")
+    for seed in (1, 2, 3):  # the baselines as real runs write them: with their decoder rate
+        config = root / "pos" / f"seed{seed}" / "config.yaml"
+        config.write_text(yaml.safe_dump({**yaml.safe_load(config.read_text()), "train": _train(2, 1e-4)}))
+    dp_heads, sp_heads = [5, 5, 6], [15, 16, 15]
+    dp_scores, sp_scores = [95.0, 95.1, 95.2], [93.9, 94.0, 94.1]
+    phases = [{"epochs": 2}, {"epochs": 1, "lr_encoder": 1e-5, "freeze": ["decoders"]}]
+    for seed in (1, 2, 3):
+        i = seed - 1
+        make_run(root / "pos-sp" / f"seed{seed}", ("pos",), seed, test={"pos": sp_scores[i]}, experiment="pos-sp",
+                 gates=gates_of(POS_KEPT[:6] + [18, 19], seed), heads_kept=sp_heads[i], train=_train(1, 1e-5),
+                 prune={"mode": "static", "lambda": "auto"}, init=str(root / "pos" / f"seed{seed}"))
+        make_run(root / "pos-dp-matched3" / f"seed{seed}", ("pos",), seed, test={"pos": dp_scores[i]},
+                 experiment="pos-dp-matched3", gates=gates_of(POS_KEPT[:6], seed), heads_kept=dp_heads[i],
+                 train=_train(3, 1e-4, phases=phases), prune={"mode": "dynamic", "lambda": "auto"})
+        make_run(root / "pos-dp-matched" / f"seed{seed}", ("pos",), seed, test={"pos": 90.0 + i},
+                 experiment="pos-dp-matched", gates=gates_of(POS_KEPT[:6], seed), heads_kept=6, train=_train(1, 1e-5),
+                 prune={"mode": "dynamic", "lambda": "auto"}, init=str(root / "pos-dp" / f"seed{seed}"))
+    claim = sp_vs_dp(read_study([str(root)], rules=ROUND3))
+    labels = [c.label for c in claim.facts.comparisons]
+    assert labels[0] == "POS" and set(labels) == {"POS", "POS with DP on SP's schedule",
+                                                  "POS with DP on SP's encoder schedule"}
+    matched = "POS with DP on SP's schedule"
+    assert claim.verdict == "yes" and [c.label for c in claim.facts.deciding] == [matched]
+    tests = claim.tests
+    fewer = stats.ttest_ind(dp_heads, sp_heads, equal_var=False, alternative="less").pvalue
+    not_lower = stats.ttest_ind(np.add(dp_scores, MARGIN), sp_scores, equal_var=False, alternative="greater").pvalue
+    assert tests[f"{matched} fewer heads"].p == pytest.approx(fewer)
+    # the verdict's family: the matched setting's two tests, and nothing else
+    family = {k for k, t in tests.items() if t.family == ""}
+    assert family == {f"{matched} fewer heads", f"{matched} not lower"}
+    assert tests[f"{matched} fewer heads"].adjusted == pytest.approx(holm([fewer, not_lower])[0])
+    assert {tests[f"{matched} {w}"].family for w in ("SP fewer heads", "lower")} == {"losses"}
+    assert tests["POS fewer heads"].family == DESCRIPTIVE and not tests["POS fewer heads"].decides
+    assert tests[f"{matched} DP & SP Jaccard"].family == f"{DESCRIPTIVE} same heads"
+    assert claim.answer.startswith("matched but for the pruning: DP wins (fewer heads, score not lower) 1 of the 1 "
+                                   f"comparisons whose DP and SP both pruned ({matched})")
+    assert any(note.startswith("**confound** (POS with DP on SP's encoder schedule): DP's encoder trained on SP's "
+                               "schedule, but its decoders trained on") for note in claim.notes)
+    # round 2 reads the same folders as it did: its matched runs decide, round 3's are no comparison of it
+    before = sp_vs_dp(read_study([str(root)]))
+    assert sorted(c.label for c in before.facts.comparisons) == ["POS", "POS with DP on SP's schedule"]
+    assert before.facts.deciding[0].heads[0].tolist() == [6, 6, 6]  # round 2's matched runs
+    # counted only when both pruned in every seed: one matched seed that keeps 23 of 24 heads leaves it out
+    metrics = root / "pos-dp-matched3" / "seed2" / "metrics.json"
+    metrics.write_text(json.dumps({**json.loads(metrics.read_text()), "heads_kept": 23}))
+    left = sp_vs_dp(read_study([str(root)], rules=ROUND3))
+    assert left.verdict == "" and f"not counted: {matched}" in left.answer

@@ -11,12 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from omegaconf import OmegaConf
 
 from mtl_heads.study.core import (Claim, Study, Test, config_of, listed, mean_std, metric_name, run_folders, runs_of,
                                   score_column, setting_name, slot)
 from mtl_heads.study.heads import (Unpruned, gate_baseline, not_pruned, pair_tests, pair_words, setting_gates,
                                    unpruned, unpruned_text)
-from mtl_heads.study.rules import MARGIN, MATCHED_RULE, MIN_SEEDS, TOO_FEW
+from mtl_heads.study.rules import MARGIN, MATCHED_RULE, MIN_SEEDS, NEAR_ALL, TOO_FEW
+from mtl_heads.config import ConfigError, train_phases
 from mtl_heads.records.runs import read_yaml
 from mtl_heads.stats import welch_lower_bound, welch_one_sided
 from mtl_heads.folders import RETRAINED_FOLDER, match_name, record_folder_name
@@ -48,6 +50,29 @@ def _chain(cfg: dict, depth: int = 0) -> list[tuple[float, float]]:
     return _chain(read_yaml(folder / "config.yaml"), depth + 1) + [own]
 
 
+def _phase_chain(cfg: dict, depth: int = 0) -> list[tuple[float, float, float | None]]:
+    """How a run trained everything but its gates, oldest first: per phase of the runs it started from
+    (``init=``) and of its own (``train.phases``; one phase without it), ``(epochs, encoder rate, decoder rate)``,
+    the decoder rate None where the decoders were frozen (every phase of a static pruning run, or a phase that
+    freezes ``decoders``). Round 3's claim 5 counts a DP run matched to SP when the two chains are equal: then
+    only the pruning differs. An ``init`` whose config cannot be read, or a schedule that cannot be read,
+    counts as ``(nan, nan, nan)``, which matches nothing."""
+    train = cfg.get("train") or {}
+    static = str((cfg.get("prune") or {}).get("mode") or "") == "static"
+    try:
+        phases = train_phases(OmegaConf.create(train))
+        own = [(float(p["epochs"]), float(p["lr_encoder"]),
+                None if static or "decoders" in p["freeze"] else float(p["lr_decoder"])) for p in phases]
+    except (ConfigError, AttributeError, TypeError, ValueError):
+        own = [(math.nan, math.nan, math.nan)]
+    if not cfg.get("init"):
+        return own
+    folder = _record_folder(Path(str(cfg["init"])))
+    if depth > 8 or not (folder / "config.yaml").is_file():
+        return [(math.nan, math.nan, math.nan), *own]
+    return _phase_chain(read_yaml(folder / "config.yaml"), depth + 1) + own
+
+
 @dataclass
 class Schedules:
     """How a DP and an SP setting trained their encoders, where the two differ: ``dp`` and ``sp``, each
@@ -70,14 +95,26 @@ def _lambda(study: Study, setting: str) -> str:
 
 @dataclass
 class _Pair:
-    """One DP setting against one SP setting in claim 5: ``label`` (the line's name) and ``matched``
-    (True when DP's encoder was trained on SP's schedule: the same epochs at the same rates, SP's
-    baseline counted)."""
+    """One DP setting against one SP setting in claim 5: ``label`` (the line's name), ``matched``
+    (True when DP was trained as SP was by the study's rules: under round 2 its encoder, the same epochs at
+    the same rates, SP's baseline counted; under round 3 everything but the pruning, :func:`_phase_chain`)
+    and ``decoders`` (round 3: DP's encoder trained on SP's schedule but its decoders not frozen where SP's
+    were, round 2's matched runs: shown with that confound, not counted)."""
 
     dp: str
     sp: str
     label: str
     matched: bool = False
+    decoders: bool = False
+
+
+def _matched(study: Study, dp: str, sp: str) -> tuple[bool, bool]:
+    """``(matched, decoders)`` of a DP and an SP setting (:class:`_Pair`) under the study's rules."""
+    encoder = _chain(config_of(study, dp)) == _chain(config_of(study, sp))
+    if study.rules.matched != "phases":
+        return encoder, False
+    full = _phase_chain(config_of(study, dp)) == _phase_chain(config_of(study, sp))
+    return full, encoder and not full
 
 
 def _sp_dp_pairs(study: Study, tasks: str, name: str) -> list[_Pair]:
@@ -97,11 +134,12 @@ def _sp_dp_pairs(study: Study, tasks: str, name: str) -> list[_Pair]:
         partner = next((s for s in sps if _lambda(study, s) == lam), None)
         if partner is None:
             continue
-        matched = _chain(config_of(study, other)) == _chain(config_of(study, partner))
-        if not matched and lam == reference:
+        matched, decoders = _matched(study, other, partner)
+        if not matched and not decoders and lam == reference:
             continue  # another DP setting that is no comparison of this claim
-        label = name + (f" at lambda {lam}" if lam != reference else "") + (" with DP on SP's schedule" if matched else "")
-        pairs.append(_Pair(other, partner, label, matched))
+        label = name + (f" at lambda {lam}" if lam != reference else "") + (
+            " with DP on SP's schedule" if matched else " with DP on SP's encoder schedule" if decoders else "")
+        pairs.append(_Pair(other, partner, label, matched, decoders))
     return pairs
 
 
@@ -117,7 +155,8 @@ class SpDpComparison:
     (the score column compared: ``test score``, the mean over tasks, for MTL), ``left_out`` (its settings
     that did not prune: then it is not counted), the heads kept and test scores of DP's and SP's runs, ``bound``
     (the one-sided 95% lower bound of DP - SP on the score), ``schedules`` (for a comparison not matched,
-    how DP's and SP's encoder training differ, or None) and ``outcome`` (:func:`_outcome`)."""
+    how DP's and SP's encoder training differ, or None), ``outcome`` (:func:`_outcome`) and ``decoders``
+    (:class:`_Pair`'s: DP's encoder on SP's schedule, its decoders not frozen where SP's were)."""
 
     label: str
     matched: bool
@@ -129,6 +168,7 @@ class SpDpComparison:
     bound: float
     schedules: Schedules | None = None
     outcome: str = ""
+    decoders: bool = False
 
     @property
     def counted(self) -> bool:
@@ -152,10 +192,13 @@ class SpDpFacts:
     def matched(self) -> list[SpDpComparison]:
         return [c for c in self.comparisons if c.matched]
 
+    phases: bool = False  # round 3: only the comparisons matched but for the pruning decide, none without them
+
     @property
     def deciding(self) -> list[SpDpComparison]:
-        """The comparisons the verdict reads: the matched ones where there are, else all; those counted."""
-        return [c for c in (self.matched or self.comparisons) if c.counted]
+        """The comparisons the verdict reads: the matched ones where there are, else all (round 3: the matched
+        ones only); those counted."""
+        return [c for c in (self.matched if self.phases else self.matched or self.comparisons) if c.counted]
 
 
 def _compare(claim: Claim, study: Study, tasks: str, pair: _Pair) -> SpDpComparison | None:
@@ -171,6 +214,9 @@ def _compare(claim: Claim, study: Study, tasks: str, pair: _Pair) -> SpDpCompari
     runs = run_folders(study, pair.dp, pair.sp)
     pair_tests(claim, f"{pair.label} DP & SP", table.iloc[0].to_dict(), not_pruned(gates, gates), decides=False,
                what=fields, runs=runs)
+    if study.rules.named_families:  # whether they keep the same heads: a descriptive family of its own kind
+        for statistic in ("correlation", "Jaccard"):
+            claim.tests[f"{pair.label} DP & SP {statistic}"].family = "same heads"
     score = "test score" if "+" in tasks else score_column(study.runs, tasks)  # the mean over tasks for MTL
     if score is None:
         return None
@@ -194,9 +240,26 @@ def _compare(claim: Claim, study: Study, tasks: str, pair: _Pair) -> SpDpCompari
                        few=few, value=numbers_of["dp_mean"] - numbers_of["sp_mean"], runs=runs,
                        what={**fields, "score": score, "statistic": statistic, "hypothesis": hypothesis,
                              "test": "welch one-sided"}, numbers=numbers_of))
-    return SpDpComparison(pair.label, pair.matched, tasks, score, unpruned(gates, gates), (dp_heads, sp_heads),
+    left_out = unpruned(gates, gates)
+    if study.rules.matched == "phases" and not left_out:  # round 3: counted when both pruned in every seed
+        left_out = _unpruned_seeds(study, gates, (pair.dp, pair.sp))
+    return SpDpComparison(pair.label, pair.matched, tasks, score, left_out, (dp_heads, sp_heads),
                           (dp_score, sp_score), bound,
-                          None if pair.matched else _schedules(study, pair.dp, pair.sp))
+                          None if pair.matched else _schedules(study, pair.dp, pair.sp), decoders=pair.decoders)
+
+
+def _unpruned_seeds(study: Study, gates: dict, settings: tuple[str, str]) -> list[Unpruned]:
+    """Round 3's count rule (a setting is counted when its SP and its matched DP pruned in every seed): the
+    settings of ``settings`` (DP's, SP's; ``gates`` by label in that order) with a run that kept at least
+    :data:`NEAR_ALL` of its heads, each as :class:`Unpruned` with that run's count."""
+    out = []
+    for (label, found), setting in zip(gates.items(), settings):
+        size = found.kept.size
+        kept = runs_of(study, setting)["heads kept"].dropna()
+        most = kept.max() if len(kept) else math.nan
+        if np.isfinite(most) and most >= NEAR_ALL * size:
+            out.append(Unpruned(f"{label} (one seed at least)", int(most), size))
+    return out
 
 
 def _outcome(claim: Claim, comparison: SpDpComparison) -> str:
@@ -236,9 +299,19 @@ def compute_sp_dp(study: Study) -> Claim:
             comparison = _compare(claim, study, tasks, pair)
             if comparison is not None:
                 facts.comparisons.append(comparison)
+    if study.rules.named_families:  # round 3: the verdict's family is its matched counted settings' two tests
+        for comparison in facts.comparisons:
+            for name, key in comparison.keys.items():
+                if key not in claim.tests:
+                    continue
+                if not (comparison.matched and comparison.counted):
+                    claim.tests[key].decides = False
+                elif name in ("SP fewer heads", "lower"):  # read for a loss only: a family of their own
+                    claim.tests[key].family = "losses"
     claim.adjust()
     for comparison in facts.comparisons:
         comparison.outcome = _outcome(claim, comparison)
+    facts.phases = study.rules.matched == "phases"
     if facts.matched:
         claim.rule = f"{study.rules.verdict_rules['sp_dp']} {MATCHED_RULE}"
     claim.verdict = _verdict(facts.deciding)
@@ -275,6 +348,10 @@ def _schedules_text(schedules: Schedules | None) -> str:
     return (f"DP trained the encoder {_chain_text(dp_chain)}; SP {_chain_text(sp_chain)} ({sp_total:g} in all)"
             + (f": {' and '.join(effects)}, which can raise SP's score against DP's and so push the verdict towards "
                "'not replicated'" if effects else ""))
+
+
+DECODERS = ("DP's encoder trained on SP's schedule, but its decoders trained on (at their rate) in SP's epochs, "
+            "where SP's were frozen: round 2's matched runs, which round 3's rules show and do not count")
 
 
 def _line(claim: Claim, comparison: SpDpComparison) -> str:
@@ -316,9 +393,20 @@ def words_sp_dp(claim: Claim) -> Claim:
     claim.lines += [_line(claim, c) for c in facts.comparisons]
     confounds: dict[str, list[str]] = {}
     for c in facts.comparisons:
-        if not c.matched:
+        if c.decoders:
+            confounds.setdefault(DECODERS, []).append(c.label)
+        elif not c.matched:
             confounds.setdefault(_schedules_text(c.schedules), []).append(c.label)
-    if facts.matched:
+    if facts.phases:
+        claim.answer = ("matched but for the pruning: " + _verdict_words(facts.deciding, "comparison") if facts.matched
+                        else "cannot be tested: no DP runs matched to SP but for the pruning (docs/ewt-study.sh "
+                             "matched3)")
+        shown = [c.label for c in facts.comparisons if not c.matched and c.counted]
+        if shown:
+            wins = [c.label for c in facts.comparisons if not c.matched and c.counted and c.outcome == "win"]
+            claim.answer += (f"; shown, not counted (**confounded**, see the notes): DP wins {listed(wins)} of "
+                             f"{listed(shown)}")
+    elif facts.matched:
         claim.answer = "on SP's schedule: " + _verdict_words(facts.deciding, "comparison")
         first = [c for c in facts.comparisons if not c.matched and c.counted]
         if first:
@@ -327,7 +415,8 @@ def words_sp_dp(claim: Claim) -> Claim:
                              f"differently, see the notes): DP wins {listed(wins)} of {listed([c.label for c in first])}")
     else:
         claim.answer = _verdict_words(facts.deciding, "setting")
-    skipped = [c.label for c in (facts.matched or facts.comparisons) if not c.counted]
+    skipped = [c.label for c in (facts.matched if facts.phases else facts.matched or facts.comparisons)
+               if not c.counted]
     if skipped:
         claim.answer += f"; not counted: {listed(skipped)} (did not prune)"
     for confound, names in sorted((c, n) for c, n in confounds.items() if c):
