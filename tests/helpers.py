@@ -78,6 +78,35 @@ def assert_within(got, expected, bound, what: str = "") -> None:
                              f"|difference| {diff[index].item():.3g} > bound {bound[index].item():.3g}")
 
 
+# ---------------------------------------------------------------------- the head of the EWT corpus
+def ewt_head(root: Path, sentences: dict[str, int]) -> Path:
+    """A working folder ``root`` whose ``data/ewt`` holds the first sentences of each EWT split, byte for byte as
+    the corpus holds them (``en_ewt.<split>.gold_conll``, the document closed after its last sentence, and the
+    aligned ``en_ewt.<split>.conllu``). ``data=ewt`` finds it first from that working folder
+    (``mtl_heads.config.EWT_FOLDERS``). ``sentences``: the sentences kept of each split (``{"train": 40, ...}``):
+    a run that reads the first N sentences of each (``data.sentences``) reads the same ones there as in the
+    whole corpus, without parsing every sentence of it."""
+    folder = root / "data" / "ewt"
+    folder.mkdir(parents=True)
+    for split, n in sentences.items():
+        for suffix, closing in (("gold_conll", "#end document\n"), ("conllu", "")):
+            kept, count, rows, begun = [], 0, False, False  # rows: the line before was one of a sentence
+            with open(EWT / f"en_ewt.{split}.{suffix}", encoding="utf-8") as lines:
+                for line in lines:
+                    row = bool(line.strip()) and not line.startswith("#")
+                    if rows and not row:  # a blank line (or a document's end) ends a sentence
+                        count += 1
+                        if count == n:
+                            break
+                    rows = row
+                    begun = line.startswith("#begin document") or (begun and not line.startswith("#end document"))
+                    kept.append(line)
+            assert count == n, f"en_ewt.{split}.{suffix} holds {count} sentences, fewer than {n}"
+            (folder / f"en_ewt.{split}.{suffix}").write_text("".join(kept) + "\n" + (closing if begun else ""),
+                                                            encoding="utf-8")
+    return root
+
+
 # ---------------------------------------------------------------------- tiny random encoders (test_encoder.py, test_ablation.py)
 LAYERS, HEADS, HIDDEN, HEAD_DIM = 2, 4, 32, 8
 ALL_TYPES = ["bert", "roberta", "xlm-roberta", "electra", "deberta-v2", "mpnet", "distilbert"]

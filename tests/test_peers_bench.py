@@ -19,7 +19,7 @@ from tasks import TASKS
 from tasks.con import chart_to_tree, tree_to_chart
 from tasks.dep import Parse
 
-from helpers import REPO
+from helpers import REPO, ewt_head
 
 FIXTURES = REPO / "tests" / "fixtures"
 
@@ -249,11 +249,14 @@ def test_seeds_the_rule_asks(tables):
     assert tables.seeds_asked({1: 1.2, 2: 0.9, 3: 1.2, 4: -9.0}) == (1, 2, 3)
 
 
-def test_bench_runs_supar_in_a_fresh_process_and_starts_a_stopped_try_again(peers, tables, ewt, tmp_path):
+def test_bench_runs_supar_in_a_fresh_process_and_starts_a_stopped_try_again(peers, tables, ewt, tmp_path,
+                                                                              monkeypatch):
     """The bench's DEP pair, tiny, in a process that has loaded no model before supar's: supar's
     ``Parser.train`` gets its ``AdamW`` although loading the encoder replaced the ``transformers``
     module (it failed so when our side did not run first); and our side's folder left by a stopped
-    try is started again, not refused as a run that exists."""
+    try is started again, not refused as a run that exists. It reads the first sentences of EWT's splits
+    from a copy of them alone (``ewt_head``: the same sentences, not the whole corpus parsed at each read)."""
+    corpus = ewt_head(tmp_path / "corpus", {"train": 12, "dev": 6, "test": 6})
     stopped = tmp_path / "work" / "ours-dep-seed1"
     stopped.mkdir(parents=True)
     (stopped / "config.yaml").write_text("seed: 1\n")  # what a try stopped after its start leaves
@@ -262,7 +265,7 @@ def test_bench_runs_supar_in_a_fresh_process_and_starts_a_stopped_try_again(peer
         [sys.executable, str(REPO / "bench" / "peers.py"), "--tasks", "dep", "--recipe", "equal", "--seeds", "1",
          "--train", "12", "--dev", "6", "--test", "6", "--cap", "1", "--threads", "1",
          "--json", str(results), "--workdir", str(tmp_path / "work")],
-        cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+        cwd=corpus, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     records = json.loads(results.read_text())["records"]
     assert sorted((r["system"], r["error"]) for r in records) == [
@@ -274,6 +277,7 @@ def test_bench_runs_supar_in_a_fresh_process_and_starts_a_stopped_try_again(peer
     # that kept none (round 2's), from its data and batch settings: supar's own sampler, our batches
     args = peers.parse_args(["--tasks", "dep", "--train", "12", "--dev", "6", "--test", "6"])
     kept = {tables.record_key(r): r.pop("updates") for r in records}
+    monkeypatch.chdir(corpus)
     assert all(kept.values()) and peers.count_updates({"records": records}, args, tmp_path / "count") == kept
 
 
@@ -362,11 +366,13 @@ def test_supar_command_builds_its_arguments_as_its_command_line_does(bench, tmp_
     assert bench.supar_conf("dep", tmp_path) == tmp_path / "ptb.biaffine.dep.roberta.ini"
 
 
-def test_round3_runs_each_peer_at_its_own_recipe_and_counts_updates(peers, bench, tables, ewt, tmp_path):
+def test_round3_runs_each_peer_at_its_own_recipe_and_counts_updates(peers, bench, tables, ewt, tmp_path, monkeypatch):
     """Round 3 (``--recipe own-full``), tiny: DEP through supar's documented command with its -c file, POS with the
     Trainer's documented defaults (no early stop, the last epoch kept), ours at its defaults for the same epochs.
     Every record keeps its dev curve and the optimiser updates it counted, supar's its file's sha256 and values;
-    the counts are those worked out from the data and batch settings (supar's own sampler, 4 batches an update)."""
+    the counts are those worked out from the data and batch settings (supar's own sampler, 4 batches an update).
+    The first sentences of EWT's splits are read from a copy of them alone (``ewt_head``)."""
+    corpus = ewt_head(tmp_path / "corpus", {"train": 40, "dev": 6, "test": 6})
     conf = tmp_path / "conf"
     conf.mkdir()
     (conf / "ptb.biaffine.dep.roberta.ini").write_text(SUPAR_INI)
@@ -376,7 +382,7 @@ def test_round3_runs_each_peer_at_its_own_recipe_and_counts_updates(peers, bench
         [sys.executable, str(REPO / "bench" / "peers.py"), "--tasks", "dep,pos", "--recipe", "own-full", "--seeds", "1",
          *sizes, "--cap", "2", "--threads", "1", "--supar-conf", str(conf), "--json", str(results),
          "--workdir", str(tmp_path / "work")],
-        cwd=REPO, capture_output=True, text=True, timeout=900, check=False)
+        cwd=corpus, capture_output=True, text=True, timeout=900, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     records = {(r["task"], r["system"]): r for r in json.loads(results.read_text())["records"]}
     assert len(records) == 4 and all(r["recipe"] == "own-full" and r["error"] is None for r in records.values()), \
@@ -396,6 +402,7 @@ def test_round3_runs_each_peer_at_its_own_recipe_and_counts_updates(peers, bench
     assert ours["settings"]["patience"] is None and ours["size"]["train"] == 40
     args = peers.parse_args(["--recipe", "own-full", *sizes, "--cap", "2", "--supar-conf", str(conf)])
     kept = {tables.record_key(r): r.pop("updates") for r in records.values()}
+    monkeypatch.chdir(corpus)
     assert peers.count_updates({"records": list(records.values())}, args, tmp_path / "count") == kept
     assert kept[tables.record_key(hf)] == 2 * -(-40 // 8)  # 5 steps of 8 sentences an epoch
     text = tables.render({"records": [{**r, "updates": kept[tables.record_key(r)]} for r in records.values()]})
@@ -441,11 +448,13 @@ def test_round3_rule_gives_the_corpus_sizes(ewt):
         assert f"{n:,}" in rule, f"the Round 3 rule does not give the {split} split's {n:,} sentences"
 
 
-def test_committed_update_counts_are_worked_out_from_the_data(peers, ewt, tmp_path):
+def test_committed_update_counts_are_worked_out_from_the_data(peers, ewt, tmp_path, monkeypatch):
     """docs/peers.json's ``updates`` section (round 2's records kept no update counts) is what ``--count-updates``
-    works out from their data and batch settings; the test above checks that against counted runs."""
+    works out from their data and batch settings; the test above checks that against counted runs. Round 2's
+    sentences (the first 1000 of train, 500 of dev, 1500 of test) are read from a copy of them alone (``ewt_head``)."""
     path = REPO / "docs" / "peers.json"
     results = json.loads(path.read_text())
+    monkeypatch.chdir(ewt_head(tmp_path / "corpus", {"train": 1000, "dev": 500, "test": 1500}))
     counts = peers.count_updates({"records": results["records"]}, peers.parse_args([]), tmp_path)
     assert counts == results["updates"]
 
