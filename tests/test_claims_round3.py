@@ -148,3 +148,16 @@ def test_claim_5_reads_the_runs_matched_but_for_the_pruning(tmp_path):
     metrics.write_text(json.dumps({**json.loads(metrics.read_text()), "heads_kept": 23}))
     left = sp_vs_dp(read_study([str(root)], rules=ROUND3))
     assert left.verdict == "" and f"not counted: {matched}" in left.answer
+
+
+def test_too_few_seeds_is_only_what_rules_md_defines_under_round_3():
+    from mtl_heads.study import _too_few
+
+    few = ClaimTest("t", math.nan, few=True)
+    unreachable = ClaimTest("t", 0.01, reach="cannot reach significance: ...")
+    no_spread = ClaimTest("t", math.nan, why="no spread")
+    for rules in (ROUND2, ROUND3):
+        assert _too_few(few, rules) and _too_few(unreachable, rules)
+    # round 2 also read a test gone, or untestable for another reason, as too few seeds; round 3 calls it a change
+    assert _too_few(None, ROUND2) and _too_few(no_spread, ROUND2)
+    assert not _too_few(None, ROUND3) and not _too_few(no_spread, ROUND3)

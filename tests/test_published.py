@@ -10,6 +10,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 from mtl_heads.study import check_claims, claims_json, claims_markdown, read_since, read_study, splice
 
@@ -318,3 +319,40 @@ def test_json_comparison_ignores_only_the_last_digits_of_floats():
     assert first_json_difference(old, {"a": [1, "x"], "b": None}) == ".a (length)"
     assert first_json_difference(old, {"b": None, "a": old["a"]}) == "(top) (keys)"
     assert first_json_difference({"n": 1}, {"n": 1.0}) == ".n"  # an int that became a float is a change
+
+
+def _heads_kept(*settings: str) -> tuple[int, int]:
+    """(fewest, most) heads kept by the runs of ``settings`` in round 2's record."""
+    kept = [json.loads(f.read_text())["heads_kept"] for s in settings for f in (REPO / STUDY).glob(f"{s}/seed*/metrics.json")]
+    assert kept, f"no runs of {settings}"
+    return min(kept), max(kept)
+
+
+def test_round2_hand_sentences_say_what_the_records_hold():
+    """The sentences of docs/ewt-results.md that issue 50 found out of date, as corrected, against the records."""
+    from mtl_heads.study.rules import MIN_SEEDS
+
+    doc = " ".join((REPO / "docs" / "ewt-results.md").read_text().split())
+    lo, hi = _heads_kept("*-dp-budget")
+    assert f"(`prune.budget=36`: each run's target is 36 of the 72 heads, met by a Lagrangian controller, and its " \
+           f"runs keep {lo} to {hi})" in doc
+    lo, hi = _heads_kept("ner-dp", "ner-sp", "srl-sp")
+    assert f"(DP NER, SP NER and SP SRL: their runs keep {lo} to {hi} of the 72)" in doc
+    assert MIN_SEEDS == 3 and "Welch's test only where both sides have three seeds or more" in doc
+    same, differ = set(), set()
+    for path in (REPO / STUDY).glob("*/seed*/retraining.metrics.json"):
+        record = json.loads((path.parent / "metrics.json").read_text())["test"]
+        again = json.loads(path.read_text())["test"]
+        (same if again == record else differ).add((path.parent.parent.name, int(path.parent.name[4:])))
+    assert same == {(s, n) for s in ("pos", "ner", "pos-dp") for n in (2, 3)}
+    assert differ == {(s, n) for s in ("dep", "con", "srl", "mtl5", "dep-dp", "con-dp", "srl-dp", "mtl5-dp")
+                      for n in (1, 2, 3)}
+    assert ("those of POS seeds 2 and 3, NER seeds 2 and 3 and POS-DP seeds 2 and 3 gave their records' test scores; "
+            "those of DEP, CON, SRL and MTL-5 seeds 1 to 3 and of DEP-DP, CON-DP, SRL-DP and MTL-5-DP seeds 1 to 3 did "
+            "not") in doc
+    inits = {n: yaml.safe_load((REPO / STUDY / "pos-dp-matched" / f"seed{n}" / "config.yaml").read_text())["init"]
+             for n in (1, 2, 3)}
+    assert inits == {1: f"{STUDY}/pos-dp/seed1", 2: f"{STUDY}/pos-dp/.seed2.retrained", 3: f"{STUDY}/pos-dp/seed3"}
+    assert "POS-DP seeds 1 and 3 reproduced their records' files, so their matched runs started from the records' " \
+           "own folders (`init` in their `config.yaml`); seed 2's started from its retraining" in doc
+    assert "commit e4cba74 relabelled it *too few seeds to test*, after the data" in doc

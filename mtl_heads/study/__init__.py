@@ -91,9 +91,14 @@ def read_study(specs: list[str], root: str | Path = RUNS, rules: Rules = ROUND2)
     return build_study(comparison.runs, comparison.notes, [str(spec_folder(s, root)) for s in specs], rules)
 
 
-def _too_few(again) -> bool:
-    """Is a test, recomputed with a seed left out (None: gone), left with too few seeds to test (rules.md):
-    gone, a t-test under ``MIN_SEEDS`` a group, or one that can no longer reach significance."""
+def _too_few(again, rules: Rules) -> bool:
+    """Is a test, recomputed with a seed left out (None: gone), left with too few seeds to test? Round 2
+    (rules.md as the code read it): gone, a t-test under ``MIN_SEEDS`` a group, or one that cannot be tested
+    or can no longer reach significance. Round 3 (rules-round3.md, *Seeds*: that label exactly as rules.md
+    defines it): a t-test under ``MIN_SEEDS`` a group, or a family whose smallest attainable adjusted p
+    reaches ALPHA; a test gone, or untestable for another reason, is a change like any other (fragile)."""
+    if rules.named_families:
+        return again is not None and (again.few or bool(again.reach))
     return again is None or again.few or bool(again.untestable)
 
 
@@ -125,7 +130,7 @@ def check_claims(study: Study, stability: bool = True) -> list[Claim]:
             for key, test in claim.tests.items():
                 again = other.tests.get(key)
                 if again is None or again.significant != test.significant:
-                    few = _too_few(again)
+                    few = _too_few(again, study.rules)
                     if test.decides and not test.untestable:  # an untestable test decided nothing either way
                         changed.append(few)
                     if test.significant or (again is not None and again.significant):
@@ -133,7 +138,7 @@ def check_claims(study: Study, stability: bool = True) -> list[Claim]:
                             f"Holm {format_p(again.adjusted)}"
                         (test.too_few if few else test.fragile).append(f"without seed {seed}" + ("" if few else f": {now}"))
             lost = [k for k, test in claim.tests.items()  # deciding tests that leaving the seed out leaves too few
-                    if test.decides and not test.untestable and _too_few(other.tests.get(k))]
+                    if test.decides and not test.untestable and _too_few(other.tests.get(k), study.rules)]
             if other.verdict != claim.verdict:
                 if all(changed) and (changed or lost):
                     claim.too_few.append(f"without seed {seed}")
