@@ -280,7 +280,9 @@ def matched_sets(chosen: np.ndarray, count: int, seed: int = 0, block: int = 1, 
     ``chosen`` ``[layers, heads]``, each drawn uniformly without replacement within its layer, in whole
     runs of ``block`` adjacent heads (KV groups); reproducible from ``seed`` (numpy ``default_rng``).
     ``cells`` (``[layers, heads]`` cell ids, e.g. :func:`mtl_heads.model.headsets.importance_cells`; default
-    None): as many heads in each cell instead (``block`` must then be 1)."""
+    None): as many heads in each cell instead (``block`` must then be 1). Set i does not depend on ``count``:
+    the first N sets of a draw of more are the draw of N, so a record drawn again with more ``random_sets`` (and
+    the same ``seed``) keeps its sets and adds to them."""
     chosen = np.asarray(chosen, dtype=bool)
     if cells is not None and block != 1:
         raise ValueError("cell-matched random sets draw single heads: the run's gates are per KV group (block > 1)")

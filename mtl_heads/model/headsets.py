@@ -91,16 +91,21 @@ def cell_matched_sets(rng: np.random.Generator, count: int, chosen: np.ndarray, 
     """``[count, k]`` flat indices of ``count`` random head sets with as many heads in each cell as
     ``chosen`` (a bool grid ``[layers, heads]``): ``cells`` (an int grid of the same shape) names each
     head's cell, and in each cell that many heads are drawn uniformly from the cell's heads (``chosen``'s
-    own heads are one possible draw). Cells in ascending id order, each cell's heads as drawn."""
+    own heads are one possible draw). Cells in ascending id order, each cell's heads as drawn.
+
+    Set i is drawn from the i-th row of one ``[count, heads]`` draw of uniforms (each cell's heads ranked by
+    theirs), as :func:`layer_matched_sets` draws: the first N sets of ``count`` >= N are those of ``count`` = N,
+    so that a null is extended (250 sets to 1,000: docs/ewt-study/rules-round3.md) by drawing again with more."""
     chosen, cells = np.asarray(chosen, dtype=bool).ravel(), np.asarray(cells).ravel()
     if chosen.shape != cells.shape:
         raise ValueError(f"cells: expected one cell id per head ({chosen.size}), got {cells.size}")
+    uniforms = rng.random((count, chosen.size))  # [count, heads]: set i's row, whatever count is
     parts = []
     for cell in np.unique(cells):
         members = np.flatnonzero(cells == cell)  # [n]
         k = int(chosen[members].sum())
         if k:
-            order = np.argsort(rng.random((count, members.size)), axis=1)[:, :k]  # [count, k]
+            order = np.argsort(uniforms[:, members], axis=1)[:, :k]  # [count, k]
             parts.append(members[order])
     return np.concatenate(parts, axis=1) if parts else np.zeros((count, 0), dtype=int)
 

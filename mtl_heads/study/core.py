@@ -292,7 +292,9 @@ class Study:
     folder keeps the retraining's metrics (:data:`~mtl_heads.folders.RETRAINING_METRICS`, and :data:`~mtl_heads.folders.EARLIER_RETRAINING`
     where it was trained again more than once: the seconds of all of them); earlier_retrainings: how
     many such earlier retrainings the record keeps in all; rules: the round of rules its claims are judged by
-    (:class:`~mtl_heads.study.rules.Rules`; default :data:`~mtl_heads.study.rules.ROUND2`).
+    (:class:`~mtl_heads.study.rules.Rules`; default :data:`~mtl_heads.study.rules.ROUND2`); full_runs: the run
+    table before any seed was left out (:meth:`without_seed` keeps it; None: ``runs``), from which claim 6's
+    held-out stem cells are chosen under rules that fix their seeds (``Rules.stem_seeds``).
     """
 
     runs: pd.DataFrame
@@ -306,6 +308,7 @@ class Study:
     retrainings: dict = field(default_factory=dict)  # run folder -> seconds of its retrainings
     earlier_retrainings: int = 0
     rules: Rules = ROUND2
+    full_runs: pd.DataFrame | None = field(default=None, repr=False)
 
     def setting(self, tasks: str | None, kind: str) -> str | None:
         setting = self.cells.get((tasks, kind)) if tasks else None
@@ -336,12 +339,14 @@ class Study:
         return None
 
     def without_seed(self, seed: int) -> Study:
-        """The same study without the runs of ``seed``, their probe reports and their ablations."""
+        """The same study without the runs of ``seed``, their probe reports and their ablations; its
+        ``full_runs`` stays the run table with every seed."""
         runs = self.runs[self.runs["seed"] != seed]
         reports = [r for r in self.reports if (row := self.report_row(r)) is None or row["seed"] != seed]
         ablations = [(p, a) for p, a in self.ablations
                      if (row := self.run_row(a.get("run_resolved") or a.get("run"))) is None or row["seed"] != seed]
-        return replace(self, runs=runs, reports=reports, ablations=ablations, left_out=seed, gates=self.gates)
+        return replace(self, runs=runs, reports=reports, ablations=ablations, left_out=seed, gates=self.gates,
+                       full_runs=self.full_runs if self.full_runs is not None else self.runs)
 
     def report_row(self, report) -> pd.Series | None:
         """The run table's row of the run a probe report probed, or None (the pretrained encoder)."""

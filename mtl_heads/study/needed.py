@@ -1,24 +1,33 @@
 """Claim 6, which He & Choi do not test: are the stem cells *needed*? For each task T, the stem cells
 found without T ablated in T's unpruned runs (``python -m mtl_heads ablate``) against layer-matched
-random head sets of the same size, seeds pooled (:data:`VERDICT_RULES` ``needed``).
+random head sets of the same size, seeds pooled (:data:`VERDICT_RULES` ``needed``); under rules with two nulls
+(``Rules.nulls``, round 3) against importance-matched random sets too, each (regime, method, null) its own Holm
+family, a (model, task) needing its stem cells when zero and mean ablation beat both nulls; the held-out sets
+chosen by the DP runs of ``Rules.stem_seeds`` (:func:`choosing_study`), whatever seed stability leaves out.
 
 :func:`compute_needed` computes it as data (its tests, verdict and :class:`NeededFacts`); :func:`words_needed`
 writes its English from them; :func:`needed` does both."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+import shlex
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 
+from mtl_heads.folders import ABLATION_FOLDER, IMPORTANCE_ABLATION_FOLDER, SEED_FOLDER, match_name, shown
 from mtl_heads.study.core import (REGIME_NAMES, REGIMES, Claim, Study, Test, cannot_reach, heads_text, listed,
                                   majority, mtl_name, runs_of, slot, task_name, unreachable)
 from mtl_heads.study.heads import regime_gates, stem_heads
-from mtl_heads.study.rules import SUPPORT, VERDICT_METHODS
+from mtl_heads.study.rules import ALPHA, SUPPORT, VERDICT_METHODS
 from mtl_heads.stats import null_summary
 
-__all__ = ["pooled_ablation", "Unused", "Ablated", "NeededPlace", "NeededRegime", "NeededFacts",
-           "compute_needed", "words_needed", "needed"]
+__all__ = ["NULLS", "NULL_NAMES", "pooled_ablation", "choosing_study", "Unused", "Ablated", "NeededPlace",
+           "NeededRegime", "NeededFacts", "compute_needed", "words_needed", "needed", "extension_commands"]
+
+NULLS = {"layer": "layer", "layer and importance": "importance"}  # an ablation.json's matched -> its null (Rules.nulls)
+NULL_NAMES = {"layer": "layer-matched", "importance": "importance-matched"}  # a null as the lines write it
 
 
 # --- 6. are the stem cells needed? ------------------------------------------------------------------
@@ -44,6 +53,18 @@ def pooled_ablation(drops: list[float], random_drops: list[list[float]]) -> dict
     return {"drop": observed, "null_mean": null_mean, "null_95": null_95, "p": p, "sets": sets}
 
 
+def choosing_study(study: Study) -> Study:
+    """The study whose single-task runs choose claim 6's held-out stem cells: under rules that fix their seeds
+    (``Rules.stem_seeds``, round 3: 1 to 3, the seeds whose stem cells the ablations drew), the full study's
+    runs (:attr:`Study.full_runs`) of those seeds, whichever seed ``study`` leaves out, so that the sets stay
+    those ablated; else ``study`` itself (every seed it holds, round 2)."""
+    seeds = study.rules.stem_seeds
+    if not seeds:
+        return study
+    runs = study.full_runs if study.full_runs is not None else study.runs
+    return replace(study, runs=runs[runs["seed"].isin(seeds)])
+
+
 @dataclass
 class Unused:
     """Ablations of one head set that claim 6 shows and does not count: ``label`` (the record's), ``heads``,
@@ -58,56 +79,63 @@ class Unused:
     seen: list[tuple[str, int, str]] = field(default_factory=list)
 
 
-def _ablation_groups(study: Study) -> tuple[dict, dict, list[Unused]]:
-    """The ablations claim 6 reads: ``({(regime, where, method): [(seed, result)]}, {where: (model, task)},
+def _ablation_groups(study: Study, choosing: Study) -> tuple[dict, dict, list[Unused]]:
+    """The ablations claim 6 reads: ``({(regime, where, method, null): [(seed, result)]}, {where: (model, task)},
     unused)``, ``where`` as ``STL POS`` or ``MTL-5 DEP`` (model ``STL`` or ``MTL-5``, task ``pos`` or ``dep``),
-    each result with its run folder (``run``) and heads. A result counts for ``regime`` when its heads are
-    that regime's stem cells found without its task (:func:`stem_heads`); ``unused`` lists the rest (another
-    head set, such as the stem cells found with every task, or any set against another null than the
-    layer-matched one, which is the rule's: ``matched=importance``, which round 3's rules add): shown, not
-    counted."""
+    ``null`` one of the rules' nulls (``layer``, ``importance``: :data:`NULLS`), each result with its run folder
+    (``run``), heads and ablation.json (``path``). A result counts for ``regime`` when its heads are that
+    regime's stem cells found without its task in ``choosing`` (:func:`choosing_study`, :func:`stem_heads`) and
+    its null is one of ``study.rules.nulls``; ``unused`` lists the rest (another head set, such as the stem
+    cells found with every task, or a set against a null the rules do not count: under round 2's,
+    ``matched=importance``): shown, not counted."""
     held: dict[tuple, list] = {}
     wheres: dict[str, tuple[str, str]] = {}
     other: dict[tuple, Unused] = {}
-    wanted = {(kind, task): sorted(stem_heads(study, kind, without=task)) for kind in REGIMES for task in study.tasks}
-    for _, record in study.ablations:
+    wanted = {(kind, task): sorted(stem_heads(choosing, kind, without=task))
+              for kind in REGIMES for task in study.tasks}
+    for path, record in study.ablations:
         row = study.run_row(record.get("run_resolved") or record["run"])
         heads = sorted(map(str, record.get("heads") or []))
-        null = record.get("matched", "layer")  # records older than matched= drew layer-matched sets
+        matched = record.get("matched", "layer")  # records older than matched= drew layer-matched sets
+        null = NULLS.get(matched)
         facts = {"fixed": record.get("possible_sets") == 1, "degenerate": bool(record.get("degenerate")),
-                 "run": str(row["run"]), "heads": heads}
+                 "run": str(row["run"]), "heads": heads, "path": str(path)}
         for method, tasks in record["methods"].items():
             for task, result in tasks.items():
                 who = _who(study, row["setting"])
                 where = f"{who} {task_name(task)}"
                 wheres[where] = (who, task)
                 kind = next((k for k in REGIMES if wanted.get((k, task)) == heads), None)
-                if kind is None or null != "layer":
-                    other.setdefault((tuple(heads), null), Unused(record.get("label") or "a head set", list(heads),
-                                                                  kind is not None, null)).seen.append(
+                if kind is None or null not in study.rules.nulls:
+                    other.setdefault((tuple(heads), matched), Unused(record.get("label") or "a head set", list(heads),
+                                                                     kind is not None, matched)).seen.append(
                         (where, row["seed"], method))
                 else:
-                    held.setdefault((kind, where, method), []).append((int(row["seed"]), {**result, **facts}))
+                    held.setdefault((kind, where, method, null), []).append((int(row["seed"]), {**result, **facts}))
     return held, wheres, list(other.values())
 
 
 @dataclass
 class Ablated:
-    """One ablation method's pooled test at one (model, task): ``method``, ``key`` (its test's) and ``drops``
-    (``(seed, drop)`` of each ablation pooled)."""
+    """One ablation method's pooled test at one (model, task) against one null: ``method``, ``key`` (its test's),
+    ``drops`` (``(seed, drop)`` of each ablation pooled), ``null`` (``layer`` or ``importance``: :data:`NULLS`)
+    and ``records`` (``(seed, ablation.json, random sets)`` of each ablation pooled)."""
 
     method: str
     key: str
     drops: list[tuple[int, float]]
+    null: str = "layer"
+    records: list[tuple[int, str, int]] = field(default_factory=list)
 
 
 @dataclass
 class NeededPlace:
     """One (model, task) whose runs had a regime's held-out stem cells ablated: ``where`` (``STL POS``),
     ``metric`` (the score the drops are in, or ``""``), ``degenerate`` (the layer-matched random sets cannot
-    vary in some layer), ``ablations`` (one per method), ``keys`` (the tests its verdict reads: zero and mean
-    ablation where there are, else all) and ``clean`` (its task's own setting of the regime did not prune,
-    so it chose none of the stem cells)."""
+    vary in some layer), ``ablations`` (one per method and null), ``keys`` (the tests its verdict reads: zero
+    and mean ablation where there are, else all, against each null), ``clean`` (its task's own setting of the
+    regime did not prune, so it chose none of the stem cells) and ``missing`` (the rules' nulls against which
+    a method its verdict reads was not ablated here: it cannot need its stem cells)."""
 
     where: str
     metric: str
@@ -115,14 +143,15 @@ class NeededPlace:
     ablations: list[Ablated] = field(default_factory=list)
     keys: list[str] = field(default_factory=list)
     clean: bool = False
+    missing: list[str] = field(default_factory=list)
 
 
 @dataclass
 class NeededRegime:
     """One regime whose held-out stem cells were ablated: ``kind``, ``sets`` (its stem cells found without each
     task: ``(heads, task names)``, tasks with the same set together), ``places`` (STL before MTL, then task
-    order), and by ``where``: ``testable`` (its deciding tests can be tested) and ``need`` (all of them
-    significant)."""
+    order), and by ``where``: ``testable`` (its deciding tests can be tested, against every null) and ``need``
+    (all of them significant)."""
 
     kind: str
     sets: list[tuple[list[str], list[str]]] = field(default_factory=list)
@@ -139,64 +168,86 @@ class NeededRegime:
 class NeededFacts:
     """What claim 6 found beside its tests: ``ablations`` (the study has head ablation results), ``unused``
     (head sets shown and not counted) and ``regimes`` (those whose held-out stem cells were ablated, in
-    :data:`REGIMES` order: the first decides)."""
+    :data:`REGIMES` order: the first decides) and ``stems`` (the study folders of the single-task runs that chose
+    the held-out stem cells: :func:`choosing_study`)."""
 
     ablations: bool = False
     unused: list[Unused] = field(default_factory=list)
     regimes: list[NeededRegime] = field(default_factory=list)
+    stems: list[str] = field(default_factory=list)
+
+
+def _key(kind: str, where: str, method: str, null: str) -> str:
+    """A test's key: ``<regime name> STL POS zero``, with `` importance`` after it against the importance-matched
+    null (the layer-matched null's keys are round 2's)."""
+    return f"{REGIME_NAMES[kind]} {where} {method}" + ("" if null == "layer" else f" {null}")
 
 
 def _test_place(claim: Claim, held: dict, wheres: dict, kind: str, where: str) -> NeededPlace:
     """The tests of one (model, task) of a regime (``held`` and ``wheres``: :func:`_ablation_groups`'), one per
-    ablation method, and its facts."""
-    methods = sorted({m for k, w, m in held if (k, w) == (kind, where)}, key=_method_order)
+    ablation method and null, and its facts. Under rules with several nulls each test's Holm family is its
+    (regime, method, null) and its ``draws`` (its standard error's) the random sets pooled."""
+    nulls, several = claim.rules.nulls, len(claim.rules.nulls) > 1
+    done = {(m, n) for k, w, m, n in held if (k, w) == (kind, where)}
+    methods = sorted({m for m, _ in done}, key=_method_order)
     chosen = [m for m in VERDICT_METHODS if m in methods] or methods  # what the verdict reads
-    first = held[(kind, where, methods[0])][0][1]
+    first = next(held[(kind, where, m, n)][0][1] for n in nulls for m in methods if (m, n) in done)
     place = NeededPlace(where, first.get("metric") or "", first["degenerate"],
-                        keys=[f"{REGIME_NAMES[kind]} {where} {m}" for m in chosen])
+                        keys=[_key(kind, where, m, n) for m in chosen for n in nulls if (m, n) in done],
+                        missing=[n for n in nulls if any((m, n) not in done for m in chosen)])
     model, task = wheres[where]
-    for method in methods:
-        results = held[(kind, where, method)]
+    for method, null in [(m, n) for m in methods for n in nulls if (m, n) in done]:
+        results = held[(kind, where, method, null)]
         pooled = pooled_ablation([r["drop"] for _, r in results], [r.get("random_drops") or [] for _, r in results])
-        why = ("the set holds whole layers, so every layer-matched random set is the set itself"
+        why = (f"the set holds whole layers, so every {NULL_NAMES[null]} random set is the set itself"
                if any(r["fixed"] for _, r in results) else "" if pooled["sets"] else "no random sets")
-        place.ablations.append(Ablated(method, f"{REGIME_NAMES[kind]} {where} {method}",
-                                       [(seed, r["drop"]) for seed, r in results]))
+        place.ablations.append(Ablated(method, _key(kind, where, method, null),
+                                       [(seed, r["drop"]) for seed, r in results], null,
+                                       [(seed, r["path"], len(r.get("random_drops") or [])) for seed, r in results]))
         claim.add(Test(place.ablations[-1].key, pooled["p"], why,
-                       floor=1 / (pooled["sets"] + 1) if pooled["sets"] else 0.0, family=f"{kind} {method}",
+                       floor=1 / (pooled["sets"] + 1) if pooled["sets"] else 0.0,
+                       family=f"{kind} {method}" + (f" {null}" if several else ""),
                        decides=method in chosen, value=pooled["drop"], runs=[r["run"] for _, r in results],
                        what={"regime": kind, "model": model, "task": task, "method": method,
-                             "statistic": "score drop", "heads": results[0][1]["heads"]},
+                             "statistic": "score drop", "heads": results[0][1]["heads"]} | (
+                           {"null": null} if several else {}),
                        numbers={"null_mean": pooled["null_mean"], "null_95": pooled["null_95"],
-                                "sets": pooled["sets"], "drop_by_seed": {str(seed): r["drop"] for seed, r in results}}))
+                                "sets": pooled["sets"], "drop_by_seed": {str(seed): r["drop"] for seed, r in results}},
+                       draws=pooled["sets"] if claim.rules.standard_errors else 0))
     return place
 
 
 def compute_needed(study: Study) -> Claim:
-    """Claim 6 as data. Per regime, (model, task) and ablation method, a test keyed ``<regime name> STL POS
-    zero``: ``what`` holds ``regime``, ``model``, ``task``, ``method``, ``statistic`` ``score drop`` and
-    ``heads`` (the held-out stem cells ablated); ``value`` is the drop averaged over seeds; ``runs`` the runs
-    ablated. Its facts: :class:`NeededFacts`."""
+    """Claim 6 as data. Per regime, (model, task), ablation method and null of ``study.rules.nulls``, a test
+    keyed ``<regime name> STL POS zero`` (`` importance`` after it against the importance-matched null):
+    ``what`` holds ``regime``, ``model``, ``task``, ``method``, ``statistic`` ``score drop``, ``heads`` (the
+    held-out stem cells ablated) and, under rules with several nulls, ``null``; ``value`` is the drop averaged
+    over seeds; ``runs`` the runs ablated. A (model, task) needs its stem cells when every test its verdict reads
+    is significant, and it has them against every null. Its facts: :class:`NeededFacts`."""
     facts = NeededFacts(bool(study.ablations))
     claim = Claim("needed", rule=study.rules.verdict_rules["needed"], rules=study.rules, words=SUPPORT, facts=facts)
     if not study.ablations:
         return claim
-    held, wheres, facts.unused = _ablation_groups(study)
+    choosing = choosing_study(study)
+    held, wheres, facts.unused = _ablation_groups(study, choosing)
+    single = choosing.runs[~choosing.runs["tasks"].str.contains("+", regex=False)]
+    facts.stems = sorted({shown(Path(run).parent.parent) for run in single.loc[single["regime"].isin(REGIMES), "run"]})
     for kind in [k for k in REGIMES if any(key[0] == k for key in held)]:
         found = NeededRegime(kind)
         facts.regimes.append(found)
         sets: dict[tuple, list[str]] = {}
         for task in study.tasks:
-            sets.setdefault(tuple(stem_heads(study, kind, without=task)), []).append(task_name(task))
+            sets.setdefault(tuple(stem_heads(choosing, kind, without=task)), []).append(task_name(task))
         found.sets = [(list(heads), tasks) for heads, tasks in sets.items()]
-        for where in sorted({w for k, w, _ in held if k == kind}, key=lambda w: _task_order(study, w)):
+        for where in sorted({key[1] for key in held if key[0] == kind}, key=lambda w: _task_order(study, w)):
             found.places.append(_test_place(claim, held, wheres, kind, where))
     claim.adjust()
     for found in facts.regimes:
-        found.testable = [p.where for p in found.places if not any(claim.tests[k].untestable for k in p.keys)]
+        found.testable = [p.where for p in found.places
+                          if not p.missing and not any(claim.tests[k].untestable for k in p.keys)]
         found.need = [p.where for p in found.places
                       if p.where in found.testable and all(claim.significant(k) for k in p.keys)]
-        gates = regime_gates(study, found.kind)  # a task whose own setting did not prune chose none of the stem cells
+        gates = regime_gates(choosing, found.kind)  # a task whose own setting did not prune chose none of them
         for place in found.places:
             place.clean = (g := gates.get(place.where.rsplit(" ", 1)[1])) is None or not g.pruned
     if facts.regimes:  # DP's sets decide when they were ablated
@@ -214,29 +265,74 @@ def _unused_note(unused: Unused) -> str:
             f"({'; '.join(f'{where} seed {seed} {method}' for where, seed, method in unused.seen)})")
 
 
+def _by_seed(ablated: Ablated) -> str:
+    """``1 5.00, 2 4.80``: an ablation's drop in each seed pooled."""
+    return ", ".join(f"{seed} {drop:.2f}" for seed, drop in ablated.drops)
+
+
 def _place_line(claim: Claim, kind: str, place: NeededPlace) -> str:
-    """One (model, task)'s line: per method the drop, by seed, against the random sets', with its test's slot."""
+    """One (model, task)'s line: per method the drop, by seed, against the random sets', with its test's slot;
+    under rules with several nulls each method's drop against each null's random sets (the drop again where
+    that null's ablations dropped otherwise), and the nulls it was not ablated against."""
     parts = []
-    for ablated in place.ablations:
-        test = claim.tests[ablated.key]
-        n = test.numbers
-        seeds = ", ".join(f"{seed} {drop:.2f}" for seed, drop in ablated.drops)
-        parts.append(f"{ablated.method}: drop {test.value:.2f} (by seed: {seeds}) against random sets' "
-                     f"{n['null_mean']:.2f} (95th pct {n['null_95']:.2f}, {n['sets']} sets; {slot(ablated.key)})")
+    if len(claim.rules.nulls) == 1:
+        for ablated in place.ablations:
+            test = claim.tests[ablated.key]
+            n = test.numbers
+            parts.append(f"{ablated.method}: drop {test.value:.2f} (by seed: {_by_seed(ablated)}) against random sets' "
+                         f"{n['null_mean']:.2f} (95th pct {n['null_95']:.2f}, {n['sets']} sets; {slot(ablated.key)})")
+    for method in dict.fromkeys(a.method for a in place.ablations) if len(claim.rules.nulls) > 1 else ():
+        mine = [a for a in place.ablations if a.method == method]
+        against = []
+        for ablated in mine:
+            test, n = claim.tests[ablated.key], claim.tests[ablated.key].numbers
+            again = "" if ablated.drops == mine[0].drops else \
+                f"its ablations' drop {test.value:.2f}, by seed: {_by_seed(ablated)}; "
+            against.append(f"{NULL_NAMES[ablated.null]} random sets' {n['null_mean']:.2f} ({again}95th pct "
+                           f"{n['null_95']:.2f}, {n['sets']} sets; {slot(ablated.key)})")
+        first = claim.tests[mine[0].key]
+        parts.append(f"{method}: drop {first.value:.2f} (by seed: {_by_seed(mine[0])}) against "
+                     + " and ".join(against))
+    parts += [f"no {NULL_NAMES[null]} ablation"
+              + (f" of {' and '.join(m for m in _chosen(place) if (m, null) not in _done(place))}"
+                 if any((m, null) in _done(place) for m in _chosen(place)) else "")
+              + ", so it cannot need them" for null in place.missing]
     return (f"{REGIME_NAMES[kind]}, {place.where}" + (f" ({place.metric})" if place.metric else "")
             + ("; **the layer-matched random sets cannot vary in some layer**" if place.degenerate else "") + ": "
             + "; ".join(parts))
+
+
+def _done(place: NeededPlace) -> set[tuple[str, str]]:
+    """``{(method, null)}`` of a place's ablations."""
+    return {(a.method, a.null) for a in place.ablations}
+
+
+def _chosen(place: NeededPlace) -> list[str]:
+    """The methods a place's verdict reads (:data:`VERDICT_METHODS` where it has them, else all), in order."""
+    methods = list(dict.fromkeys(a.method for a in place.ablations))
+    return [m for m in VERDICT_METHODS if m in methods] or methods
+
+
+def _unresolved(claim: Claim, kind: str, keys: list[str]) -> list[str]:
+    """Of ``keys`` (tests of regime ``kind``), those whose Holm p is not resolved (:attr:`Test.unresolved`), named
+    without the regime, each with its random sets: ``STL POS zero importance (at 250 sets)``."""
+    return [f"{k.removeprefix(REGIME_NAMES[kind] + ' ')} (at {claim.tests[k].draws:,} sets)"
+            for k in keys if k in claim.tests and claim.tests[k].unresolved]
 
 
 def _regime_answer(claim: Claim, found: NeededRegime) -> str:
     name, places = REGIME_NAMES[found.kind], [p.where for p in found.places]
     blocked = unreachable(claim, found.keys)
     clean = [p.where for p in found.places if p.clean]
+    missing = {null: [p.where for p in found.places if null in p.missing] for null in claim.rules.nulls}
+    untestable = [p.where for p in found.places if p.where not in found.testable and not p.missing]
+    unresolved = _unresolved(claim, found.kind, found.keys)
     return (f"the {name} stem cells found without each task are needed by {len(found.need)} of {len(places)} "
             f"(model, task) pairs ({listed(found.need)})"
-            + (f" ({blocked})" if blocked else
-               f"; untestable: {listed([w for w in places if w not in found.testable])}"
-               if len(found.testable) < len(places) else "")
+            + (f" ({blocked})" if blocked else f"; untestable: {listed(untestable)}" if untestable else "")
+            + "".join(f"; no {NULL_NAMES[null]} ablation, so not needing them: {listed(wheres)}"
+                      for null, wheres in missing.items() if wheres)
+            + (f"; not resolved, counted as not significant: {', '.join(unresolved)}" if unresolved else "")
             + (f"; the cleanest tests, tasks whose own {name} did not prune and so chose none of them: "
                + ", ".join(f"{w} {'needs them' if w in found.need else 'not shown to need them'}" for w in clean)
                if clean else ""))
@@ -259,10 +355,67 @@ def words_needed(claim: Claim) -> Claim:
             f"without {', '.join(tasks)}: {len(heads)} heads, {heads_text(heads)}" for heads, tasks in found.sets
             if heads))
         claim.lines += [_place_line(claim, found.kind, place) for place in found.places]
+    claim.notes += extension_commands(claim)
     answers = [_regime_answer(claim, found) for found in facts.regimes]
     claim.answer = "; ".join(answers) if answers else \
         "cannot be tested: no ablation of held-out stem cells (the sets found without a task, ablated in its runs)"
     return claim
+
+
+def extension_commands(claim: Claim) -> list[str]:
+    """One note per group of ablations behind claim 6's tests that are not resolved (:attr:`Test.unresolved`)
+    with fewer random sets than the rules draw for them (``Rules.extended_sets``, round 3: 1,000 a seed): the
+    tests, and what draws their ablations again with that many sets. The i-th random set of an ablation does not
+    depend on how many are drawn (:func:`mtl_heads.analysis.ablation.matched_sets`), so the records drawn again keep
+    their sets and add to them. A record where ``docs/ewt-study.sh`` writes one
+    (``<study>/<setting>/seed<N>/ablation-<dp|budget>-stem-cells-without-<task>[-importance-matched]``) is drawn
+    again by its ablate stage once removed (the stage keeps a record of the same heads), seeds of one setting
+    together; any other by ``python -m mtl_heads ablate`` with its own keys. ``[]`` under rules that draw no more."""
+    facts: NeededFacts = claim.facts
+    extended = claim.rules.extended_sets
+    groups: dict[tuple, list[str]] = {}  # the records of a test -> its keys
+    for found in facts.regimes if extended else []:
+        for place in found.places:
+            for ablated in place.ablations:
+                test = claim.tests[ablated.key]
+                if test.unresolved and test.draws < extended:
+                    records = tuple((seed, path) for seed, path, sets in ablated.records if sets < extended)
+                    groups.setdefault((found.kind, ablated.null, test.draws, records), []).append(ablated.key)
+    notes = []
+    for (kind, null, draws, records), keys in groups.items():
+        notes.append(f"{' and '.join(keys)}: not resolved at {draws:,} random sets (Holm p within 2 standard errors of "
+                     f"{ALPHA}); the rules draw {extended:,} a seed for such a test, and an ablation drawn again with "
+                     f"more keeps the sets it drew (the i-th set does not depend on how many are drawn): "
+                     + "; ".join(_draw_again(kind, null, list(records), extended, facts.stems)))
+    return notes
+
+
+def _draw_again(kind: str, null: str, records: list[tuple[int, str]], sets: int, stems: list[str]) -> list[str]:
+    """The commands that draw ablation records (``(seed, ablation.json)``, of regime ``kind`` against ``null``)
+    again with ``sets`` random sets (``stems``: the study folders whose runs chose the stem cells,
+    ``docs/ewt-study.sh``'s ``STEMS``)."""
+    stage: dict[tuple, list[tuple[int, Path]]] = {}  # (study, setting, task) -> (seed, record folder)
+    commands = []
+    for seed, path in records:
+        folder = Path(path).parent
+        task = match_name(IMPORTANCE_ABLATION_FOLDER if null == "importance" else ABLATION_FOLDER, folder.name)
+        run = match_name(SEED_FOLDER, folder.parent.name)
+        if (kind in ("dp", "budget") and task and task["kind"] == kind and "-" not in task["task"] and run
+                and int(run["seed"]) == seed):
+            stage.setdefault((shown(folder.parent.parent.parent), folder.parent.parent.name, task["task"]),
+                             []).append((seed, folder))
+        else:
+            commands.append(f"`python -m mtl_heads ablate` of {shown(path)} again with random_sets={sets} and its "
+                            f"other keys (out={shown(folder)})")
+    for (study, setting, task), found in stage.items():
+        seeds = " ".join(str(seed) for seed, _ in found)
+        keys = [f"ABLATE_SETS={sets}", f"ABLATE={kind}", f"ABLATE_NULLS={null}", f"ABLATE_TASKS={task}",
+                f"SETTINGS={setting}", f"SEEDS={shlex.quote(seeds)}", f"STUDY={shlex.quote(study)}"]
+        keys += [f"BUDGET_ABLATE_SEEDS={shlex.quote(seeds)}"] if kind == "budget" else []
+        keys += [f"STEMS={shlex.quote(' '.join(stems))}"] if stems else []
+        commands.append(f"`rm -r {' '.join(shlex.quote(shown(f)) for _, f in found)} && {' '.join(keys)} "
+                        f"bash docs/ewt-study.sh ablate`")
+    return commands
 
 
 def needed(study: Study) -> Claim:

@@ -106,7 +106,9 @@ class Rules:
     deciding runs: ``encoder``, DP whose encoder was trained on SP's schedule; ``phases``, DP run on SP's
     whole schedule in one run, decoders frozen in SP's epochs, ``train.phases``), ``stem_seeds`` (claim 6:
     the seeds whose DP runs choose the held-out stem cells, so that the ablated sets stay those the
-    ablations drew whatever seed stability leaves out; empty: every seed of the study), ``verdict_rules``
+    ablations drew whatever seed stability leaves out; empty: every seed of the study), ``extended_sets``
+    (claim 6: the random sets per seed that a random-set test whose Holm p lies within 2 standard errors of
+    :data:`ALPHA` is drawn again with; 0: none, the p is read as it is), ``verdict_rules``
     (each claim's rule in words) and ``tests`` (the statistics every claim shares, in words)."""
 
     name: str
@@ -119,6 +121,7 @@ class Rules:
     nulls: tuple[str, ...] = ("layer",)
     matched: str = "encoder"
     stem_seeds: tuple[int, ...] = ()
+    extended_sets: int = 0
     verdict_rules: dict = field(default_factory=lambda: dict(VERDICT_RULES), compare=False, repr=False)
     tests: str = field(default=TESTS, compare=False, repr=False)
 
@@ -185,5 +188,6 @@ ROUND3_VERDICT_RULES = {
 }
 ROUND3 = Rules("round3", "docs/ewt-study/rules-round3.md", shuffles=ROUND3_SHUFFLES, seed=ROUND3_SEED,
                named_families=True, exact=True, standard_errors=True, nulls=("layer", "importance"),
-               matched="phases", stem_seeds=(1, 2, 3), verdict_rules=ROUND3_VERDICT_RULES, tests=ROUND3_TESTS)
+               matched="phases", stem_seeds=(1, 2, 3), extended_sets=1000, verdict_rules=ROUND3_VERDICT_RULES,
+               tests=ROUND3_TESTS)
 RULE_SETS = {rules.name: rules for rules in (ROUND2, ROUND3)}
