@@ -124,6 +124,7 @@ def test_claim_5_reads_the_runs_matched_but_for_the_pruning(tmp_path):
                                                   "POS with DP on SP's encoder schedule"}
     matched = "POS with DP on SP's schedule"
     assert claim.verdict == "yes" and [c.label for c in claim.facts.deciding] == [matched]
+    assert claim.rule == ROUND3.verdict_rules["sp_dp"]  # round 2's matched-runs sentence is round 2's
     tests = claim.tests
     fewer = stats.ttest_ind(dp_heads, sp_heads, equal_var=False, alternative="less").pvalue
     not_lower = stats.ttest_ind(np.add(dp_scores, MARGIN), sp_scores, equal_var=False, alternative="greater").pvalue
@@ -139,6 +140,7 @@ def test_claim_5_reads_the_runs_matched_but_for_the_pruning(tmp_path):
                                    f"comparisons whose DP and SP both pruned ({matched})")
     assert any(note.startswith("**confound** (POS with DP on SP's encoder schedule): DP's encoder trained on SP's "
                                "schedule, but its decoders trained on") for note in claim.notes)
+    assert claim.answer.count("confounded") == 1  # said once, beside what it shows
     # round 2 reads the same folders as it did: its matched runs decide, round 3's are no comparison of it
     before = sp_vs_dp(read_study([str(root)]))
     assert sorted(c.label for c in before.facts.comparisons) == ["POS", "POS with DP on SP's schedule"]

@@ -173,8 +173,9 @@ ROUND3_VERDICT_RULES = {
              f"one-sided Welch tests over seeds, the verdict's Holm family: *fewer heads* (DP's heads kept below "
              f"SP's) and *not lower* (non-inferiority, margin {MARGIN:g} points on the test score; MTL: the mean "
              f"over its tasks). DP wins a setting when both are significant; it loses when SP keeps significantly "
-             f"fewer heads or DP's score is significantly more than {MARGIN:g} below SP's (descriptive, as are "
-             f"the same-heads tests and the comparisons of earlier DP runs with SP). Replicated when DP wins every "
+             f"fewer heads or DP's score is significantly more than {MARGIN:g} below SP's (these two tests a "
+             f"Holm family of their own, read for a loss only; the same-heads tests and the comparisons of other "
+             f"DP runs with SP are descriptive). Replicated when DP wins every "
              f"counted setting, partly when some, not replicated when it wins none and loses every other; "
              f"inconclusive otherwise.",
     "needed": "held out: for each task T, DP's stem cells found without T (from the seeds that chose the ablated "

@@ -312,7 +312,7 @@ def compute_sp_dp(study: Study) -> Claim:
     for comparison in facts.comparisons:
         comparison.outcome = _outcome(claim, comparison)
     facts.phases = study.rules.matched == "phases"
-    if facts.matched:
+    if facts.matched and not facts.phases:  # round 2's rule, with runs on SP's encoder schedule
         claim.rule = f"{study.rules.verdict_rules['sp_dp']} {MATCHED_RULE}"
     claim.verdict = _verdict(facts.deciding)
     return claim
@@ -421,7 +421,7 @@ def words_sp_dp(claim: Claim) -> Claim:
         claim.answer += f"; not counted: {listed(skipped)} (did not prune)"
     for confound, names in sorted((c, n) for c, n in confounds.items() if c):
         claim.notes.append(f"**confound** ({listed(names)}): {confound}; He & Choi's DP trained at 1e-5 for 30 epochs")
-    if any(confounds) and not facts.matched:
+    if any(confounds) and not facts.matched and not facts.phases:  # round 3 says so beside what it shows
         claim.answer += "; **confounded**: DP and SP trained the encoder differently (epochs, rates; see the notes)"
     return claim
 
