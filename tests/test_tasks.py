@@ -19,6 +19,15 @@ def test_registry_has_spine_tasks():
         assert cls.name == name and cls.needs and cls.main_metric
 
 
+def test_the_main_metrics_known_without_the_tasks_are_theirs():
+    """Reading scores (compare, claims, the study) takes each task's main metric from ``MAIN_METRICS``, without
+    importing the tasks: the metric each task's class names."""
+    from mtl_heads.reports.curves import MAIN_METRICS, main_metric
+
+    assert MAIN_METRICS == {name: task.main_metric for name, task in TASKS.items()}
+    assert main_metric("dep", {"uas": 90.0, "las": 88.0}) == "las" and main_metric("dep", {"uas": 90.0}) == "uas"
+
+
 def test_accuracy_hand_computed():
     m = TagAccuracy()
     m.update([["DT", "NN", "VB"], ["NN"]], [["DT", "NN", "NN"], ["NN"]])

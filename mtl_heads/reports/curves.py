@@ -22,19 +22,27 @@ from mtl_heads.config import ConfigError
 from mtl_heads.files import read_json
 from mtl_heads.figures.plots import new_figure, wrap_label
 
-__all__ = ["SELECTION", "main_metric", "run_history", "curve_points", "learning_curves", "plot_learning_curves"]
+__all__ = ["SELECTION", "MAIN_METRICS", "main_metric", "run_history", "curve_points", "learning_curves",
+           "plot_learning_curves"]
 
 SELECTION = "dev score"  # the pseudo-task of the selection score (dev_mean) of multi-task settings
 _COLUMNS = ["setting", "run", "seed", "task", "metric", "epoch", "value"]
+# the main metric of each task of the project, as its class in tasks.TASKS says (tests/test_tasks.py checks
+# that they agree), known here without importing the tasks, whose modules import torch and nltk (3 s of
+# every command that reads scores: compare, report, claims, the study script's stem cells)
+MAIN_METRICS = {"pos": "accuracy", "ner": "f1", "dep": "las", "con": "f1", "srl": "f1"}
 
 
 def main_metric(task: str, scores: dict) -> str | None:
     """The key of ``task``'s main metric in ``scores`` (``{metric: value}`` of one task, as metrics.json
-    holds them): the task's ``main_metric`` (``tasks.TASKS``: pos accuracy, ner f1, dep las, con f1,
-    srl f1); for an unknown task, or one that did not report it, the first metric in ``scores``."""
-    from tasks import TASKS
+    holds them): the task's ``main_metric`` (``MAIN_METRICS`` for the project's tasks, else ``tasks.TASKS``:
+    pos accuracy, ner f1, dep las, con f1, srl f1); for an unknown task, or one that did not report it, the
+    first metric in ``scores``."""
+    metric = MAIN_METRICS.get(task)
+    if metric is None:  # a task added to the registry
+        from tasks import TASKS
 
-    metric = getattr(TASKS.get(task), "main_metric", None)
+        metric = getattr(TASKS.get(task), "main_metric", None)
     return metric if metric in scores else next(iter(scores), None)
 
 
