@@ -21,7 +21,6 @@ from pathlib import Path
 from mtl_heads.config import ConfigError, load_saved_config
 from mtl_heads.files import file_sha256, read_json
 from mtl_heads.folders import check_record, is_finished_run
-from mtl_heads.training.experiment import INHERITED, run_config
 
 # metrics.json keys that say how long and where, not what was learnt
 NOT_COMPARED = ("seconds", "machine", "resumed", "resumed_from")
@@ -190,7 +189,9 @@ def reproduce(record: str | Path, out: str | Path | None = None, keep: bool = Fa
     cfg.run_dir, cfg.resume, cfg.seeds = str(out), started, []
     cfg.wandb.mode = "disabled"
     cfg.train.progress = progress
-    if not is_finished_run(out):
+    if not is_finished_run(out):  # training imported only here: a finished run is compared without torch
+        from mtl_heads.training.experiment import INHERITED, run_config
+
         run_config(cfg, list(INHERITED) + ["resume", "run_dir"])  # INHERITED: the record's values, not its init run's
     result = Reproduction(record, out, differences(record, out),
                           digest=(read_json(record / "metrics.json") or {}).get("weights_sha256"))
