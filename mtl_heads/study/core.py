@@ -191,6 +191,7 @@ class Claim:
         lies within 2 standard errors (times its Holm factor) of ALPHA gets ``unresolved``."""
         families: dict[str, list[Test]] = {}
         for test in self.tests.values():
+            test.reach, test.unresolved = "", ""  # computed here, afresh each time
             test.family = self.rules.family(test.family, test.decides)
             families.setdefault(test.family, []).append(test)
         for tests in families.values():

@@ -31,20 +31,22 @@ NULL_NAMES = {"layer": "layer-matched", "importance": "importance-matched"}  # a
 
 
 # --- 6. are the stem cells needed? ------------------------------------------------------------------
-def pooled_ablation(drops: list[float], random_drops: list[list[float]]) -> dict:
+def pooled_ablation(drops: list[float], random_drops: list[list[float]], limit: int = 0) -> dict:
     """Seeds pooled: the mean drop of the ablated set over seeds against the mean over seeds of the
-    i-th random set's drop, i = 1..N (N the fewest random sets of any seed); one-sided
+    i-th random set's drop, i = 1..N (N the fewest random sets of any seed, at most ``limit``); one-sided
     ``p = (1 + #{i: random mean >= observed mean}) / (1 + N)`` (:func:`mtl_heads.stats.null_summary`).
 
     Args:
         drops: per seed, the score drop when the set is ablated (base - ablated).
         random_drops: per seed, the drops of the layer-matched random sets.
+        limit: read at most the first ``limit`` random sets of each seed (default 0: all of them).
 
     Returns ``{"drop", "null_mean", "null_95", "p", "sets"}``; ``p`` NaN without random sets. (When
     every random set is the set itself, because it holds whole layers, every draw ties and p is 1:
     :func:`needed` says "cannot be tested" for such a set, from its ablation.json's ``possible_sets``.)
     """
     sets = min((len(r) for r in random_drops), default=0)
+    sets = min(sets, limit) if limit else sets
     observed = float(np.mean(drops)) if len(drops) else math.nan
     if not sets:
         return {"drop": observed, "null_mean": math.nan, "null_95": math.nan, "p": math.nan, "sets": 0}
@@ -198,7 +200,8 @@ def _test_place(claim: Claim, held: dict, wheres: dict, kind: str, where: str) -
     model, task = wheres[where]
     for method, null in [(m, n) for m in methods for n in nulls if (m, n) in done]:
         results = held[(kind, where, method, null)]
-        pooled = pooled_ablation([r["drop"] for _, r in results], [r.get("random_drops") or [] for _, r in results])
+        pooled = pooled_ablation([r["drop"] for _, r in results], [r.get("random_drops") or [] for _, r in results],
+                                 claim.rules.first_sets)
         why = (f"the set holds whole layers, so every {NULL_NAMES[null]} random set is the set itself"
                if any(r["fixed"] for _, r in results) else "" if pooled["sets"] else "no random sets")
         place.ablations.append(Ablated(method, _key(kind, where, method, null),
@@ -215,6 +218,28 @@ def _test_place(claim: Claim, held: dict, wheres: dict, kind: str, where: str) -
                                 "sets": pooled["sets"], "drop_by_seed": {str(seed): r["drop"] for seed, r in results}},
                        draws=pooled["sets"] if claim.rules.standard_errors else 0))
     return place
+
+
+def _extend(claim: Claim, held: dict) -> bool:
+    """The rules' extension (round 3): each test not resolved at ``Rules.first_sets`` whose records hold
+    ``Rules.extended_sets`` random sets in every seed is read again with that many (its p, floor, draws and null
+    numbers; the first sets are the first read's, so this is the extended draw the rules ask for). Returns
+    whether any test was; its family is then adjusted again. A test whose records hold fewer keeps its
+    ``unresolved`` (and :func:`extension_commands` says how to draw them)."""
+    extended = claim.rules.extended_sets
+    if not extended or not claim.rules.first_sets:
+        return False
+    read = False
+    for (kind, where, method, null), results in held.items():
+        test = claim.tests.get(_key(kind, where, method, null))
+        randoms = [r.get("random_drops") or [] for _, r in results]
+        if test is None or not test.unresolved or min(map(len, randoms), default=0) < extended:
+            continue
+        pooled = pooled_ablation([r["drop"] for _, r in results], randoms, extended)
+        test.p, test.floor, test.draws = pooled["p"], 1 / (pooled["sets"] + 1), pooled["sets"]
+        test.numbers.update(null_mean=pooled["null_mean"], null_95=pooled["null_95"], sets=pooled["sets"])
+        read = True
+    return read
 
 
 def compute_needed(study: Study) -> Claim:
@@ -242,6 +267,8 @@ def compute_needed(study: Study) -> Claim:
         for where in sorted({key[1] for key in held if key[0] == kind}, key=lambda w: _task_order(study, w)):
             found.places.append(_test_place(claim, held, wheres, kind, where))
     claim.adjust()
+    if _extend(claim, held):
+        claim.adjust()
     for found in facts.regimes:
         found.testable = [p.where for p in found.places
                           if not p.missing and not any(claim.tests[k].untestable for k in p.keys)]

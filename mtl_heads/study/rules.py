@@ -106,9 +106,12 @@ class Rules:
     deciding runs: ``encoder``, DP whose encoder was trained on SP's schedule; ``phases``, DP run on SP's
     whole schedule in one run, decoders frozen in SP's epochs, ``train.phases``), ``stem_seeds`` (claim 6:
     the seeds whose DP runs choose the held-out stem cells, so that the ablated sets stay those the
-    ablations drew whatever seed stability leaves out; empty: every seed of the study), ``extended_sets``
-    (claim 6: the random sets per seed that a random-set test whose Holm p lies within 2 standard errors of
-    :data:`ALPHA` is drawn again with; 0: none, the p is read as it is), ``verdict_rules``
+    ablations drew whatever seed stability leaves out; empty: every seed of the study), ``first_sets``
+    (claim 6: the random sets per seed a test reads first, the first of its records' sets; 0: all of them),
+    ``extended_sets`` (claim 6: the random sets per seed that a random-set test whose Holm p lies within 2
+    standard errors of :data:`ALPHA` is read, or drawn again, with; 0: none, the p is read as it is; records
+    drawn with that many sets from the start extend without a new draw, since the first ``first_sets`` of
+    them are the first draw's), ``verdict_rules``
     (each claim's rule in words) and ``tests`` (the statistics every claim shares, in words)."""
 
     name: str
@@ -121,6 +124,7 @@ class Rules:
     nulls: tuple[str, ...] = ("layer",)
     matched: str = "encoder"
     stem_seeds: tuple[int, ...] = ()
+    first_sets: int = 0
     extended_sets: int = 0
     verdict_rules: dict = field(default_factory=lambda: dict(VERDICT_RULES), compare=False, repr=False)
     tests: str = field(default=TESTS, compare=False, repr=False)
@@ -189,6 +193,6 @@ ROUND3_VERDICT_RULES = {
 }
 ROUND3 = Rules("round3", "docs/ewt-study/rules-round3.md", shuffles=ROUND3_SHUFFLES, seed=ROUND3_SEED,
                named_families=True, exact=True, standard_errors=True, nulls=("layer", "importance"),
-               matched="phases", stem_seeds=(1, 2, 3), extended_sets=1000, verdict_rules=ROUND3_VERDICT_RULES,
+               matched="phases", stem_seeds=(1, 2, 3), first_sets=250, extended_sets=1000, verdict_rules=ROUND3_VERDICT_RULES,
                tests=ROUND3_TESTS)
 RULE_SETS = {rules.name: rules for rules in (ROUND2, ROUND3)}
