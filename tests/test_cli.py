@@ -86,10 +86,10 @@ def test_the_documented_forms_run_and_train_keeps_its_module():
     assert importlib.util.find_spec("mtl_heads.compare") is None
 
 
-@pytest.mark.parametrize("name", ["remove", "compare"])
+@pytest.mark.parametrize("name", ["remove", "compare", "report"])
 def test_help_answers_without_torch(name):
-    """-h of remove and compare imports neither torch nor transformers (remove -h, then called prune, once
-    took 4.8 s: the command module imported the model code at the top)."""
+    """-h of remove, compare and report imports neither torch nor transformers (remove -h, then called prune, once
+    took 4.8 s: the command module imported the model code at the top; report -h 5.8 s, through the page's probes)."""
     code = ("import sys, io, contextlib\nfrom mtl_heads.__main__ import main\n"
             f"with contextlib.redirect_stdout(io.StringIO()):\n    assert main([{name!r}, '-h']) == 0\n"
             "print(sorted({'torch', 'transformers', 'wandb'} & set(sys.modules)))")

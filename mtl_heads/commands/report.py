@@ -22,10 +22,8 @@ from omegaconf import DictConfig
 
 from mtl_heads.cli import Arguments, command, config_file
 from mtl_heads.config import ConfigError
-from mtl_heads.reports.page import Lead, write_html
 from mtl_heads.records.probe_reports import split_specs
 from mtl_heads.records.runs import Note, folder_kind
-from mtl_heads.study.lead import read_page_study, stem_cell_groups, study_lead
 
 ARGUMENTS = Arguments(config_file("report"), positional="paths", many=True, repeat=frozenset({"test"}),
                       flags={"--html": "html", "--title": "title", "--root": "root", "--panels": "panels",
@@ -34,6 +32,11 @@ ARGUMENTS = Arguments(config_file("report"), positional="paths", many=True, repe
 
 def report(cfg: DictConfig) -> None:
     """Write the page as ``cfg`` (configs/report.yaml) says; bad input is a ConfigError."""
+    # here, not at the top: the page (and the study's lead, which uses it) imports the probes, and with them torch,
+    # which -h needs not
+    from mtl_heads.reports.page import Lead, write_html
+    from mtl_heads.study.lead import read_page_study, stem_cell_groups, study_lead
+
     if not cfg.paths:
         raise ConfigError("config key 'paths': give run folders, globs, experiment names or probe report folders, "
                           "e.g. python -m mtl_heads report runs html=report.html")
