@@ -29,12 +29,12 @@ def test_ewt_layers_and_a_short_pos_ner_run(ewt, tmp_path):
     # EWT: train has no NER annotation; dev and test do. Train on dev to keep this test short.
     cfg = load_config(["data=ewt", "data.splits={train: dev, dev: dev, test: test}", "data.max_sentences=120",
                        "data.max_eval_sentences=120"])
-    corpus = load_corpus(cfg.data)
+    corpus = load_corpus(cfg.data, roles=("test",))  # the role looked at (the run below reads every role)
     first = corpus["test"][0]
     assert first.has("pos") and first.has("tree") and first.has("srl") and first.has("deps") and first.has("entities")
     # a split declared unannotated loses that layer (EWT train's NE column is all '*')
     cfg = load_config(["data=ewt", "data.splits={train: dev, dev: dev, test: dev}", "data.unannotated={dev: [entities]}"])
-    assert load_corpus(cfg.data)["train"][0].entities is None
+    assert load_corpus(cfg.data, roles=("train",))["train"][0].entities is None
 
     metrics = run(QUICK + ["tasks=pos,ner", "data=ewt", "data.splits={train: dev, dev: dev, test: test}",
                            "data.max_sentences=120", "data.max_eval_sentences=120", "train.epochs=2",
