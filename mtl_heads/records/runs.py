@@ -175,11 +175,14 @@ def find_runs(specs: list[str], root: str | Path = RUNS, notes: list[Note] | Non
 
 
 # --- reading a run's config --------------------------------------------------------------------
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def read_yaml(path: Path) -> dict:
     """A run's ``config.yaml`` as a dict; a ``ConfigError`` naming the file (and line) when it is
     not valid YAML or not a mapping."""
-    try:
-        data = yaml.safe_load(path.read_text())
+    try:  # libyaml's safe loader where PyYAML has it: the same mappings, about ten times faster
+        data = yaml.load(path.read_text(), Loader=SAFE_LOADER)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f":{mark.line + 1}" if mark is not None else ""

@@ -310,6 +310,8 @@ class Study:
     earlier_retrainings: int = 0
     rules: Rules = ROUND2
     full_runs: pd.DataFrame | None = field(default=None, repr=False)
+    configs: dict = field(default_factory=dict, repr=False)  # config.yaml path -> its dict, read once (config_of)
+    _rows: tuple | None = field(default=None, init=False, repr=False, compare=False)  # run_row's index of runs
 
     def setting(self, tasks: str | None, kind: str) -> str | None:
         setting = self.cells.get((tasks, kind)) if tasks else None
@@ -333,11 +335,16 @@ class Study:
         stage) stands for that run: same config and seed, its own weights."""
         target = Path(str(folder))
         target = target.parent / record_folder_name(target.name)
-        paths = [Path(r) for r in self.runs["run"]]
-        for match in ([p.resolve() == target.resolve() for p in paths], [p.parts[-2:] == target.parts[-2:] for p in paths]):
-            if any(match):
-                return self.runs[match].iloc[0]
-        return None
+        if self._rows is None:  # each run's resolved path and last two parts, the first row of each, made once
+            resolved, tails = {}, {}
+            for i, run in enumerate(self.runs["run"]):
+                resolved.setdefault(Path(run).resolve(), i)
+                tails.setdefault(Path(run).parts[-2:], i)
+            self._rows = (resolved, tails)
+        resolved, tails = self._rows
+        found = resolved.get(target.resolve())
+        found = tails.get(target.parts[-2:]) if found is None else found
+        return None if found is None else self.runs.iloc[found]
 
     def without_seed(self, seed: int) -> Study:
         """The same study without the runs of ``seed``, their probe reports and their ablations; its
@@ -347,6 +354,7 @@ class Study:
         ablations = [(p, a) for p, a in self.ablations
                      if (row := self.run_row(a.get("run_resolved") or a.get("run"))) is None or row["seed"] != seed]
         return replace(self, runs=runs, reports=reports, ablations=ablations, left_out=seed, gates=self.gates,
+                       configs=self.configs,
                        full_runs=self.full_runs if self.full_runs is not None else self.runs)
 
     def report_row(self, report) -> pd.Series | None:
@@ -651,7 +659,10 @@ def run_folders(study: Study, *settings: str | None) -> list[str]:
 
 def config_of(study: Study, setting: str) -> dict:
     """The config of a setting's first run."""
-    return read_yaml(Path(runs_of(study, setting)["run"].iloc[0]) / "config.yaml")
+    path = Path(runs_of(study, setting)["run"].iloc[0]) / "config.yaml"
+    if path not in study.configs:  # read once per study (and the studies check_claims makes with a seed left out)
+        study.configs[path] = read_yaml(path)
+    return study.configs[path]
 
 
 def score_column(runs: pd.DataFrame, task: str, role: str = "test") -> str | None:
