@@ -254,3 +254,16 @@ def test_a_test_not_resolved_at_250_sets_is_read_at_1000_where_its_records_hold_
     assert read_again.significant and not read_again.unresolved
     assert all(t.draws == 250 for k, t in claim.tests.items() if k != f"{DP} STL POS zero")
     assert claim.verdict == "yes" and not claim.notes
+
+
+@pytest.mark.parametrize("failing", [("zero", "importance"), ("zero", "layer")])
+def test_where_the_second_null_changes_a_pair_the_answer_shows_the_layer_null_alone_beside(study_dir, failing):
+    all_four(study_dir, hits={failing: 100})
+    claim = needed(read_study([str(study_dir)], rules=ROUND3))
+    assert claim.verdict == "no"
+    beside = ("against the layer-matched null alone (round 2's rule) they are needed by 1 of 1 (STL POS), which reads "
+              "*supported*")
+    if failing[1] == "importance":  # the second null changes the pair, and the verdict: both shown
+        assert claim.facts.regimes[0].layer_need == ["STL POS"] and beside in claim.answer
+    else:  # the layer-matched null fails too: nothing changes, nothing more said
+        assert claim.facts.regimes[0].layer_need == [] and "layer-matched null alone" not in claim.answer

@@ -153,13 +153,17 @@ class NeededRegime:
     """One regime whose held-out stem cells were ablated: ``kind``, ``sets`` (its stem cells found without each
     task: ``(heads, task names)``, tasks with the same set together), ``places`` (STL before MTL, then task
     order), and by ``where``: ``testable`` (its deciding tests can be tested, against every null) and ``need``
-    (all of them significant)."""
+    (all of them significant); under rules with several nulls, ``layer_need`` (the pairs whose zero and mean
+    ablation beat the layer-matched null, the one null of round 2's rule) and ``layer_verdict`` (the verdict that
+    reading would give), which the answer shows beside where the second null changes a pair or the verdict."""
 
     kind: str
     sets: list[tuple[list[str], list[str]]] = field(default_factory=list)
     places: list[NeededPlace] = field(default_factory=list)
     testable: list[str] = field(default_factory=list)
     need: list[str] = field(default_factory=list)
+    layer_need: list[str] | None = None
+    layer_verdict: str = ""
 
     @property
     def keys(self) -> list[str]:
@@ -277,11 +281,28 @@ def compute_needed(study: Study) -> Claim:
         gates = regime_gates(choosing, found.kind)  # a task whose own setting did not prune chose none of them
         for place in found.places:
             place.clean = (g := gates.get(place.where.rsplit(" ", 1)[1])) is None or not g.pruned
+        if len(study.rules.nulls) > 1:
+            _layer_alone(claim, found)
     if facts.regimes:  # DP's sets decide when they were ablated
         first = facts.regimes[0]
-        claim.verdict = "" if cannot_reach(claim, first.keys) or not first.testable else \
-            "yes" if majority(len(first.need), len(first.places)) else "partly" if first.need else "no"
+        claim.verdict = _verdict(claim, first.keys, first.testable, first.need, len(first.places))
     return claim
+
+
+def _verdict(claim: Claim, keys: list[str], testable: list[str], need: list[str], places: int) -> str:
+    """Claim 6's verdict from a regime's deciding ``keys``, its ``testable`` and ``need`` pairs of ``places``."""
+    return "" if cannot_reach(claim, keys) or not testable else \
+        "yes" if majority(len(need), places) else "partly" if need else "no"
+
+
+def _layer_alone(claim: Claim, found: NeededRegime) -> None:
+    """``found.layer_need`` and ``found.layer_verdict``: what the layer-matched null alone (round 2's rule) would
+    say, so that the answer can show both where round 3's second null changes a pair or the verdict."""
+    keys = {p.where: [k for k in p.keys if claim.tests[k].what.get("null") == "layer"] for p in found.places}
+    testable = [w for w, ks in keys.items() if ks and not any(claim.tests[k].untestable for k in ks)]
+    found.layer_need = [w for w in testable if all(claim.significant(k) for k in keys[w])]
+    found.layer_verdict = _verdict(claim, [k for ks in keys.values() for k in ks], testable, found.layer_need,
+                                   len(found.places))
 
 
 # --- the words ----------------------------------------------------------------------------------------
@@ -360,9 +381,22 @@ def _regime_answer(claim: Claim, found: NeededRegime) -> str:
             + "".join(f"; no {NULL_NAMES[null]} ablation, so not needing them: {listed(wheres)}"
                       for null, wheres in missing.items() if wheres)
             + (f"; not resolved, counted as not significant: {', '.join(unresolved)}" if unresolved else "")
+            + _layer_text(claim, found)
             + (f"; the cleanest tests, tasks whose own {name} did not prune and so chose none of them: "
                + ", ".join(f"{w} {'needs them' if w in found.need else 'not shown to need them'}" for w in clean)
                if clean else ""))
+
+
+def _layer_text(claim: Claim, found: NeededRegime) -> str:
+    """``""``, or where the importance-matched null changes a pair or the verdict: what the layer-matched null
+    alone (round 2's rule) gives, beside."""
+    if found.layer_need is None or (found.layer_need == found.need and
+                                    (found is not claim.facts.regimes[0] or found.layer_verdict == claim.verdict)):
+        return ""
+    word = claim.words.get(found.layer_verdict, "cannot be tested")
+    return (f"; against the layer-matched null alone (round 2's rule) they are needed by {len(found.layer_need)} of "
+            f"{len(found.places)} ({listed(found.layer_need)})"
+            + (f", which reads *{word}*" if found is claim.facts.regimes[0] else ""))
 
 
 def words_needed(claim: Claim) -> Claim:
