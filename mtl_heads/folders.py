@@ -37,7 +37,7 @@ __all__ = ["RUN_FILES", "REMOVAL_FILES", "REMOVAL_DIR", "is_run_dir", "is_finish
            "SEED_FOLDER", "ABLATION_FILE", "RETRAINED_FOLDER", "RETRAINING_METRICS", "EARLIER_RETRAINING",
            "ABLATION_FOLDER", "IMPORTANCE_ABLATION_FOLDER", "CONTINUES", "continued_run", "STUDY_LAYOUT", "match_name",
            "record_folder_name", "study_layout_shell",
-           "KIND_WHY", "shown", "RUNS", "newest_unfinished_run"]
+           "KIND_WHY", "shown", "RUNS", "newest_unfinished_run", "setting_stem"]
 
 SEED_FOLDER = "seed{seed}"  # the run folder of one seed in an experiment (train seeds=...) or a study
 ABLATION_FILE = "ablation.json"  # what python -m mtl_heads ablate writes
@@ -150,6 +150,12 @@ def shown(path: str | Path) -> str:
 def seed_dir(experiment: Path, seed: int) -> Path:
     """The run folder of one seed of an experiment: ``<experiment>/seed<N>`` (:data:`SEED_FOLDER`)."""
     return Path(experiment) / SEED_FOLDER.format(seed=seed)
+
+
+def setting_stem(tasks, mode: str) -> str:
+    """``dep``, ``pos-ner``, ``dep-dynamic``: a training setting's tasks (a sequence of task ids) and prune mode
+    (``none``, ``dynamic``, ``static``) as the names of a run folder, an experiment and a W&B group start."""
+    return "-".join(tasks) + (f"-{mode}" if mode != "none" else "")
 
 
 def newest_unfinished_run(root: Path = RUNS) -> Path:

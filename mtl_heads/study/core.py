@@ -35,7 +35,7 @@ __all__ = ["REGIMES", "REGIME_NAMES",
            "as_number",
            "kept_retrainings", "read_ablations", "folder_of", "one_encoder", "build_study", "mean_std", "heads_text",
            "metric_name", "listed",
-           "task_name", "mtl_name", "setting_name", "runs_of", "run_folders", "config_of", "score_column", "majority",
+           "task_name", "mtl_name", "display_name", "runs_of", "run_folders", "config_of", "score_column", "majority",
            "share"]
 
 REGIMES = ("dp", "budget", "sp")  # the paper's regime (DP) first: gate verdicts read the first one present
@@ -644,7 +644,8 @@ def mtl_name(study: Study) -> str:
     return f"MTL-{study.mtl.count('+') + 1}" if study.mtl else "MTL"
 
 
-def setting_name(study: Study, tasks: str) -> str:
+def display_name(study: Study, tasks: str) -> str:
+    """A setting's tasks as the claims write them: ``POS``, or ``MTL-5`` for the study's MTL setting."""
     return mtl_name(study) if tasks == study.mtl else task_name(tasks)
 
 

@@ -14,7 +14,7 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from mtl_heads.study.core import (Claim, Study, Test, config_of, listed, mean_std, metric_name, run_folders, runs_of,
-                                  score_column, setting_name, slot)
+                                  score_column, display_name, slot)
 from mtl_heads.study.heads import (Unpruned, gate_baseline, not_pruned, pair_tests, pair_words, setting_gates,
                                    unpruned, unpruned_text)
 from mtl_heads.study.rules import MARGIN, MATCHED_RULE, MIN_SEEDS, NEAR_ALL, TOO_FEW
@@ -204,7 +204,7 @@ class SpDpFacts:
 def _compare(claim: Claim, study: Study, tasks: str, pair: _Pair) -> SpDpComparison | None:
     """One pair's tests in claim 5 (heads kept and test score, their one-sided tests, whether they keep the
     same heads) and its facts; None when it cannot be compared."""
-    name = setting_name(study, tasks)
+    name = display_name(study, tasks)
     gates = {f"{name} DP": setting_gates(study, pair.dp), f"{name} SP": setting_gates(study, pair.sp)}
     table = gate_baseline(gates, study.rules)
     if table.empty:
@@ -295,7 +295,7 @@ def compute_sp_dp(study: Study) -> Claim:
     facts = SpDpFacts()
     claim = Claim("sp_dp", rule=study.rules.verdict_rules["sp_dp"], rules=study.rules, facts=facts)
     for tasks in study.tasks + ([study.mtl] if study.mtl else []):
-        for pair in _sp_dp_pairs(study, tasks, setting_name(study, tasks)):
+        for pair in _sp_dp_pairs(study, tasks, display_name(study, tasks)):
             comparison = _compare(claim, study, tasks, pair)
             if comparison is not None:
                 facts.comparisons.append(comparison)

@@ -26,7 +26,7 @@ from mtl_heads.training.parallel import check_strategy, make_parallel
 from mtl_heads.model.precision import uses_bf16
 from mtl_heads.reproducible import DEFAULT_THREADS
 from mtl_heads.reproducible import enter as reproducible_mode
-from mtl_heads.folders import RUNS, check_run_dir, newest_unfinished_run, seed_dir
+from mtl_heads.folders import RUNS, check_run_dir, newest_unfinished_run, seed_dir, setting_stem
 from mtl_heads.model.sparsity import Pruning, budget_gap, budget_line, nothing_pruned_line, prune_mode
 from mtl_heads.training.plan import RunPlan, strategy
 from mtl_heads.training.tracking import Tracker
@@ -79,7 +79,7 @@ def prepare_run_dir(cfg: DictConfig, given: list[str]) -> tuple[DictConfig, Path
         if "train.strategy" in given_keys(given):
             saved_cfg.train.strategy = strategy(cfg)  # else the run goes on as it was launched
         return saved_cfg, run_dir, True
-    run_dir = Path(cfg.run_dir) if cfg.run_dir else RUNS / f"{setting_name(cfg)}-{datetime.now():%Y%m%d-%H%M%S}"
+    run_dir = Path(cfg.run_dir) if cfg.run_dir else RUNS / f"{setting_stem(cfg.tasks, prune_mode(cfg))}-{datetime.now():%Y%m%d-%H%M%S}"
     if (run_dir / "config.yaml").exists():
         raise ConfigError(f"config key 'run_dir': {run_dir} already holds a run; pass resume=true to continue it "
                           "or choose another run_dir")
@@ -93,13 +93,6 @@ def _check_resume_overrides(cfg: DictConfig, saved: DictConfig, given: list[str]
         if OmegaConf.select(cfg, key) != OmegaConf.select(saved, key):
             raise ConfigError(f"config key '{key}': a resumed run keeps its saved config "
                               f"({key}={OmegaConf.select(saved, key)}); drop this override or start a new run")
-
-
-def setting_name(cfg: DictConfig) -> str:
-    """``dep``, ``pos-ner``, ``dep-dynamic``: the tasks and the prune mode, for the names of a run folder and
-    an experiment, chosen before the run starts (and its :class:`~mtl_heads.training.plan.RunPlan` is made)."""
-    mode = prune_mode(cfg)
-    return "-".join(cfg.tasks) + (f"-{mode}" if mode != "none" else "")
 
 
 # --- starting from a trained run (init=) --------------------------------------------------------
@@ -352,7 +345,10 @@ def run_seeds_config(cfg: DictConfig, given: list[str], on_step: Callable | None
         return [run_config(cfg, given, on_step)]
     if len(set(cfg.seeds)) != len(cfg.seeds):
         raise ConfigError(f"config key 'seeds': a seed is listed twice: {list(cfg.seeds)}")
-    experiment = cfg.experiment or f"{setting_name(apply_init(copy.deepcopy(cfg), given))}-{datetime.now():%Y%m%d-%H%M%S}"
+    experiment = cfg.experiment
+    if not experiment:  # named by its tasks and prune mode, as the init run gives them where it does
+        resolved = apply_init(copy.deepcopy(cfg), given)
+        experiment = f"{setting_stem(resolved.tasks, prune_mode(resolved))}-{datetime.now():%Y%m%d-%H%M%S}"
     parent = Path(cfg.run_dir) if cfg.run_dir else RUNS / experiment
     per_seed = ("seed", "seeds", "experiment", "run_dir", "resume")
     results = []

@@ -38,7 +38,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from mtl_heads.config import ConfigError
 from mtl_heads.figures.gate_map import plot_gate_map
-from mtl_heads.folders import shown
+from mtl_heads.folders import setting_stem, shown
 from mtl_heads.model.gate_constants import kept_count
 from mtl_heads.model.sparsity import prune_mode
 from mtl_heads.training.plan import RunPlan
@@ -70,9 +70,7 @@ def run_group(cfg, mode: str) -> str:
     """The W&B group of a run (``cfg``: its config; ``mode``: its ``prune.mode``): its ``experiment``, else its
     setting name (``pos-ner``, ``dep-dynamic``)."""
     experiment = OmegaConf.select(cfg, "experiment", default=None)
-    if experiment:
-        return str(experiment)
-    return "-".join(cfg.tasks) + (f"-{mode}" if mode != "none" else "")
+    return str(experiment) if experiment else setting_stem(cfg.tasks, mode)
 
 
 def run_tags(cfg, mode: str) -> list[str]:
