@@ -620,3 +620,16 @@ def test_a_broken_gates_json_is_noted_and_the_runs_still_compare(runs_dir, tmp_p
     assert f"`{broken}`: cannot be read" in (out / "compare.md").read_text()
     corr = pd.read_csv(out / "gate-correlation.csv", index_col=0)
     assert list(corr.index) == ["pos+ner"]  # seed 1's gates alone
+
+
+def test_an_init_of_one_seeds_run_reads_as_any_seed():
+    """Static pruning of each seed's own trained run is one setting: an init whose last folder is a seed's run
+    (folders.SEED_FOLDER) or its retraining (folders.RETRAINED_FOLDER) reads as ``.../seed*``; other names stay."""
+    from mtl_heads.records.runs import setting_config
+
+    def init(path: str) -> str:
+        return setting_config({"tasks": "pos", "init": path})["init"]
+
+    assert init("docs/ewt-study/pos/seed1") == init("docs/ewt-study/pos/.seed2.retrained") == "docs/ewt-study/pos/seed*"
+    assert init("runs/pos/seed12/") == "runs/pos/seed*/" and init("seed3") == "seed*"
+    assert init("runs/xseed3") == "runs/xseed3" and init("runs/seed3x") == "runs/seed3x" and init("runs/pos") == "runs/pos"

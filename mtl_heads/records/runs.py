@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import glob
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +19,8 @@ import pandas as pd
 import yaml
 
 from mtl_heads.config import ConfigError
-from mtl_heads.folders import KIND_WHY, RUNS, continued_run, folder_kind, is_finished_run, is_unfinished_run
+from mtl_heads.folders import (KIND_WHY, RETRAINED_FOLDER, RUNS, SEED_FOLDER, continued_run, folder_kind, is_finished_run,
+                               is_unfinished_run, match_name)
 
 __all__ = ["IGNORED_KEYS", "RUNS", "MAX_DEPTH", "SKIP_DIRS", "KIND_WHY", "Note", "folder_kind", "walk_runs", "spec_folder",
            "find_runs", "read_yaml", "flatten_config", "setting_config", "varying_keys", "is_null",
@@ -221,8 +221,19 @@ def setting_config(flat: dict) -> dict:
         flat = {k: v for k, v in flat.items() if not (k in ADDED_KEYS and ADDED_KEYS[k] is None and v is None)}
     out = {k: v for k, v in flat.items() if not _ignored(k)}
     if isinstance(out.get("init"), str):
-        out["init"] = re.sub(r"(?:\.)?seed\d+(?:\.retrained)?(/?)$", r"seed*\1", continued_run(out["init"]))
+        out["init"] = _any_seed(continued_run(out["init"]))
     return out
+
+
+def _any_seed(init: str) -> str:
+    """An ``init`` path whose last folder is one seed's run (:data:`~mtl_heads.folders.SEED_FOLDER`) or its
+    retraining (:data:`~mtl_heads.folders.RETRAINED_FOLDER`) as ``.../seed*`` (a trailing slash kept); any other
+    path as it is."""
+    base = init.rstrip("/")
+    name = base.rsplit("/", 1)[-1]
+    if not (match_name(SEED_FOLDER, name) or match_name(RETRAINED_FOLDER, name)):
+        return init
+    return base[:len(base) - len(name)] + "seed*" + init[len(base):]
 
 
 # --- settings and their names ------------------------------------------------------------------
