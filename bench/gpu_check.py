@@ -700,8 +700,6 @@ def cpu_record(main: dict[str, str]) -> dict:
 
 def real_run(ctx: Context) -> dict:
     """Section 6: the record's MTL-5 DP setting trained for its first epoch, beside the CPU record."""
-    import torch
-
     from mtl_heads.config import load_config
     from mtl_heads.training.build import pick_device
     from mtl_heads.training.experiment import given_keys, run_config

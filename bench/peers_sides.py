@@ -39,7 +39,7 @@ HERE = str(Path(__file__).resolve().parent)
 if HERE not in sys.path:
     sys.path.append(HERE)
 
-from peers_render import BY_LENGTH, FULL, METRICS, OWN_EPOCHS, PEERS
+from peers_render import BY_LENGTH, FULL, METRICS, PEERS
 
 STEP_SENTENCES = 16      # the equal knobs: train.batch_size of configs/train.yaml
 PREDICT_SENTENCES = 64   # train.eval_batch_size
