@@ -228,7 +228,8 @@ def _extend(claim: Claim, held: dict) -> bool:
     """The rules' extension (round 3): each test not resolved at ``Rules.first_sets`` whose records hold
     ``Rules.extended_sets`` random sets in every seed is read again with that many (its p, floor, draws and null
     numbers; the first sets are the first read's, so this is the extended draw the rules ask for). Returns
-    whether any test was; its family is then adjusted again. A test whose records hold fewer keeps its
+    whether any test was; the families are then adjusted again, and a test that the new Holm factors leave
+    within the band is read again in turn (each test at most once). A test whose records hold fewer keeps its
     ``unresolved`` (and :func:`extension_commands` says how to draw them)."""
     extended = claim.rules.extended_sets
     if not extended or not claim.rules.first_sets:
@@ -237,7 +238,8 @@ def _extend(claim: Claim, held: dict) -> bool:
     for (kind, where, method, null), results in held.items():
         test = claim.tests.get(_key(kind, where, method, null))
         randoms = [r.get("random_drops") or [] for _, r in results]
-        if test is None or not test.unresolved or min(map(len, randoms), default=0) < extended:
+        if test is None or not test.unresolved or test.draws >= extended \
+                or min(map(len, randoms), default=0) < extended:
             continue
         pooled = pooled_ablation([r["drop"] for _, r in results], randoms, extended)
         test.p, test.floor, test.draws = pooled["p"], 1 / (pooled["sets"] + 1), pooled["sets"]
@@ -271,7 +273,7 @@ def compute_needed(study: Study) -> Claim:
         for where in sorted({key[1] for key in held if key[0] == kind}, key=lambda w: _task_order(study, w)):
             found.places.append(_test_place(claim, held, wheres, kind, where))
     claim.adjust()
-    if _extend(claim, held):
+    while _extend(claim, held):  # again while a re-read moves another test's Holm factor into the band
         claim.adjust()
     for found in facts.regimes:
         found.testable = [p.where for p in found.places
