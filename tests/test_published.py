@@ -356,3 +356,18 @@ def test_round2_hand_sentences_say_what_the_records_hold():
     assert "POS-DP seeds 1 and 3 reproduced their records' files, so their matched runs started from the records' " \
            "own folders (`init` in their `config.yaml`); seed 2's started from its retraining" in doc
     assert "commit e4cba74 relabelled it *too few seeds to test*, after the data" in doc
+
+
+def test_every_earlier_retraining_is_in_the_record():
+    """A run trained again more than once keeps each earlier retraining's metrics as retraining.<k>.metrics.json:
+    where git history is present, every earlier committed version of a retraining.metrics.json is one of them."""
+    earlier = sorted(str(p.relative_to(REPO)) for p in (REPO / STUDY).glob("*/seed*/retraining.*.metrics.json"))
+    assert len(earlier) == 5  # the block's header: "the 5 earlier retrainings"
+    doc = " ".join((REPO / "docs" / "ewt-results.md").read_text().split())
+    assert "of the 5 earlier retrainings of the same runs" in doc and "counts every retraining: 5 earlier ones" in doc
+    for path in (REPO / STUDY).glob("*/seed*/retraining.metrics.json"):
+        versions = git_lines(["log", "--format=%H", "--", str(path.relative_to(REPO))])
+        for commit in versions[1:]:  # the versions a later retraining replaced, each kept beside it
+            old = git_or_skip(["show", f"{commit}:{path.relative_to(REPO)}"], commit).stdout
+            kept = [json.loads(p.read_text()) for p in path.parent.glob("retraining.*.metrics.json")]
+            assert json.loads(old) in kept, f"{path}: the retraining of {commit[:7]} is not kept"
