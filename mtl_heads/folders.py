@@ -34,13 +34,14 @@ from mtl_heads.config import ConfigError
 __all__ = ["RUN_FILES", "REMOVAL_FILES", "REMOVAL_DIR", "is_run_dir", "is_finished_run", "is_unfinished_run",
            "is_removal_dir", "removal_dir",
            "is_gate_run", "is_probe_report", "is_probe_comparison", "check_run_dir", "check_record", "seed_dir", "folder_kind",
-           "SEED_FOLDER", "ABLATION_FILE", "RETRAINED_FOLDER", "RETRAINING_METRICS", "EARLIER_RETRAINING",
+           "SEED_FOLDER", "ABLATION_FILE", "ABLATION_KEPT_FILE", "RETRAINED_FOLDER", "RETRAINING_METRICS", "EARLIER_RETRAINING",
            "ABLATION_FOLDER", "IMPORTANCE_ABLATION_FOLDER", "CONTINUES", "continued_run", "STUDY_LAYOUT", "match_name",
            "record_folder_name", "study_layout_shell",
            "KIND_WHY", "shown", "RUNS", "newest_unfinished_run", "setting_stem"]
 
 SEED_FOLDER = "seed{seed}"  # the run folder of one seed in an experiment (train seeds=...) or a study
 ABLATION_FILE = "ablation.json"  # what python -m mtl_heads ablate writes
+ABLATION_KEPT_FILE = "ablation.partial.json"  # ... beside it while it runs: the passes scored so far (KeptScores)
 # a study's (docs/ewt-study.sh; the module docstring)
 RETRAINED_FOLDER = ".seed{seed}.retrained"  # the retrain stage's run trained again, beside the record
 RETRAINING_METRICS = "retraining.metrics.json"  # in the record's folder: the latest retraining's metrics.json

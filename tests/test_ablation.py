@@ -383,6 +383,49 @@ def test_command_end_to_end(runs, tmp_path, capsys, kind, monkeypatch):
         assert r["ablated"] == closed[task] and r["random_drops"] == [r["drop"]] * 3
 
 
+def test_an_interrupted_ablation_goes_on_from_its_kept_passes(runs, tmp_path, capsys, monkeypatch):
+    """Stopped halfway (Ctrl-C, or a machine taken back), the command keeps the passes scored so far in
+    ablation.partial.json; run again, it scores only the others, and its record is the uninterrupted one's;
+    kept passes of another study are not read (a line says so)."""
+    import mtl_heads.analysis.ablation as ablation
+
+    monkeypatch.setenv("MTL_HEADS_CACHE", str(runs["bert"].parent / "cache"))
+    argv = [runs["bert"], "heads=L0H1,L1H2", "random_sets=4", "methods=zero,resample", "progress=false"]
+    code, whole = ablate(*argv, f"out={tmp_path / 'whole'}")
+    assert code == 0 and whole["resumed"] == 0
+    written, passes, real_scores = ablation.KeptScores.write, [], ablation.batch_scores
+
+    def counted(*args, **kwargs):  # one call per task group and pass; 1 group here
+        passes.append(1)
+        if len(passes) == 1 + 5 + 2:  # the unablated pass, every zero pass, 2 resample passes: then stopped
+            raise KeyboardInterrupt
+        return real_scores(*args, **kwargs)
+
+    monkeypatch.setattr(ablation, "batch_scores", counted)
+    monkeypatch.setattr(ablation.KeptScores, "write", lambda self, base, scores, force=False:
+                        written(self, base, scores, force=True))  # every pass kept (else at most once a minute)
+    out = tmp_path / "stopped"
+    assert ablate(*argv, f"out={out}")[0] == 130
+    assert not (out / "ablation.json").exists() and "ablation.partial.json" in capsys.readouterr().err
+    kept = json.loads((out / "ablation.partial.json").read_text())
+    assert {m: sorted(map(int, v)) for m, v in kept["scores"].items()} == {"zero": [0, 1, 2, 3, 4], "resample": [0]}
+    passes.clear()
+    code, resumed = ablate(*argv, f"out={out}")
+    assert code == 0 and len(passes) == 1 + 4  # the unablated pass, the 4 resample passes left
+    assert "going on from" in capsys.readouterr().out and not (out / "ablation.partial.json").exists()
+    assert resumed["resumed"] == 1 and resumed["seconds"] >= kept["seconds"]
+    for key in ("methods", "random_heads", "heads", "weights_sha256"):
+        assert resumed[key] == whole[key]
+    # another study's kept passes (another seed): not read, said so, replaced; the record is that study's own
+    monkeypatch.setattr(ablation, "batch_scores", real_scores)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "ablation.partial.json").write_text(json.dumps(kept))
+    code, seeded = ablate(*argv, "seed=1", f"out={other}")
+    assert code == 0 and seeded["resumed"] == 0 and seeded["random_heads"] != whole["random_heads"]
+    assert "not reading" in capsys.readouterr().out and not (other / "ablation.partial.json").exists()
+
+
 def test_stem_cells_and_default_folder(runs, tmp_path, monkeypatch):
     monkeypatch.setenv("MTL_HEADS_CACHE", str(runs["bert"].parent / "cache"))
     report = tmp_path / "gates"

@@ -21,6 +21,11 @@ many heads as the ablated set holds there, uniformly without replacement (whole 
 run's gates are per group). The drop is ``base - ablated`` (metric points); the one-sided
 ``p = (1 + random drops >= the observed drop) / (1 + random sets)``.
 
+A long study keeps what it has scored (:class:`KeptScores`, the command's ``<out>/ablation.partial.json``,
+written atomically at most every minute and after each method): run again on the same weights with the
+same plan, it reads them back and scores only the passes left; the record is the one an uninterrupted
+study writes (its ``seconds`` summed over the attempts, ``resumed`` counting them).
+
 Cost: batches are collated once and tasks read from the same sentences share one encoder pass per
 batch; one pass over the split per method and head set (``methods x (1 + random_sets)``), plus one
 unablated pass, one pass over the reference split for the means and one for the resample donors.
@@ -30,6 +35,8 @@ live in :mod:`mtl_heads.model.scoring`, below both (this module reads corpora; t
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import math
 import time
@@ -45,7 +52,7 @@ from mtl_heads.config import ConfigError
 from mtl_heads.data.batching import Example, prepare_examples
 from mtl_heads.data.corpus import ROLES, load_corpus
 from mtl_heads.data.errors import DataError
-from mtl_heads.files import file_sha256
+from mtl_heads.files import file_sha256, read_json, write_json
 from mtl_heads.model.headsets import (cell_matched_sets, head_name, head_names, importance_cells, layer_matched_sets,
                                       parse_head)
 from mtl_heads.model.precision import autocast
@@ -58,7 +65,7 @@ from probes.importance import gradient_importance, normalise_per_layer
 __all__ = ["METHODS", "DONORS_ON_DEVICE", "eval_mode", "open_heads", "split_examples", "task_batches",
            "task_score", "batch_scores", "chosen_tasks", "TaskGroup", "task_groups", "mean_contexts", "resample_donors",
            "collect_donors", "head_grid", "kv_block", "matched_sets", "task_importance", "MATCHED", "IMPORTANCE_BINS", "possible_sets", "drop_summary",
-           "AblationPlan", "ablation_study", "run_ablation", "table_lines"]
+           "AblationPlan", "KeptScores", "ablation_study", "run_ablation", "table_lines"]
 
 logger = logging.getLogger(__name__)
 
@@ -313,9 +320,67 @@ def drop_summary(metric: str, base: float, ablated: float, random_scores: Sequen
             "null_mean": null_mean, "null_95": null_95, "p": p}
 
 
+# --- what an unfinished study keeps ------------------------------------------------------------
+class KeptScores:
+    """The passes an unfinished study has scored, kept in a JSON file so that the same study, run again,
+    goes on from them (a study of 1,000 random sets takes hours on a CPU).
+
+    Args:
+        path: the file (the ablate command's ``<out>/ablation.partial.json``).
+        identity: what makes two studies the same (the weights' digest, the heads, the plan's fields that
+            change a score); the random sets' digest is added by :func:`ablation_study`. Kept scores of
+            another identity, or whose unablated scores differ from today's, are not read (a line says so)
+            and are replaced.
+        log: where the lines go (default the module logger).
+        every: seconds between two writes (default 60; also written after each method).
+        started: when this attempt began (``time.perf_counter()``; default now).
+    """
+
+    def __init__(self, path: Path, identity: dict, log: Callable[[str], object] = logger.info, every: float = 60.0,
+                 started: float | None = None):
+        # as JSON gives it back (tuples become lists), so that a kept identity compares equal
+        self.path, self.identity, self.log, self.every = Path(path), json.loads(json.dumps(identity)), log, every
+        self.written = time.perf_counter()
+        self.started = self.written if started is None else started
+        self.earlier_seconds, self.resumed = 0.0, 0
+
+    def read(self, sets: np.ndarray, base: dict) -> dict[str, dict[int, dict]]:
+        """``{method: {set index: {task: score}}}`` kept by an earlier attempt of this study (index 0 is the
+        chosen set, 1.. the random ``sets``, ``[N, layers, heads]``); empty when there is none to read.
+        ``base``: today's unablated ``{task: score}``, which the kept one must equal."""
+        self.identity["sets_sha256"] = hashlib.sha256(np.ascontiguousarray(sets, dtype=bool).tobytes()).hexdigest()
+        kept = read_json(self.path)
+        if kept is None:
+            return {}
+        if kept.get("identity") != self.identity or kept.get("base") != base:
+            what = "its unablated scores differ from today's" if kept.get("identity") == self.identity else \
+                "it was written for another study (weights, heads, plan or random sets)"
+            self.log(f"not reading {self.path}: {what}; scoring from the start and replacing it")
+            return {}
+        self.earlier_seconds, self.resumed = float(kept["seconds"]), int(kept["resumed"]) + 1
+        scores = {m: {int(i): s for i, s in by_set.items()} for m, by_set in kept["scores"].items()}
+        done = sum(len(v) for v in scores.values())
+        self.log(f"going on from {self.path}: {done} passes were scored before ({self.earlier_seconds:.0f} s)")
+        return scores
+
+    @property
+    def seconds(self) -> float:
+        """The study's wall-clock seconds over every attempt so far."""
+        return self.earlier_seconds + time.perf_counter() - self.started
+
+    def write(self, base: dict, scores: dict[str, dict[int, dict]], force: bool = False) -> None:
+        """Keep ``scores`` (as :meth:`read` returns them) when ``every`` seconds have passed, or ``force``."""
+        if force or time.perf_counter() - self.written >= self.every:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            write_json(self.path, {"identity": self.identity, "base": base, "seconds": round(self.seconds, 2),
+                                   "resumed": self.resumed, "scores": scores})
+            self.written = time.perf_counter()
+
+
 # --- the study ----------------------------------------------------------------------------------
 def ablation_study(model: nn.Module, groups: list[TaskGroup], chosen: np.ndarray, plan: AblationPlan = AblationPlan(),
-                   means: torch.Tensor | None = None, block: int = 1, cells: np.ndarray | None = None) -> dict:
+                   means: torch.Tensor | None = None, block: int = 1, cells: np.ndarray | None = None,
+                   kept: KeptScores | None = None) -> dict:
     """Ablate ``chosen`` and ``plan.random_sets`` matched random sets with each of ``plan.methods``; score every task.
 
     Args:
@@ -328,6 +393,7 @@ def ablation_study(model: nn.Module, groups: list[TaskGroup], chosen: np.ndarray
             and ``resample`` (default None).
         block: heads drawn together (:func:`kv_block`; default 1).
         cells: the random sets matched on these cells instead of the layers (:func:`matched_sets`; default None).
+        kept: where the passes scored so far are kept and read back (:class:`KeptScores`; default None: not kept).
 
     Returns: ``{"methods": {method: {task: drop_summary}}, "random_heads": [[names] per random set]}``.
     """
@@ -344,26 +410,35 @@ def ablation_study(model: nn.Module, groups: list[TaskGroup], chosen: np.ndarray
     grids = [torch.from_numpy(g) for g in (chosen, *sets)]
     layers = [int(i) for i in np.nonzero(chosen.any(1))[0]]
     device = next(model.parameters()).device
-    scores = {m: [{} for _ in grids] for m in methods}  # method -> per grid {task: score}
     base = {}
     bar = progress_bar(total=len(methods) * len(grids) + 1, desc="ablation", disable=not plan.progress)
     with eval_mode(model), autocast(device, precision):
         for group in groups:
             base.update(batch_scores(model, group.tasks, group.batches, group.golds))
-            if "resample" in methods:
-                collect_donors(model, group, means, layers)
         bar.update()
+        earlier = kept.read(sets, base) if kept is not None else {}
+        scores = {m: dict(earlier.get(m, {})) for m in methods}  # method -> {grid index: {task: score}}
+        bar.update(sum(len(v) for v in scores.values()))
+        if "resample" in methods and len(scores["resample"]) < len(grids):
+            for group in groups:
+                collect_donors(model, group, means, layers)
         with model.encoder.replace_heads(grids[0]) as patch:
             for method in methods:
                 patch.set(value=means if method == "mean" else None)
                 for i, grid in enumerate(grids):
+                    if i in scores[method]:
+                        continue
                     patch.set(heads=grid)
+                    scores[method][i] = {}
                     for group in groups:
                         donors = _donor_setter(patch, group, device) if method == "resample" else None
                         scores[method][i].update(batch_scores(model, group.tasks, group.batches, group.golds, donors))
                     bar.update()
+                    if kept is not None:
+                        kept.write(base, scores, force=i == len(grids) - 1)
     bar.close()
-    results = {m: {t: drop_summary(model.tasks[t].main_metric, base[t], per_set[0][t], [s[t] for s in per_set[1:]])
+    results = {m: {t: drop_summary(model.tasks[t].main_metric, base[t], per_set[0][t],
+                                   [per_set[i][t] for i in range(1, len(grids))])
                    for t in base} for m, per_set in scores.items()}
     return {"methods": results, "random_heads": [head_names(s) for s in sets]}
 
@@ -376,7 +451,7 @@ def _donor_setter(patch, group: TaskGroup, device: torch.device) -> Callable[[in
 
 
 def run_ablation(loaded_run, chosen: np.ndarray, plan: AblationPlan = AblationPlan(), run: str | None = None,
-                 log: Callable[[str], object] = logger.info) -> dict:
+                 log: Callable[[str], object] = logger.info, kept: Path | None = None) -> dict:
     """The whole study on a loaded run, as the record ``ablation.json`` holds (see ``python -m
     mtl_heads ablate -h``).
 
@@ -387,8 +462,11 @@ def run_ablation(loaded_run, chosen: np.ndarray, plan: AblationPlan = AblationPl
             tasks, the sample sizes, the passes, and what the record says of the set).
         run: the run folder as the user gave it (default ``loaded_run.path``).
         log: where data reports go (default the module logger).
+        kept: a file where the passes scored so far are kept, read back by the same study run again
+            (:class:`KeptScores`; the caller removes it once the record is written; default None: nothing kept).
 
-    The record's ``seconds`` is the wall-clock time of the whole study (the compute a study reports);
+    The record's ``seconds`` is the wall-clock time of the whole study, over every attempt (the compute a
+    study reports), and ``resumed`` the attempts that went on from kept scores;
     its ``weights_sha256``, the SHA-256 of the weights file read (``LoadedRun.weights_sha256``), names the
     weights ablated; ``run_metrics_sha256``, the SHA-256 of the run folder's ``metrics.json`` as it was read
     (None where it has none), names the training they came from for records older than weights digests.
@@ -434,7 +512,12 @@ def run_ablation(loaded_run, chosen: np.ndarray, plan: AblationPlan = AblationPl
         reference_sentences = len(pool)
     log(f"ablating {int(chosen.sum())} heads with {', '.join(methods)} against {plan.random_sets} {MATCHED[matched]} random "
         f"sets on {split} ({', '.join(f'{t} {len(ex)}' for t, ex in examples.items())} sentences)")
-    study = ablation_study(model, groups, chosen, plan, means, block, cells)
+    identity = {"weights_sha256": loaded_run.weights_sha256, "heads": head_names(chosen), "tasks": tasks,
+                "methods": methods, "random_sets": plan.random_sets, "seed": plan.seed, "matched": matched,
+                "split": split, "reference": reference, "max_sentences": plan.max_sentences, "reference_max": first,
+                "batch_size": batch_size, "precision": precision, "device": str(next(model.parameters()).device)}
+    keeper = KeptScores(kept, identity, log, started=started) if kept is not None else None
+    study = ablation_study(model, groups, chosen, plan, means, block, cells, keeper)
     record = {"kind": "head ablation", "run": str(run if run is not None else loaded_run.path),
               "run_resolved": str(Path(loaded_run.path).resolve()), "run_metrics_sha256": run_metrics_sha256,
               "weights_sha256": loaded_run.weights_sha256,
@@ -445,7 +528,8 @@ def run_ablation(loaded_run, chosen: np.ndarray, plan: AblationPlan = AblationPl
               "heads_per_layer": [int(k) for k in chosen.sum(1)], **study}
     record.update(_null_facts(chosen, block, plan.random_sets, encoder), reference=reference if means is not None else None,
                   reference_sentences=reference_sentences, max_sentences=plan.max_sentences, precision=precision,
-                  seconds=round(time.perf_counter() - started, 2))
+                  seconds=round(keeper.seconds if keeper else time.perf_counter() - started, 2),
+                  resumed=keeper.resumed if keeper else 0)
     if importance is not None:  # the importance-matched null: each head's importance and its cell
         record.update(importance=np.round(importance, 6).tolist(), importance_bins=IMPORTANCE_BINS,
                       importance_cells=cells.tolist())

@@ -22,7 +22,10 @@ and task ``p_holm``, ``verdict`` and ``p_at_floor``, and ``verdicts`` (the rule,
 the floor, the sets needed, the notes). A set holding every head of a layer leaves the null nothing
 to vary there: the output says so ("degenerate": true, the layers in "full_layers"; "possible_sets"
 is 1 when no layer varies). The cost is one pass over the split per method and head set,
-methods x (1 + random_sets) in all. Bad input (an unknown head
+methods x (1 + random_sets) in all. While it runs, ``<out>/ablation.partial.json`` keeps the passes
+scored so far (written atomically, at most every minute): the same command, run again after an
+interruption, goes on from them (a line says so; kept passes of another study are not read, and a line
+says that too), and the file is removed once ``ablation.json`` is written. Bad input (an unknown head
 name, an empty set, a missing run or file) is one ``error:`` line naming the key or file, exit 2.
 Defaults are in ``configs/ablate.yaml``; the Python API is ``mtl_heads.analysis.ablation`` (the study) and
 ``mtl_heads.analysis.ablation_heads`` (reading ``heads=``).
@@ -37,7 +40,7 @@ from mtl_heads.analysis.ablation_heads import check_run, head_source
 from mtl_heads.cli import command
 from mtl_heads.config import CONFIG_DIR, ConfigError, load_config
 from mtl_heads.files import write_json
-from mtl_heads.folders import ABLATION_FILE
+from mtl_heads.folders import ABLATION_FILE, ABLATION_KEPT_FILE
 
 
 def parse_args(argv: list[str]) -> list[str]:
@@ -150,10 +153,12 @@ def run(argv: list[str], log=print) -> dict:
     from mtl_heads.training.build import load_run, pick_device
 
     loaded = load_run(str(cfg.run), device=pick_device(cfg.device))
-    record = run_ablation(loaded, chosen, AblationPlan.from_config(cfg, source=heads.source), run=str(cfg.run), log=log)
+    record = run_ablation(loaded, chosen, AblationPlan.from_config(cfg, source=heads.source), run=str(cfg.run), log=log,
+                          kept=out / ABLATION_KEPT_FILE)
     judge(record)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / ABLATION_FILE, record)
+    (out / ABLATION_KEPT_FILE).unlink(missing_ok=True)
     for line in table_lines(record):
         log(line)
     log(f"wrote {out / 'ablation.json'}")
@@ -161,7 +166,9 @@ def run(argv: list[str], log=print) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return command(run, __doc__, argv, interrupted="interrupted; nothing was written", config=CONFIG_DIR / "ablate.yaml")
+    return command(run, __doc__, argv, config=CONFIG_DIR / "ablate.yaml",
+                   interrupted=f"interrupted; no {ABLATION_FILE} was written: the passes scored so far are in "
+                               f"{ABLATION_KEPT_FILE} of its folder, and the same command goes on from them")
 
 
 if __name__ == "__main__":
