@@ -26,6 +26,25 @@ def test_layer_permutations_stay_in_their_layer():
     assert (blocks[..., 1] == blocks[..., 0] + 1).all() and (blocks[..., 0] % 2 == 0).all()  # whole KV groups
 
 
+def test_seeded_permutations_are_what_a_fresh_generator_draws_kept_read_only():
+    """The memoised draws equal block_permutations and layer_permutations drawn one after another from
+    default_rng(seed); they are read-only (a caller cannot change what the next one reads), and the same
+    arguments give the same arrays without drawing again."""
+    rng = np.random.default_rng(7)
+    expected = [headsets.block_permutations(rng, 30, 12, 2), headsets.layer_permutations(rng, 30, 3, 4, 2)]
+    got = headsets.seeded_permutations(7, 30, 3, 4, 2, ("global", "layer"))
+    assert [g.tolist() for g in got] == [e.tolist() for e in expected] and got[0].dtype == np.uint8
+    assert headsets.seeded_permutations(7, 30, 3, 4, 2, ("global", "layer"))[1] is got[1]
+    with pytest.raises(ValueError, match="read-only"):
+        got[0][0, 0] = 1
+    chosen = np.array([[1, 1, 0, 0], [0, 0, 0, 0], [1, 0, 0, 0]], bool)
+    order = headsets.seeded_permutations(3, 20, 3, 4, 1, ("layer",))[0]
+    assert (headsets.layer_matched_from(order, chosen) ==
+            headsets.layer_matched_sets(np.random.default_rng(3), 20, chosen)).all()
+    with pytest.raises(ValueError, match="'global' or 'layer'"):
+        headsets.seeded_permutations(3, 20, 3, 4, 1, ("cells",))
+
+
 def test_layer_matched_sets_keep_the_counts():
     chosen = np.array([[1, 1, 0, 0], [0, 0, 0, 0], [1, 0, 0, 0]], bool)
     sets = headsets.layer_matched_sets(np.random.default_rng(1), 500, chosen)  # [500, 3]

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from mtl_heads.model.gate_constants import INIT_MEAN, INIT_RANGE, KEPT_AT, OPEN_INIT_MEAN
-from mtl_heads.model.headsets import block_permutations, layer_permutations
+from mtl_heads.model.headsets import seeded_permutations
 from mtl_heads.stats import null_summary
 
 __all__ = ["MIN_GATE_SPREAD", "STILL_TEXT", "DIAGONAL_TEXT", "BASELINE_SHUFFLES", "PERMUTATION_TEXT", "stack_gates",
@@ -229,27 +229,42 @@ def permutation_baseline(settings: dict[str, list[np.ndarray]], moved: dict[str,
     layers, heads = stack_gates(settings[names[0]]).shape[1:]
     means = {n: stack_gates(settings[n]).mean(0).ravel() for n in names}  # each [layers * heads]
     kept = {n: kept_heads(settings[n], threshold) for n in names}
-    rng = np.random.default_rng(seed)
-    orders = {"": block_permutations(rng, shuffles, layers * heads, block),  # [shuffles, L * H]
-              "layer ": layer_permutations(rng, shuffles, layers, heads, block)}
-    rows = []
-    for a, b in itertools.combinations(names, 2):
-        x, y = means[a] - means[a].mean(), means[b] - means[b].mean()
-        norm = np.linalg.norm(x) * np.linalg.norm(y)
-        observed = float(x @ y / norm) if norm > 0 else math.nan
-        overlap = float(jaccard(kept[a], kept[b]))
-        row = {"A": a, "B": b, "correlation": observed, "kept A": int(kept[a].sum()), "kept B": int(kept[b].sum()),
-               "jaccard": overlap, "jaccard note": _untestable_overlap({a: kept[a], b: kept[b]}),
-               "shuffles": shuffles, "seed": seed}
-        for null, order in orders.items():
-            shuffled = (y[order] @ x) / norm if norm > 0 else np.full(shuffles, np.nan)  # [shuffles]
-            row.update(zip((f"{null}null mean", f"{null}null 95%", f"{null}p"), null_summary(observed, shuffled)))
-            row.update(zip((f"jaccard {null}null mean", f"jaccard {null}null 95%", f"jaccard {null}p"),
-                           null_summary(overlap, jaccard(kept[a], kept[b][order]))))
-        if row["jaccard note"]:
-            row.update({f"jaccard {null}p": math.nan for null in orders})
-        rows.append(row)
-    return pd.DataFrame(rows, columns=columns)
+    # [shuffles, L * H] each: a block_permutations, then a layer_permutations draw of default_rng(seed)
+    orders = dict(zip(("", "layer "), seeded_permutations(seed, shuffles, layers, heads, block, ("global", "layer"))))
+    centred = {n: means[n] - means[n].mean() for n in names}
+    rows = {}
+    for b in names[1:]:  # B's shuffled grid gathered once for every A before it: [shuffles, L * H] a null
+        y = centred[b]
+        shuffled_b = {null: y[order] for null, order in orders.items()}
+        kept_b = {null: kept[b][order].astype(np.float32) for null, order in orders.items()}  # 0/1 [shuffles, L * H]
+        for a in names[:names.index(b)]:
+            x = centred[a]
+            norm = np.linalg.norm(x) * np.linalg.norm(y)
+            observed = float(x @ y / norm) if norm > 0 else math.nan
+            overlap = float(jaccard(kept[a], kept[b]))
+            row = {"A": a, "B": b, "correlation": observed, "kept A": int(kept[a].sum()), "kept B": int(kept[b].sum()),
+                   "jaccard": overlap, "jaccard note": _untestable_overlap({a: kept[a], b: kept[b]}),
+                   "shuffles": shuffles, "seed": seed}
+            for null, order in orders.items():
+                shuffled = (shuffled_b[null] @ x) / norm if norm > 0 else np.full(shuffles, np.nan)  # [shuffles]
+                row.update(zip((f"{null}null mean", f"{null}null 95%", f"{null}p"), null_summary(observed, shuffled)))
+                row.update(zip((f"jaccard {null}null mean", f"jaccard {null}null 95%", f"jaccard {null}p"),
+                               null_summary(overlap, _shuffled_jaccard(kept[a], kept_b[null]))))
+            if row["jaccard note"]:
+                row.update({f"jaccard {null}p": math.nan for null in orders})
+            rows[a, b] = row
+    return pd.DataFrame([rows[pair] for pair in itertools.combinations(names, 2)], columns=columns)
+
+
+def _shuffled_jaccard(a: np.ndarray, shuffled: np.ndarray) -> np.ndarray:
+    """``[shuffles]``: :func:`jaccard` of the kept heads ``a`` (``[heads]`` bool) and each shuffle of another
+    set (``shuffled``: ``[shuffles, heads]`` of 0 and 1 as float32), the same numbers: the intersections are
+    one matrix-vector product (whole numbers up to ``heads``, exact in float32), and a shuffle keeps the other
+    set's count, so each union is ``|a| + |b| - intersection``."""
+    inter = np.rint(shuffled @ a.astype(np.float32)).astype(np.int64)  # [shuffles]
+    union = int(a.sum()) + int(shuffled[0].sum()) - inter
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(union > 0, inter / np.maximum(union, 1), np.nan)
 
 
 def _untestable_overlap(kept: dict[str, np.ndarray]) -> str:

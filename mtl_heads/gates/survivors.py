@@ -19,7 +19,7 @@ import pandas as pd
 
 from mtl_heads.config import ConfigError
 from mtl_heads.model.gate_constants import KEPT_AT
-from mtl_heads.model.headsets import block_permutations, head_name, layer_matched_sets, layer_permutations, random_sets
+from mtl_heads.model.headsets import head_name, layer_matched_from, seeded_permutations
 from mtl_heads.gates.grids import kept_heads, num_text, resolve_moved, stack_gates
 from mtl_heads.stats import null_summary, one_sided_p
 
@@ -126,14 +126,13 @@ def stem_count_p(kept: list[int] | np.ndarray, heads: int, observed: int, draws:
         kept: heads kept by each setting. heads: heads in the grid. observed: stem cells found.
         draws, seed: random draws (default 10,000) and their numpy seed (default 0).
         block: query heads that share one gate (a KV group): positions are drawn a whole group at
-            a time (:func:`block_permutations`), as the gates are.
+            a time (:func:`mtl_heads.model.headsets.block_permutations`), as the gates are.
     """
     if len(kept) == 0:
         return math.nan
-    rng = np.random.default_rng(seed)
     common = np.ones((draws, heads), dtype=bool)  # [draws, heads]
-    for count in kept:
-        order = block_permutations(rng, draws, heads, block)  # [draws, heads]
+    # [draws, heads] each: one block_permutations draw of default_rng(seed) per setting, one after another
+    for count, order in zip(kept, seeded_permutations(seed, draws, 1, heads, block, ("global",) * len(kept))):
         chosen = np.zeros((draws, heads), dtype=bool)
         np.put_along_axis(chosen, order[:, :int(count)], True, axis=1)
         common &= chosen
@@ -171,10 +170,10 @@ def stem_count_layer_p(kept: np.ndarray, heads: int, observed: int, draws: int =
     if kept.size == 0:
         return math.nan
     layers = kept.shape[1]
-    rng = np.random.default_rng(seed)
     common = np.ones((draws, layers * heads), dtype=bool)  # [draws, L * H]
-    for per_layer in kept:
-        order = layer_permutations(rng, draws, layers, heads, block).reshape(draws, layers, heads)
+    # one layer_permutations draw of default_rng(seed) per setting, one after another
+    for per_layer, flat in zip(kept, seeded_permutations(seed, draws, layers, heads, block, ("layer",) * len(kept))):
+        order = flat.reshape(draws, layers, heads)
         chosen = np.zeros((draws, layers * heads), dtype=bool)
         for layer, count in enumerate(per_layer):
             np.put_along_axis(chosen, order[:, layer, :int(count)], True, axis=1)
@@ -305,9 +304,13 @@ def set_percentile_baseline(percentiles: np.ndarray, chosen: np.ndarray, draws: 
     if not chosen.any():
         raise ValueError("set_percentile_baseline needs at least one chosen head")
     observed = float(percentiles[chosen].mean())
-    rng = np.random.default_rng(seed)
-    picks = random_sets(rng, draws, chosen, block) if layers is None else \
-        layer_matched_sets(rng, draws, chosen.reshape(layers, -1), block)  # [draws, k]
+    if layers is None:  # random_sets of default_rng(seed): the first k positions of each permutation
+        k = -(-int(chosen.sum()) // block) * block
+        picks = seeded_permutations(seed, draws, 1, chosen.size, block)[0][:, :k]  # [draws, k]
+    else:  # layer_matched_sets of default_rng(seed)
+        grid = chosen.reshape(layers, -1)
+        order = seeded_permutations(seed, draws, layers, grid.shape[1], block, ("layer",))[0]
+        picks = layer_matched_from(order, grid, block)  # [draws, k]
     null_mean, null_95, p = null_summary(observed, percentiles[picks].mean(1))  # the null: [draws] set means
     return observed, null_mean, null_95, p
 

@@ -21,12 +21,13 @@ Written with numpy alone (no torch), so that reports and the ablation code share
 """
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
 
-__all__ = ["head_name", "parse_head", "head_names", "block_permutations", "layer_permutations", "random_sets",
-           "layer_matched_sets", "cell_matched_sets", "importance_cells"]
+__all__ = ["head_name", "parse_head", "head_names", "block_permutations", "layer_permutations", "seeded_permutations",
+           "random_sets", "layer_matched_sets", "layer_matched_from", "cell_matched_sets", "importance_cells"]
 
 _NAME = re.compile(r"^L(\d+)H(\d+)$")
 
@@ -66,6 +67,29 @@ def layer_permutations(rng: np.random.Generator, count: int, layers: int, heads:
     return (within + (np.arange(layers) * heads)[None, :, None]).reshape(count, layers * heads)
 
 
+@functools.lru_cache(maxsize=16)
+def seeded_permutations(seed: int, count: int, layers: int, heads: int, block: int = 1,
+                        kinds: tuple[str, ...] = ("global",)) -> tuple[np.ndarray, ...]:
+    """What a fresh ``numpy.random.default_rng(seed)`` draws for ``kinds``, one after another: per kind a
+    ``[count, layers * heads]`` array of permutations of the flattened grid, ``global``
+    (:func:`block_permutations`) or ``layer`` (:func:`layer_permutations`); ``block`` as theirs.
+
+    Memoised (the 16 latest), read-only and in the smallest integer type that holds a position: a null
+    computed again with the same seed (for each pair of settings, with each seed left out in turn) reads the
+    same draws instead of drawing 100,000 permutations again. The values are those the functions give."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for kind in kinds:
+        if kind not in ("global", "layer"):
+            raise ValueError(f"kinds: 'global' or 'layer', got {kind!r}")
+        order = block_permutations(rng, count, layers * heads, block) if kind == "global" else \
+            layer_permutations(rng, count, layers, heads, block)
+        order = order.astype(np.min_scalar_type(max(layers * heads - 1, 0)))
+        order.setflags(write=False)
+        out.append(order)
+    return tuple(out)
+
+
 def random_sets(rng: np.random.Generator, count: int, chosen: np.ndarray, block: int = 1) -> np.ndarray:
     """``[count, k]`` flat indices of ``count`` random head sets of the size of ``chosen`` (a bool grid
     ``[layers, heads]`` or flat), anywhere in the grid: as many whole ``block`` groups as ``chosen``
@@ -82,9 +106,17 @@ def layer_matched_sets(rng: np.random.Generator, count: int, chosen: np.ndarray,
     set (the null cannot vary there)."""
     chosen = np.asarray(chosen, dtype=bool)
     layers, heads = chosen.shape
-    order = layer_permutations(rng, count, layers, heads, block).reshape(count, layers, heads)
+    return layer_matched_from(layer_permutations(rng, count, layers, heads, block), chosen, block)
+
+
+def layer_matched_from(order: np.ndarray, chosen: np.ndarray, block: int = 1) -> np.ndarray:
+    """:func:`layer_matched_sets` from its draws: ``order`` ``[count, layers * heads]``, within-layer
+    permutations (:func:`layer_permutations`, or :func:`seeded_permutations`' ``layer`` kind)."""
+    chosen = np.asarray(chosen, dtype=bool)
+    layers, heads = chosen.shape
+    order = np.asarray(order).reshape(len(order), layers, heads)
     parts = [order[:, layer, :-(-int(chosen[layer].sum()) // block) * block] for layer in range(layers)]
-    return np.concatenate(parts, axis=1) if parts else np.zeros((count, 0), dtype=int)
+    return np.concatenate(parts, axis=1) if parts else np.zeros((len(order), 0), dtype=int)
 
 
 def cell_matched_sets(rng: np.random.Generator, count: int, chosen: np.ndarray, cells: np.ndarray) -> np.ndarray:
