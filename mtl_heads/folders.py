@@ -51,7 +51,8 @@ IMPORTANCE_ABLATION_FOLDER = ABLATION_FOLDER + "-importance-matched"  # ... agai
 CONTINUES = "continues.txt"  # in a study folder: the study folder whose settings its runs add seeds to (one path)
 STUDY_LAYOUT = {"SEED_FOLDER": SEED_FOLDER, "RETRAINED_FOLDER": RETRAINED_FOLDER, "RETRAINING_METRICS": RETRAINING_METRICS,
                 "EARLIER_RETRAINING": EARLIER_RETRAINING, "ABLATION_FOLDER": ABLATION_FOLDER,
-                "IMPORTANCE_ABLATION_FOLDER": IMPORTANCE_ABLATION_FOLDER, "ABLATION_FILE": ABLATION_FILE}
+                "IMPORTANCE_ABLATION_FOLDER": IMPORTANCE_ABLATION_FOLDER, "ABLATION_FILE": ABLATION_FILE,
+                "CONTINUES": CONTINUES}
 NUMBERS = {"seed", "k"}  # the template fields that are whole numbers; the others are names without a slash
 FIELD = re.compile(r"\{(\w+)\}")
 

@@ -1,6 +1,7 @@
 """He & Choi's claims on a made-up study: verdicts and numbers checked against hand computations."""
 import hashlib
 import json
+import shlex
 import math
 import shutil
 
@@ -767,6 +768,27 @@ def test_since_an_earlier_round(study_dir, tmp_path, capsys):
     with pytest.raises(ConfigError, match=r"config key 'since': .*missing.json"):
         read_since(tmp_path / "missing.json")
     assert read_since(path)["name"] == f"the claims in {path}"
+    # several earlier rounds: since= again, each with its name in order; each verdict says what changed since each
+    other = tmp_path / "same runs, other rules.json"
+    other.write_text(json.dumps({**earlier, "command": "python -m mtl_heads claims runs"}))
+    doc = tmp_path / "doc.md"
+    doc.write_text(f"# Results\n{BEGIN}\nround 2\n{END}\n<!-- claims:round3:begin -->\n<!-- claims:round3:end -->\n")
+    assert main([str(study_dir), f"since={path}", f"since={other}", "since_name=round 1", "since_name=the other rules",
+                 f"doc={doc}", "block=round3"]) == 0
+    written = (study_dir / "claims.md").read_text()
+    assert (f"since={path} since={shlex.quote(str(other))} since_name='round 1' since_name='the other rules' "
+            "block=round3`") in written
+    assert written.count("*Since round 1:*") == written.count("*Since the other rules:*") == 6
+    assert written.index("*Since round 1:* the verdict **changed**") < written.index("*Since the other rules:*")
+    spliced = doc.read_text()  # the named block replaced, the unnamed one as it was
+    assert f"{BEGIN}\nround 2\n{END}" in spliced and "<!-- claims:round3:begin -->\nGenerated from" in spliced
+    assert "wrote" in capsys.readouterr().out
+    assert main([str(study_dir), f"since={path}", "since_name=a", "since_name=b"]) == 2
+    assert "config key 'since_name': 2 names for 1 since= files" in capsys.readouterr().err
+    assert main([str(study_dir), f"doc={doc}", "block=round 4"]) == 2
+    assert "config key 'block'" in capsys.readouterr().err
+    assert main([str(study_dir), f"doc={doc}", "block=round4"]) == 2
+    assert "no '<!-- claims:round4:begin -->' ... '<!-- claims:round4:end -->' markers" in capsys.readouterr().err
 
 
 def test_a_claims_computation_is_data_and_its_words_come_after(study_dir):

@@ -59,11 +59,18 @@ def assert_same_json(path: Path, generated: str, how: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def claims_text():
-    """The claims of the committed study, as ``python -m mtl_heads claims docs/ewt-study`` writes them."""
+def round2():
+    """(study, claims) of the committed round-2 study under its rules, read as the command reads it."""
     with contextlib.chdir(REPO):  # the run folders are read as the command reads them, from the repository root
         study = read_study([STUDY])
-        return claims_markdown(study, check_claims(study), CLAIMS_COMMAND, read_since(ROUND1, "round 1"))
+        return study, check_claims(study)
+
+
+@pytest.fixture(scope="module")
+def claims_text(round2):
+    """The claims of the committed study, as ``python -m mtl_heads claims docs/ewt-study`` writes them."""
+    with contextlib.chdir(REPO):
+        return claims_markdown(*round2, CLAIMS_COMMAND, read_since(ROUND1, "round 1"))
 
 
 def test_study_claims_are_generated(claims_text):
@@ -71,6 +78,36 @@ def test_study_claims_are_generated(claims_text):
     assert_same(REPO / STUDY / "claims.md", claims_text, how)
     doc = REPO / "docs" / "ewt-results.md"
     assert_same(doc, splice(doc.read_text(), claims_text, str(doc)), how)
+
+
+ROUND3 = "docs/ewt-study-round3"  # round 3's runs: seeds 4 and 5, and the runs matched but for the pruning
+ROUND3_CONTINUED = f"{ROUND3}/continued-claims.json"  # round 2 as published: what each verdict is compared with
+ROUND3_OLD_RULES = f"{ROUND3}/round2-rules-claims.json"  # round 2's rules on round 3's runs: the rules' effect
+ROUND3_COMMAND = (f"python -m mtl_heads claims {STUDY} {ROUND3} since={ROUND3_CONTINUED} since={ROUND3_OLD_RULES} "
+                  "since_name='round 2' since_name='round 2'\"'\"'s rules on these runs' rules=round3 block=round3")
+
+
+def test_round3_claims_are_generated(round2):
+    """Round 3's claims (docs/ewt-study/rules-round3.md) over both study folders, as the doc stage writes them
+    (STUDY=docs/ewt-study-round3 RULES=round3 DOC_BLOCK=round3 SINCE_NAME="round 2" bash docs/ewt-study.sh doc):
+    the two claims JSONs each verdict is compared with, claims.md, and docs/ewt-results.md's round3 block."""
+    from mtl_heads.study import RULE_SETS
+
+    stage = ('STUDY=docs/ewt-study-round3 RULES=round3 DOC_BLOCK=round3 SINCE_NAME="round 2" bash docs/ewt-study.sh '
+             "doc (its claims commands)")
+    with contextlib.chdir(REPO):
+        assert_same_json(REPO / ROUND3_CONTINUED, claims_json(*round2, f"python -m mtl_heads claims {STUDY}") + "\n",
+                         f"python -m mtl_heads claims {STUDY} format=json out={ROUND3_CONTINUED}")
+        both = read_study([STUDY, ROUND3])
+        assert_same_json(REPO / ROUND3_OLD_RULES,
+                         claims_json(both, check_claims(both), f"python -m mtl_heads claims {STUDY} {ROUND3}") + "\n",
+                         f"python -m mtl_heads claims {STUDY} {ROUND3} format=json out={ROUND3_OLD_RULES}")
+        study = read_study([STUDY, ROUND3], rules=RULE_SETS["round3"])
+        since = [read_since(ROUND3_CONTINUED, "round 2"), read_since(ROUND3_OLD_RULES, "round 2's rules on these runs")]
+        text = claims_markdown(study, check_claims(study), ROUND3_COMMAND, since)
+    assert_same(REPO / ROUND3 / "claims.md", text, stage)
+    doc = REPO / "docs" / "ewt-results.md"
+    assert_same(doc, splice(doc.read_text(), text, str(doc), "round3"), stage)
 
 
 def quoted_commit(marker: str = "rules-commit: ") -> str:

@@ -117,6 +117,21 @@ def test_doc_stage_reads_only_finished_runs(tmp_path):
         assert (root / output).is_file(), output
     assert "Generated from 4 runs in 2 settings" in doc.read_text()
     assert "pos-sp/seed1 (unfinished run: no metrics.json yet)" in doc.read_text()
+    # a study that continues this one (round 3: its continues.txt names it), under other rules, into a named
+    # block: it reads both folders, and each verdict is set against the continued study's and against round 2's
+    # rules on the same runs
+    later = tmp_path / "later"
+    make_run(later / "pos" / "seed3", ("pos",), 3, test={"pos": 93.0}, experiment="pos")
+    (later / "continues.txt").write_text(f"{root}\n")
+    doc.write_text(doc.read_text() + "<!-- claims:later:begin -->\n<!-- claims:later:end -->\n")
+    result = study(tmp_path, "doc", STUDY=str(later), DOC=str(doc), DOC_BLOCK="later", RULES="round3",
+                   SINCE_NAME="the first round", WANDB_MODE="disabled")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (later / "continued-claims.json").is_file() and (later / "round2-rules-claims.json").is_file()
+    block = doc.read_text().split("<!-- claims:later:begin -->")[1]
+    assert "Generated from 5 runs in 2 settings" in block and f"rules=round3 block=later`" in block
+    assert "*Since the first round:*" in block and "*Since round 2's rules on these runs:*" in block
+    assert "Generated from 4 runs in 2 settings" in doc.read_text().split("<!-- claims:later:begin -->")[0]
 
 
 def plan_of(text: str) -> list[tuple[str, list[str]]]:

@@ -12,14 +12,19 @@ only where ``out=`` says. ``since=FILE`` (such a JSON, of an earlier round) adds
 changed since it, called ``since_name=`` (default: ``the claims in FILE``): the verdict then and now, and
 each test whose significance changed, its Holm p and value then and now. ``rules=`` names the round of rules
 the verdicts follow (:data:`mtl_heads.study.RULE_SETS`): ``round2`` (default; ``docs/ewt-study/rules.md``) or
-``round3`` (``docs/ewt-study/rules-round3.md``).
+``round3`` (``docs/ewt-study/rules-round3.md``). ``since=`` may be given several times (each with its
+``since_name=``, in the same order): each verdict then says what changed since each. ``block=NAME`` puts
+the claims between ``<!-- claims:NAME:begin -->`` and ``<!-- claims:NAME:end -->`` of ``doc=`` instead (a
+document with several claims blocks, one per round).
 """
 from __future__ import annotations
 
+import itertools
+import re
 import shlex
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, ListConfig
 
 from mtl_heads.cli import Arguments, command, config_file
 from mtl_heads.config import ConfigError
@@ -29,7 +34,7 @@ from mtl_heads.records.runs import spec_folder
 from mtl_heads.study import RULE_SETS, check_claims, claims_json, claims_markdown, read_since, read_study, splice
 
 ARGUMENTS = Arguments(config_file("claims"), positional="folders", many=True,
-                      flags={"--out": "out", "--doc": "doc", "--root": "root"})
+                      flags={"--out": "out", "--doc": "doc", "--root": "root"}, repeat=frozenset({"since", "since_name"}))
 FORMATS = ("markdown", "json")
 
 
@@ -50,11 +55,18 @@ def claims(cfg: DictConfig) -> None:
     rules = str(cfg.get("rules") or "round2")
     if rules not in RULE_SETS:
         raise ConfigError(f"config key 'rules': {rules!r} is not one of {', '.join(RULE_SETS)}")
-    since = read_since(cfg.since, cfg.get("since_name") or None) if cfg.get("since") else None
-    named = [key for key in ("since", "since_name") if cfg.get(key)] + (["root"] if Path(cfg.root) != RUNS else []) \
-        + (["rules"] if rules != "round2" else [])
-    command_line = "python -m mtl_heads claims " + " ".join(map(shlex.quote, folders)) + "".join(
-        f" {key}={shlex.quote(str(cfg[key]))}" for key in named)
+    files, names = _listed(cfg.get("since")), _listed(cfg.get("since_name"))
+    if len(names) > len(files):
+        raise ConfigError(f"config key 'since_name': {len(names)} names for {len(files)} since= files (one a file, "
+                          "in the same order)")
+    since = [read_since(f, n) for f, n in itertools.zip_longest(files, names[:len(files)])]
+    block = str(cfg.get("block") or "") or None
+    if block and not re.fullmatch(r"[\w.-]+", block):
+        raise ConfigError(f"config key 'block': {block!r}: a name of letters, digits, '.', '_' or '-'")
+    named = [f"since={shlex.quote(f)}" for f in files] + [f"since_name={shlex.quote(n)}" for n in names] \
+        + [f"{key}={shlex.quote(str(cfg[key]))}" for key in ("root", "rules", "block") if
+           (key == "root" and Path(cfg.root) != RUNS) or (key == "rules" and rules != "round2") or (key == "block" and block)]
+    command_line = "python -m mtl_heads claims " + " ".join(map(shlex.quote, folders)) + "".join(f" {n}" for n in named)
     try:
         study = read_study(folders, cfg.root, RULE_SETS[rules])
         checked = check_claims(study)
@@ -68,7 +80,7 @@ def claims(cfg: DictConfig) -> None:
             return
         text = claims_markdown(study, checked, command_line, since)
         doc = Path(cfg.doc) if cfg.doc else None
-        spliced = splice(doc.read_text(), text, str(doc)) if doc else None
+        spliced = splice(doc.read_text(), text, str(doc), block) if doc else None
     except OSError as err:
         raise ConfigError(str(err)) from None
     out = Path(cfg.out) if cfg.out else spec_folder(folders[0], cfg.root) / "claims.md"
@@ -76,7 +88,14 @@ def claims(cfg: DictConfig) -> None:
     if doc:
         atomic_write_text(doc, spliced)
     print(text)
-    print(f"wrote {out}" + (f" and the claims block of {doc}" if doc else ""))
+    print(f"wrote {out}" + (f" and the claims block{f' {block!r}' if block else ''} of {doc}" if doc else ""))
+
+
+def _listed(value) -> list[str]:
+    """A repeatable key's value as a list of strings: none, one, or every occurrence (``since=A since=B``)."""
+    if value is None or value == "":
+        return []
+    return [str(v) for v in value] if isinstance(value, (list, tuple, ListConfig)) else [str(value)]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -152,13 +152,13 @@ def check_claims(study: Study, stability: bool = True) -> list[Claim]:
     return claims
 
 
-def claims_markdown(study: Study, claims: list[Claim], command: str = "", since: dict | None = None) -> str:
+def claims_markdown(study: Study, claims: list[Claim], command: str = "", since: dict | list[dict] | None = None) -> str:
     """The scores grid and the claims as markdown (what ``out=`` writes and ``doc=`` splices in): per
     claim its question and He & Choi's answer, its rule, then its verdict with its stability, then its
     lines (raw and Holm-adjusted p) and notes (:func:`~mtl_heads.study.render.page_markdown`);
     ``command`` is the command line named as the page's source (default none); ``since``, an earlier
-    claims JSON read by :func:`~mtl_heads.study.render.read_since`, adds under each verdict what
-    changed since it (default none)."""
+    claims JSON read by :func:`~mtl_heads.study.render.read_since` (or a list of them), adds under each
+    verdict what changed since each (default none)."""
     return page_markdown(study, claims, markdown(score_grid(study)), command, since)
 
 

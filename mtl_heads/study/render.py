@@ -57,7 +57,7 @@ from mtl_heads.study.core import (REGIME_NAMES, Claim, Study, Test, folder_of, m
                                   score_column, as_number, task_name)
 from mtl_heads.reports.significance import format_p
 
-__all__ = ["BEGIN", "END", "SCHEMA", "score_grid", "page_markdown", "claim_markdown", "since_line", "read_since",
+__all__ = ["BEGIN", "END", "SCHEMA", "markers", "score_grid", "page_markdown", "claim_markdown", "since_line", "read_since",
            "splice", "claims_data", "claim_data", "test_data", "plain"]
 
 BEGIN, END = "<!-- claims:begin -->", "<!-- claims:end -->"
@@ -101,16 +101,21 @@ def _capital(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def claim_markdown(number: int, claim: Claim, since: dict | None = None) -> list[str]:
+def _sinces(since: dict | list[dict] | None) -> list[dict]:
+    """``since`` as a list: none, one earlier claims JSON (:func:`read_since`), or several."""
+    return [] if since is None else [since] if isinstance(since, dict) else list(since)
+
+
+def claim_markdown(number: int, claim: Claim, since: dict | list[dict] | None = None) -> list[str]:
     """One claim's markdown lines: its question and He & Choi's answer, its rule, its verdict with its
-    stability, then, with ``since`` (an earlier claims JSON, see :func:`since_line`), what changed since
-    it, then its lines (raw and Holm-adjusted p) and notes as a list."""
+    stability, then, with ``since`` (an earlier claims JSON, or a list of them, see :func:`since_line`),
+    what changed since each, then its lines (raw and Holm-adjusted p) and notes as a list."""
     out = [f"**{number}. {claim.question}** He & Choi: {claim.paper}.", "",
            f"*Rule:* {_capital(claim.rule)}", "",
            (f"*Verdict:* **{_capital(claim.word)}** ({claim.stability or 'stability not checked'}): "
             f"{claim.answer}."), ""]
-    if since is not None:
-        out += [since_line(claim, since), ""]
+    for earlier in _sinces(since):
+        out += [since_line(claim, earlier), ""]
     return out + [f"- {line}" for line in claim.text_lines()] + [f"- note: {note}" for note in claim.notes] + [""]
 
 
@@ -207,11 +212,12 @@ def _retraining_hours(study: Study) -> str:
             f"their {kept}, which the record keeps since 27 November 2026).")
 
 
-def page_markdown(study: Study, claims: list[Claim], grid: str, command: str = "", since: dict | None = None) -> str:
+def page_markdown(study: Study, claims: list[Claim], grid: str, command: str = "",
+                  since: dict | list[dict] | None = None) -> str:
     """The claims page as markdown: what it was generated from (and by ``command``), the score grid
     (``grid``: :func:`score_grid` as a markdown table), the statistics every claim shares, each claim
-    (:func:`claim_markdown`, with what changed since ``since``: see :func:`since_line`; default none)
-    and the study's notes."""
+    (:func:`claim_markdown`, with what changed since each of ``since``: see :func:`since_line`; default
+    none) and the study's notes."""
     seeds = study.runs.groupby("setting")["seed"].nunique()
     ablations = f" and {len(study.ablations)} head ablations" if study.ablations else ""
     out = [f"Generated from {len(study.runs)} runs in {len(seeds)} settings, {len(study.reports)} probe reports{ablations}"
@@ -220,11 +226,11 @@ def page_markdown(study: Study, claims: list[Claim], grid: str, command: str = "
            "process of a resumed run that lists them under `resumed`, else of its last; probes not counted)."
            + _other_settings_hours(study) + _ablation_hours(study) + _retraining_hours(study), "",
            "Test scores, mean ± sample standard deviation over seeds (n = seeds):", "", grid, "", study.rules.tests, ""]
-    if since is not None:
-        then = since["data"].get("study") or {}
-        out += [f"*Since {since['name']}* (under each verdict): `{since['path']}` holds the claims of "
+    for earlier in _sinces(since):
+        then = earlier["data"].get("study") or {}
+        out += [f"*Since {earlier['name']}* (under each verdict): `{earlier['path']}` holds the claims of "
                 f"{then.get('runs', '?')} runs and {then.get('ablations', '?')} head ablations, as "
-                f"`{since['command'] or 'python -m mtl_heads claims'}` wrote them; claims and tests are matched by "
+                f"`{earlier['command'] or 'python -m mtl_heads claims'}` wrote them; claims and tests are matched by "
                 "name, a claim whose rule text differs says so, and a test that changed side is named with its Holm "
                 "p and value, then → now.", ""]
     for number, claim in enumerate(claims, 1):
@@ -234,13 +240,22 @@ def page_markdown(study: Study, claims: list[Claim], grid: str, command: str = "
     return "\n".join(out)
 
 
-def splice(doc: str, generated: str, path: str = "doc") -> str:
-    """``doc`` with the text between its :data:`BEGIN` and :data:`END` markers replaced by ``generated``;
-    ``path`` names the document in the ConfigError raised when it has no such markers."""
-    start, end = doc.find(BEGIN), doc.find(END)
+def markers(block: str | None = None) -> tuple[str, str]:
+    """The lines that enclose a claims block of a document: :data:`BEGIN` and :data:`END`, or for a named
+    ``block`` (several claims in one document, e.g. one per round) ``<!-- claims:NAME:begin -->`` and
+    ``<!-- claims:NAME:end -->``."""
+    return (BEGIN, END) if not block else (f"<!-- claims:{block}:begin -->", f"<!-- claims:{block}:end -->")
+
+
+def splice(doc: str, generated: str, path: str = "doc", block: str | None = None) -> str:
+    """``doc`` with the text between the markers of ``block`` (:func:`markers`; default the unnamed block)
+    replaced by ``generated``; ``path`` names the document in the ConfigError raised when it has no such
+    markers."""
+    begin, end_line = markers(block)
+    start, end = doc.find(begin), doc.find(end_line)
     if start < 0 or end < start:
-        raise ConfigError(f"{path}: no '{BEGIN}' ... '{END}' markers to put the claims between")
-    return doc[:start + len(BEGIN)] + "\n" + generated.rstrip("\n") + "\n" + doc[end:]
+        raise ConfigError(f"{path}: no '{begin}' ... '{end_line}' markers to put the claims between")
+    return doc[:start + len(begin)] + "\n" + generated.rstrip("\n") + "\n" + doc[end:]
 
 
 # --- plain data (JSON) --------------------------------------------------------------------------------
