@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 from omegaconf import OmegaConf
@@ -36,41 +37,51 @@ def _record_folder(folder: Path) -> Path:
     return folder
 
 
-def _chain(cfg: dict, depth: int = 0) -> list[tuple[float, float]]:
+def _walk(cfg: dict, own_of: Callable[[dict], list], missing: tuple, depth: int = 0) -> list:
+    """A run's training, oldest first: ``own_of`` of each run it started from (``init=``, and theirs), then of
+    its own; an ``init`` whose config cannot be read counts as ``missing``, which matches nothing."""
+    own = own_of(cfg)
+    if not cfg.get("init"):
+        return own
+    folder = _record_folder(Path(str(cfg["init"])))
+    if depth > 8 or not (folder / "config.yaml").is_file():
+        return [missing, *own]
+    return _walk(read_yaml(folder / "config.yaml"), own_of, missing, depth + 1) + own
+
+
+def _encoder_run(cfg: dict) -> list[tuple[float, float]]:
+    """``[(epochs, encoder rate)]`` of one run's config."""
+    train = cfg.get("train") or {}
+    return [(float(train.get("epochs", math.nan)), float(train.get("lr_encoder", math.nan)))]
+
+
+def _chain(cfg: dict) -> list[tuple[float, float]]:
     """How a run's encoder was trained, oldest first: ``[(epochs, encoder rate)]`` of the runs it started
     from (``init=``, and theirs) and its own; an ``init`` whose config cannot be read counts as
     ``(nan, nan)``, which matches nothing."""
+    return _walk(cfg, _encoder_run, (math.nan, math.nan))
+
+
+def _run_phases(cfg: dict) -> list[tuple[float, float, float | None]]:
+    """``[(epochs, encoder rate, decoder rate)]`` per phase of one run's config (:func:`_phase_chain`)."""
     train = cfg.get("train") or {}
-    own = (float(train.get("epochs", math.nan)), float(train.get("lr_encoder", math.nan)))
-    if not cfg.get("init"):
-        return [own]
-    folder = _record_folder(Path(str(cfg["init"])))
-    if depth > 8 or not (folder / "config.yaml").is_file():
-        return [(math.nan, math.nan), own]
-    return _chain(read_yaml(folder / "config.yaml"), depth + 1) + [own]
+    static = str((cfg.get("prune") or {}).get("mode") or "") == "static"
+    try:
+        phases = train_phases(OmegaConf.create(train))
+        return [(float(p["epochs"]), float(p["lr_encoder"]),
+                 None if static or "decoders" in p["freeze"] else float(p["lr_decoder"])) for p in phases]
+    except (ConfigError, AttributeError, TypeError, ValueError):
+        return [(math.nan, math.nan, math.nan)]
 
 
-def _phase_chain(cfg: dict, depth: int = 0) -> list[tuple[float, float, float | None]]:
+def _phase_chain(cfg: dict) -> list[tuple[float, float, float | None]]:
     """How a run trained everything but its gates, oldest first: per phase of the runs it started from
     (``init=``) and of its own (``train.phases``; one phase without it), ``(epochs, encoder rate, decoder rate)``,
     the decoder rate None where the decoders were frozen (every phase of a static pruning run, or a phase that
     freezes ``decoders``). Round 3's claim 5 counts a DP run matched to SP when the two chains are equal: then
     only the pruning differs. An ``init`` whose config cannot be read, or a schedule that cannot be read,
     counts as ``(nan, nan, nan)``, which matches nothing."""
-    train = cfg.get("train") or {}
-    static = str((cfg.get("prune") or {}).get("mode") or "") == "static"
-    try:
-        phases = train_phases(OmegaConf.create(train))
-        own = [(float(p["epochs"]), float(p["lr_encoder"]),
-                None if static or "decoders" in p["freeze"] else float(p["lr_decoder"])) for p in phases]
-    except (ConfigError, AttributeError, TypeError, ValueError):
-        own = [(math.nan, math.nan, math.nan)]
-    if not cfg.get("init"):
-        return own
-    folder = _record_folder(Path(str(cfg["init"])))
-    if depth > 8 or not (folder / "config.yaml").is_file():
-        return [(math.nan, math.nan, math.nan), *own]
-    return _phase_chain(read_yaml(folder / "config.yaml"), depth + 1) + own
+    return _walk(cfg, _run_phases, (math.nan, math.nan, math.nan))
 
 
 @dataclass
