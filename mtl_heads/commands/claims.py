@@ -63,9 +63,9 @@ def claims(cfg: DictConfig) -> None:
     block = str(cfg.get("block") or "") or None
     if block and not re.fullmatch(r"[\w.-]+", block):
         raise ConfigError(f"config key 'block': {block!r}: a name of letters, digits, '.', '_' or '-'")
+    shown = {"root": Path(cfg.root) != RUNS, "rules": rules != "round2", "block": bool(block)}  # named when not default
     named = [f"since={shlex.quote(f)}" for f in files] + [f"since_name={shlex.quote(n)}" for n in names] \
-        + [f"{key}={shlex.quote(str(cfg[key]))}" for key in ("root", "rules", "block") if
-           (key == "root" and Path(cfg.root) != RUNS) or (key == "rules" and rules != "round2") or (key == "block" and block)]
+        + [f"{key}={shlex.quote(str(cfg[key]))}" for key, given in shown.items() if given]
     command_line = "python -m mtl_heads claims " + " ".join(map(shlex.quote, folders)) + "".join(f" {n}" for n in named)
     try:
         study = read_study(folders, cfg.root, RULE_SETS[rules])

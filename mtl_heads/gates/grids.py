@@ -175,7 +175,11 @@ def jaccard(a: np.ndarray, b: np.ndarray) -> np.ndarray | float:
     """Jaccard overlap ``|a & b| / |a | b|`` of bool head sets along the last axis (``a`` ``[heads]``,
     ``b`` ``[..., heads]``); NaN where both are empty."""
     a, b = np.asarray(a, dtype=bool), np.asarray(b, dtype=bool)
-    inter, union = (a & b).sum(-1), (a | b).sum(-1)
+    return _overlap((a & b).sum(-1), (a | b).sum(-1))
+
+
+def _overlap(inter, union) -> np.ndarray | float:
+    """``inter / union`` (whole numbers, any shape), NaN where the union is empty: a Jaccard overlap."""
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(union > 0, inter / np.maximum(union, 1), np.nan)
 
@@ -262,9 +266,7 @@ def _shuffled_jaccard(a: np.ndarray, shuffled: np.ndarray) -> np.ndarray:
     one matrix-vector product (whole numbers up to ``heads``, exact in float32), and a shuffle keeps the other
     set's count, so each union is ``|a| + |b| - intersection``."""
     inter = np.rint(shuffled @ a.astype(np.float32)).astype(np.int64)  # [shuffles]
-    union = int(a.sum()) + int(shuffled[0].sum()) - inter
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(union > 0, inter / np.maximum(union, 1), np.nan)
+    return _overlap(inter, int(a.sum()) + int(shuffled[0].sum()) - inter)
 
 
 def _untestable_overlap(kept: dict[str, np.ndarray]) -> str:

@@ -19,7 +19,7 @@ import pandas as pd
 
 from mtl_heads.config import ConfigError
 from mtl_heads.model.gate_constants import KEPT_AT
-from mtl_heads.model.headsets import head_name, layer_matched_from, seeded_permutations
+from mtl_heads.model.headsets import head_name, layer_matched_from, random_sets_from, seeded_permutations
 from mtl_heads.gates.grids import kept_heads, num_text, resolve_moved, stack_gates
 from mtl_heads.stats import null_summary, one_sided_p
 
@@ -304,9 +304,8 @@ def set_percentile_baseline(percentiles: np.ndarray, chosen: np.ndarray, draws: 
     if not chosen.any():
         raise ValueError("set_percentile_baseline needs at least one chosen head")
     observed = float(percentiles[chosen].mean())
-    if layers is None:  # random_sets of default_rng(seed): the first k positions of each permutation
-        k = -(-int(chosen.sum()) // block) * block
-        picks = seeded_permutations(seed, draws, 1, chosen.size, block)[0][:, :k]  # [draws, k]
+    if layers is None:  # random_sets of default_rng(seed)
+        picks = random_sets_from(seeded_permutations(seed, draws, 1, chosen.size, block)[0], chosen, block)  # [draws, k]
     else:  # layer_matched_sets of default_rng(seed)
         grid = chosen.reshape(layers, -1)
         order = seeded_permutations(seed, draws, layers, grid.shape[1], block, ("layer",))[0]

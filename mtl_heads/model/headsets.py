@@ -27,7 +27,7 @@ import re
 import numpy as np
 
 __all__ = ["head_name", "parse_head", "head_names", "block_permutations", "layer_permutations", "seeded_permutations",
-           "random_sets", "layer_matched_sets", "layer_matched_from", "cell_matched_sets", "importance_cells"]
+           "random_sets", "random_sets_from", "layer_matched_sets", "layer_matched_from", "cell_matched_sets", "importance_cells"]
 
 _NAME = re.compile(r"^L(\d+)H(\d+)$")
 
@@ -95,8 +95,14 @@ def random_sets(rng: np.random.Generator, count: int, chosen: np.ndarray, block:
     ``[layers, heads]`` or flat), anywhere in the grid: as many whole ``block`` groups as ``chosen``
     covers (``k`` = groups x block)."""
     chosen = np.asarray(chosen, dtype=bool).ravel()
-    groups = -(-int(chosen.sum()) // block)
-    return block_permutations(rng, count, chosen.size, block)[:, :groups * block]
+    return random_sets_from(block_permutations(rng, count, chosen.size, block), chosen, block)
+
+
+def random_sets_from(order: np.ndarray, chosen: np.ndarray, block: int = 1) -> np.ndarray:
+    """:func:`random_sets` from its draws: ``order`` ``[count, heads]``, permutations of the flattened grid
+    (:func:`block_permutations`, or :func:`seeded_permutations`' ``global`` kind): the first positions of each."""
+    groups = -(-int(np.asarray(chosen, dtype=bool).sum()) // block)
+    return order[:, :groups * block]
 
 
 def layer_matched_sets(rng: np.random.Generator, count: int, chosen: np.ndarray, block: int = 1) -> np.ndarray:
