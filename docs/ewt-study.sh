@@ -245,7 +245,8 @@ retrain() { for n in $SEEDS; do for s in "${ORDER[@]}"; do job retrain_one "$s" 
 # from the first ABLATE_REFERENCE dev sentences), each against ABLATE_SETS layer-matched random head
 # sets of the same size. The sets come from the study's DP and equal-sparsity runs as they are now
 # (run it after the dp and budget stages; an ablation.json of other heads than today's is named as
-# stale). Into <run>/ablation-<dp|budget>-stem-cells-without-<T>/ablation.json, where the claims find
+# stale; one of today's heads with fewer random sets than ABLATE_SETS is drawn again with ABLATE_SETS, going
+# on from the sets it holds: the rules' 250 sets, then 1,000 for a test near 0.05). Into <run>/ablation-<dp|budget>-stem-cells-without-<T>/ablation.json, where the claims find
 # it, and with ABLATE_NULLS=importance into ...-importance-matched/ (mtl_heads/folders.py names both). Mind ABLATE_SETS: with N random sets the smallest p is 1/(N+1), and claim 6 Holm-adjusts over
 # the (model, task) pairs of a regime and method, so with m of them none can pass unless N >= 20m:
 # the whole study has m = 10 (N >= 200). Each set costs one pass over the scored sentences per method.
@@ -262,11 +263,13 @@ for kind in ("dp", "budget"):
         print(kind, task, ",".join(stem_heads(study, kind, without=task)) or "-")
 EOF
 }
-same_heads() {  # does ablation.json $1 hold the heads $2 (a comma list)?
-  python - "$1" "$2" <<'EOF'
+record_of() {  # does ablation.json $1 hold the heads $2 (a comma list) and $3 random sets or more?
+  python - "$1" "$2" "$3" <<'EOF'  # 0: yes; 1: other heads; 3: these heads, fewer sets
 import json, sys
 
-sys.exit(sorted(json.load(open(sys.argv[1]))["heads"]) != sorted(sys.argv[2].split(",")))
+record = json.load(open(sys.argv[1]))
+sys.exit(1 if sorted(record["heads"]) != sorted(sys.argv[2].split(",")) else
+         3 if record.get("random_sets", 0) < int(sys.argv[3]) else 0)
 EOF
 }
 retrained_of() {  # where run $1 (<setting folder>/seed<N>) is trained again (retrain_one)
@@ -288,16 +291,19 @@ ablate_one() {  # run folder $1, regime $2, task $3 (scored alone; the set is th
   local dir=$1 kind=$2 task=$3 heads=$4 null=$7 out weights  # heads $4; setting $5, seed $6; null $7 (ABLATE_NULLS)
   if [[ $null == layer ]]; then out=$dir/$(printf "$ABLATION_FOLDER" "$kind" "$task")
   else out=$dir/$(printf "$IMPORTANCE_ABLATION_FOLDER" "$kind" "$task"); fi
+  local known=2
   weights=$(weights_of "$dir")
-  if [[ -f $out/$ABLATION_FILE ]]; then
-    if same_heads "$out/$ABLATION_FILE" "$heads"; then echo "done: $out"
-    else echo "stale: $out ablated other heads than today's $kind stem cells without $task ($heads): remove it to ablate them"
-      failed "$out"; fi
+  if [[ -f $out/$ABLATION_FILE ]]; then record_of "$out/$ABLATION_FILE" "$heads" "$ABLATE_SETS" && known=0 || known=$?; fi
+  if (( known == 0 )); then echo "done: $out"
+  elif (( known == 1 )); then
+    echo "stale: $out ablated other heads than today's $kind stem cells without $task ($heads): remove it to ablate them"
+    failed "$out"
   elif [[ -z $weights ]]; then
     echo "not run: $out needs the weights of $dir ($(retrain_hint "$5" "$6"))"
     failed "$out"
   else
     [[ $weights != "$dir" ]] && echo "ablating $weights: the retraining of $dir, which did not reproduce its record"
+    (( known == 3 )) && echo "drawing $out again with $ABLATE_SETS random sets: it goes on from the fewer it holds"
     python -m mtl_heads ablate "$weights" heads="$heads" label="$kind stem cells without $task" tasks="$task" \
       methods=zero,mean random_sets="$ABLATE_SETS" matched="$null" split=test max_sentences="$ABLATE_SENTENCES" \
       reference_sentences="$ABLATE_REFERENCE" progress=false "${ABLATE_EXTRA[@]}" out="$out" 2>&1 \

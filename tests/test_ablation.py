@@ -426,6 +426,44 @@ def test_an_interrupted_ablation_goes_on_from_its_kept_passes(runs, tmp_path, ca
     assert "not reading" in capsys.readouterr().out and not (other / "ablation.partial.json").exists()
 
 
+def test_more_random_sets_go_on_from_a_record_of_fewer(runs, tmp_path, capsys, monkeypatch):
+    """The rules draw more sets for a test near 0.05 (250, then 1,000): run again with more random_sets, the
+    command scores only the sets its record lacks, and writes what a study of them all from the start writes;
+    a record of another study (another seed) is not read, and a line says so."""
+    import mtl_heads.analysis.ablation as ablation
+
+    monkeypatch.setenv("MTL_HEADS_CACHE", str(runs["bert"].parent / "cache"))
+    argv = [runs["bert"], "heads=L0H1,L1H2", "methods=zero,mean", "progress=false"]
+    code, whole = ablate(*argv, "random_sets=5", f"out={tmp_path / 'whole'}")
+    assert code == 0 and whole["extended"] == 0
+    out = tmp_path / "grown"
+    code, first = ablate(*argv, "random_sets=2", f"out={out}")
+    assert code == 0 and first["random_heads"] == whole["random_heads"][:2]
+    capsys.readouterr()
+    passes, real_scores = [], ablation.batch_scores
+
+    def counted(*args, **kwargs):
+        passes.append(1)
+        return real_scores(*args, **kwargs)
+
+    monkeypatch.setattr(ablation, "batch_scores", counted)
+    code, grown = ablate(*argv, "random_sets=5", f"out={out}")
+    assert code == 0 and len(passes) == 1 + 2 * 3  # the unablated pass, then 3 new sets for each method
+    assert f"going on from {out / 'ablation.json'}: its 2 random sets of 5" in capsys.readouterr().out
+    assert grown["extended"] == 2 and grown["resumed"] == 1 and grown["seconds"] >= first["seconds"]
+    assert grown["random_heads"] == whole["random_heads"] and grown["heads"] == whole["heads"]
+    for method, by_task in whole["methods"].items():
+        for task, r in by_task.items():
+            g = grown["methods"][method][task]
+            assert g["random_drops"] == pytest.approx(r["random_drops"], abs=1e-12)
+            assert (g["p"], g["p_holm"], g["verdict"]) == (r["p"], r["p_holm"], r["verdict"])
+    # a record of another seed in the folder: its sets are not today's first ones; not read, said so
+    passes.clear()
+    code, seeded = ablate(*argv, "random_sets=5", "seed=1", f"out={tmp_path / 'whole'}")
+    assert code == 0 and seeded["extended"] == 0 and len(passes) == 1 + 2 * 6
+    assert "not going on from" in capsys.readouterr().out
+
+
 def test_stem_cells_and_default_folder(runs, tmp_path, monkeypatch):
     monkeypatch.setenv("MTL_HEADS_CACHE", str(runs["bert"].parent / "cache"))
     report = tmp_path / "gates"

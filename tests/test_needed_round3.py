@@ -165,12 +165,10 @@ def test_a_test_within_two_standard_errors_is_not_resolved_and_says_what_to_draw
     # at the floor of 250 sets a family of 1 is resolved: 1/251 ± 0.004 is far from 0.05
     assert not claim.tests[f"{DP} STL POS zero"].unresolved
     [note] = claim.notes  # the one test to draw again: its three records, by the study script's ablate stage
-    folders = " ".join(str(study_dir / "pos" / f"seed{s}" / "ablation-dp-stem-cells-without-pos-importance-matched")
-                       for s in (1, 2, 3))
     assert note == (f"{DP} STL POS zero importance: not resolved at 250 random sets (Holm p within 2 standard errors "
-                    "of 0.05); the rules draw 1,000 a seed for such a test, and an ablation drawn again with more keeps "
-                    "the sets it drew (the i-th set does not depend on how many are drawn): "
-                    f"`rm -r {folders} && ABLATE_SETS=1000 ABLATE=dp ABLATE_NULLS=importance ABLATE_TASKS=pos "
+                    "of 0.05); the rules draw 1,000 a seed for such a test, and an ablation drawn again with more goes "
+                    "on from the sets it holds (the i-th set does not depend on how many are drawn): "
+                    f"`ABLATE_SETS=1000 ABLATE=dp ABLATE_NULLS=importance ABLATE_TASKS=pos "
                     f"SETTINGS=pos SEEDS='1 2 3' STUDY={study_dir} STEMS={study_dir} bash docs/ewt-study.sh ablate`")
 
 

@@ -42,8 +42,9 @@ if args[:2] == ["-m", "mtl_heads"] and args[2] in ("train", "ablate", "probe"):
         Path(keys["out"]).mkdir(parents=True)
         (Path(keys["out"]) / "report.json").write_text("{{}}")
     else:
-        Path(keys["out"]).mkdir(parents=True)
-        record = {{"kind": "head ablation", "run": args[3], "heads": keys["heads"].split(","), "methods": {{}}}}
+        Path(keys["out"]).mkdir(parents=True, exist_ok=True)
+        record = {{"kind": "head ablation", "run": args[3], "heads": keys["heads"].split(","), "methods": {{}},
+                  "random_sets": int(keys["random_sets"])}}
         (Path(keys["out"]) / "ablation.json").write_text(json.dumps(record))
     sys.exit(0)
 os.execv({python!r}, [{python!r}, *args])
@@ -343,16 +344,24 @@ def test_ablate_holds_each_task_out_runs_where_the_claims_look_and_names_missing
     assert out / "ablation.json" in found and root / "mtl5/seed1/ablation-dp-stem-cells-without-ner/ablation.json" in found
     assert f"done: {out}" in study(tmp_path, "ablate", SETTINGS="pos", ABLATE="dp", **fake["env"]).stdout
     assert len(fake["log"]()) == 6
+    # more sets (the rules' 1,000 for a test near 0.05): drawn again into its folder, which the command goes on from
+    result = study(tmp_path, "ablate", SETTINGS="pos", ABLATE="dp", ABLATE_SETS="1000", **fake["env"])
+    assert f"drawing {out} again with 1000 random sets: it goes on from the fewer it holds" in result.stdout
+    assert fake["log"]()[6][6] == "random_sets=1000" and fake["log"]()[6][-1] == f"out={out}"
+    assert f"done: {out}" in study(tmp_path, "ablate", SETTINGS="pos", ABLATE="dp", ABLATE_SETS="1000",
+                                   **fake["env"]).stdout
+    assert f"done: {out}" in study(tmp_path, "ablate", SETTINGS="pos", ABLATE="dp", **fake["env"]).stdout  # 250 < 1000
+    assert len(fake["log"]()) == 7
     # two jobs may split MTL-5's ablations: ABLATE_TASKS keeps only its tasks (the others are not touched)
     shutil.rmtree(root / "mtl5/seed1/ablation-dp-stem-cells-without-con")
     shutil.rmtree(root / "mtl5/seed1/ablation-dp-stem-cells-without-pos")
     result = study(tmp_path, "ablate", SETTINGS="mtl5", ABLATE="dp", ABLATE_TASKS="con srl", **fake["env"])
     assert result.returncode == 0, result.stderr
-    assert [c[4] for c in fake["log"]()[6:]] == ["tasks=con"]  # srl is done; pos is not this job's
+    assert [c[4] for c in fake["log"]()[7:]] == ["tasks=con"]  # srl is done; pos is not this job's
     assert not (root / "mtl5/seed1/ablation-dp-stem-cells-without-pos").exists()
     result = study(tmp_path, "ablate", SETTINGS="mtl5", ABLATE="dp", ABLATE_TASKS="con sr", **fake["env"])
     assert result.returncode == 1 and f"ablate: ABLATE_TASKS names sr, no task of {root}" in result.stderr
-    assert len(fake["log"]()) == 7  # nothing ablated
+    assert len(fake["log"]()) == 8  # nothing ablated
     assert r"ABLATE_TASKS=con\ srl" in study(tmp_path, "plan", "ablate", SETTINGS="mtl5", ABLATE_TASKS="con srl").stdout
     (out / "ablation.json").write_text(json.dumps({"run": "x", "heads": ["L0H0"], "methods": {}}))
     result = study(tmp_path, "ablate", SETTINGS="pos", ABLATE="dp", **fake["env"])

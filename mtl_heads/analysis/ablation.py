@@ -321,9 +321,17 @@ def drop_summary(metric: str, base: float, ablated: float, random_scores: Sequen
 
 
 # --- what an unfinished study keeps ------------------------------------------------------------
+# the fields a finished record must share with today's study to be gone on from (KeptScores' earlier=):
+# every record holds the first; records written since extensions were added hold the second too
+RECORD_FACTS = ("weights_sha256", "heads", "tasks", "seed", "matched", "split", "sentences", "max_sentences",
+                "reference_sentences", "precision")
+NEWER_RECORD_FACTS = ("batch_size", "device")
+
 class KeptScores:
     """The passes an unfinished study has scored, kept in a JSON file so that the same study, run again,
-    goes on from them (a study of 1,000 random sets takes hours on a CPU).
+    goes on from them (a study of 1,000 random sets takes hours on a CPU); and the passes of a finished record
+    of the same study with fewer random sets, which a study of more sets goes on from (set i does not depend
+    on how many are drawn: :func:`matched_sets`).
 
     Args:
         path: the file (the ablate command's ``<out>/ablation.partial.json``).
@@ -334,33 +342,72 @@ class KeptScores:
         log: where the lines go (default the module logger).
         every: seconds between two writes (default 60; also written after each method).
         started: when this attempt began (``time.perf_counter()``; default now).
+        earlier: a finished record (``ablation.json``) to go on from when no kept file is read (default None).
+        facts: the fields that record must hold as today's record will (:data:`RECORD_FACTS`: the weights'
+            digest, the heads, tasks, seed, null, split and sentences); its random sets must be the first of
+            today's draw and its unablated scores today's, else it is not read (a line says so). Default None.
     """
 
     def __init__(self, path: Path, identity: dict, log: Callable[[str], object] = logger.info, every: float = 60.0,
-                 started: float | None = None):
+                 started: float | None = None, earlier: Path | None = None, facts: dict | None = None):
         # as JSON gives it back (tuples become lists), so that a kept identity compares equal
         self.path, self.identity, self.log, self.every = Path(path), json.loads(json.dumps(identity)), log, every
+        self.earlier, self.facts = earlier, json.loads(json.dumps(facts or {}))
         self.written = time.perf_counter()
         self.started = self.written if started is None else started
-        self.earlier_seconds, self.resumed = 0.0, 0
+        self.earlier_seconds, self.resumed, self.extended = 0.0, 0, 0
 
     def read(self, sets: np.ndarray, base: dict) -> dict[str, dict[int, dict]]:
         """``{method: {set index: {task: score}}}`` kept by an earlier attempt of this study (index 0 is the
-        chosen set, 1.. the random ``sets``, ``[N, layers, heads]``); empty when there is none to read.
-        ``base``: today's unablated ``{task: score}``, which the kept one must equal."""
+        chosen set, 1.. the random ``sets``, ``[N, layers, heads]``), else those of the ``earlier`` record;
+        empty when there is none to read. ``base``: today's unablated ``{task: score}``, which the kept one
+        must equal."""
         self.identity["sets_sha256"] = hashlib.sha256(np.ascontiguousarray(sets, dtype=bool).tobytes()).hexdigest()
         kept = read_json(self.path)
         if kept is None:
-            return {}
+            return self._read_record(sets, base)
         if kept.get("identity") != self.identity or kept.get("base") != base:
             what = "its unablated scores differ from today's" if kept.get("identity") == self.identity else \
                 "it was written for another study (weights, heads, plan or random sets)"
             self.log(f"not reading {self.path}: {what}; scoring from the start and replacing it")
             return {}
         self.earlier_seconds, self.resumed = float(kept["seconds"]), int(kept["resumed"]) + 1
+        self.extended = int(kept.get("extended", 0))
         scores = {m: {int(i): s for i, s in by_set.items()} for m, by_set in kept["scores"].items()}
         done = sum(len(v) for v in scores.values())
         self.log(f"going on from {self.path}: {done} passes were scored before ({self.earlier_seconds:.0f} s)")
+        return scores
+
+    def _read_record(self, sets: np.ndarray, base: dict) -> dict[str, dict[int, dict]]:
+        """The passes of the finished ``earlier`` record (:meth:`read`): its chosen set's scores as recorded, set
+        i's as ``base - random_drops[i - 1]`` (exact where the drop was: the record keeps drops, not scores), for
+        the first ``min(its sets, today's)`` random sets."""
+        record = read_json(self.earlier) if self.earlier is not None else None
+        if record is None:
+            return {}
+        count = min(len(record.get("random_heads", [])), len(sets))
+        differs = [k for k, v in self.facts.items()
+                   if (k in record or k not in NEWER_RECORD_FACTS) and record.get(k) != v]
+        recorded = {t: r["base"] for by_task in record.get("methods", {}).values() for t, r in by_task.items()}
+        if differs:
+            why = f"it differs from today's study in {', '.join(differs)}"
+        elif record.get("random_heads", [])[:count] != [head_names(s) for s in sets[:count]]:
+            why = "its random sets are not the first of today's draw"
+        elif recorded != {t: base[t] for t in recorded} or not recorded:
+            why = "its unablated scores differ from today's"
+        else:
+            why = ""
+        if why:
+            self.log(f"not going on from {self.earlier}: {why}; scoring from the start")
+            return {}
+        self.earlier_seconds, self.extended = float(record.get("seconds", 0.0)), count
+        self.resumed = int(record.get("resumed", 0)) + 1
+        scores = {m: {0: {t: r["ablated"] for t, r in by_task.items()},
+                      **{i: {t: r["base"] - r["random_drops"][i - 1] for t, r in by_task.items()}
+                         for i in range(1, count + 1)}}
+                  for m, by_task in record["methods"].items() if m in self.identity["methods"]}
+        self.log(f"going on from {self.earlier}: its {count} random sets of {len(sets)} were scored before "
+                 f"({self.earlier_seconds:.0f} s)")
         return scores
 
     @property
@@ -373,7 +420,7 @@ class KeptScores:
         if force or time.perf_counter() - self.written >= self.every:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             write_json(self.path, {"identity": self.identity, "base": base, "seconds": round(self.seconds, 2),
-                                   "resumed": self.resumed, "scores": scores})
+                                   "resumed": self.resumed, "extended": self.extended, "scores": scores})
             self.written = time.perf_counter()
 
 
@@ -451,7 +498,8 @@ def _donor_setter(patch, group: TaskGroup, device: torch.device) -> Callable[[in
 
 
 def run_ablation(loaded_run, chosen: np.ndarray, plan: AblationPlan = AblationPlan(), run: str | None = None,
-                 log: Callable[[str], object] = logger.info, kept: Path | None = None) -> dict:
+                 log: Callable[[str], object] = logger.info, kept: Path | None = None,
+                 earlier: Path | None = None) -> dict:
     """The whole study on a loaded run, as the record ``ablation.json`` holds (see ``python -m
     mtl_heads ablate -h``).
 
@@ -464,9 +512,12 @@ def run_ablation(loaded_run, chosen: np.ndarray, plan: AblationPlan = AblationPl
         log: where data reports go (default the module logger).
         kept: a file where the passes scored so far are kept, read back by the same study run again
             (:class:`KeptScores`; the caller removes it once the record is written; default None: nothing kept).
+        earlier: a finished record of this study with fewer random sets (``ablation.json``) to go on from, when
+            ``kept`` holds nothing to read (:class:`KeptScores`; default None; read only where ``kept`` is given).
 
     The record's ``seconds`` is the wall-clock time of the whole study, over every attempt (the compute a
-    study reports), and ``resumed`` the attempts that went on from kept scores;
+    study reports), ``resumed`` the attempts that went on from kept scores or an earlier record, and
+    ``extended`` the random sets read from that record (0: none);
     its ``weights_sha256``, the SHA-256 of the weights file read (``LoadedRun.weights_sha256``), names the
     weights ablated; ``run_metrics_sha256``, the SHA-256 of the run folder's ``metrics.json`` as it was read
     (None where it has none), names the training they came from for records older than weights digests.
@@ -516,8 +567,6 @@ def run_ablation(loaded_run, chosen: np.ndarray, plan: AblationPlan = AblationPl
                 "methods": methods, "random_sets": plan.random_sets, "seed": plan.seed, "matched": matched,
                 "split": split, "reference": reference, "max_sentences": plan.max_sentences, "reference_max": first,
                 "batch_size": batch_size, "precision": precision, "device": str(next(model.parameters()).device)}
-    keeper = KeptScores(kept, identity, log, started=started) if kept is not None else None
-    study = ablation_study(model, groups, chosen, plan, means, block, cells, keeper)
     record = {"kind": "head ablation", "run": str(run if run is not None else loaded_run.path),
               "run_resolved": str(Path(loaded_run.path).resolve()), "run_metrics_sha256": run_metrics_sha256,
               "weights_sha256": loaded_run.weights_sha256,
@@ -525,11 +574,16 @@ def run_ablation(loaded_run, chosen: np.ndarray, plan: AblationPlan = AblationPl
               "source": plan.source, "label": plan.label, "split": split, "sentences": {t: len(ex) for t, ex in examples.items()},
               "random_sets": plan.random_sets, "seed": plan.seed, "matched": "layer" if matched == "layer" else "layer and importance",
               "gate_groups": encoder.gate_groups,
-              "heads_per_layer": [int(k) for k in chosen.sum(1)], **study}
-    record.update(_null_facts(chosen, block, plan.random_sets, encoder), reference=reference if means is not None else None,
-                  reference_sentences=reference_sentences, max_sentences=plan.max_sentences, precision=precision,
+              "heads_per_layer": [int(k) for k in chosen.sum(1)]}
+    record.update(reference=reference if means is not None else None, reference_sentences=reference_sentences,
+                  max_sentences=plan.max_sentences, precision=precision, batch_size=batch_size,
+                  device=identity["device"])
+    keeper = KeptScores(kept, identity, log, started=started, earlier=earlier,
+                        facts={k: record[k] for k in (*RECORD_FACTS, *NEWER_RECORD_FACTS)}) if kept is not None else None
+    record.update(ablation_study(model, groups, chosen, plan, means, block, cells, keeper))
+    record.update(_null_facts(chosen, block, plan.random_sets, encoder),
                   seconds=round(keeper.seconds if keeper else time.perf_counter() - started, 2),
-                  resumed=keeper.resumed if keeper else 0)
+                  resumed=keeper.resumed if keeper else 0, extended=keeper.extended if keeper else 0)
     if importance is not None:  # the importance-matched null: each head's importance and its cell
         record.update(importance=np.round(importance, 6).tolist(), importance_bins=IMPORTANCE_BINS,
                       importance_cells=cells.tolist())

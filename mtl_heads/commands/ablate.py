@@ -25,8 +25,14 @@ is 1 when no layer varies). The cost is one pass over the split per method and h
 methods x (1 + random_sets) in all. While it runs, ``<out>/ablation.partial.json`` keeps the passes
 scored so far (written atomically, at most every minute): the same command, run again after an
 interruption, goes on from them (a line says so; kept passes of another study are not read, and a line
-says that too), and the file is removed once ``ablation.json`` is written. Bad input (an unknown head
-name, an empty set, a missing run or file) is one ``error:`` line naming the key or file, exit 2.
+says that too), and the file is removed once ``ablation.json`` is written. Likewise, run with more
+``random_sets`` where ``<out>/ablation.json`` holds a record of the same study with fewer (the same weights,
+heads, tasks, seed, null and sentences), it scores only the sets that record lacks: the first N sets of a draw
+of more are the draw of N, so the record it writes is the one a study of all the sets from the start writes
+(but ``seconds``, ``resumed`` and ``extended``, the sets read from the earlier record; a drop read back may
+differ in its last bit, as the record keeps drops, not scores). A record of another study is not read, and a
+line says so. Bad input (an unknown head name, an empty set, a missing run or file) is one ``error:`` line
+naming the key or file, exit 2.
 Defaults are in ``configs/ablate.yaml``; the Python API is ``mtl_heads.analysis.ablation`` (the study) and
 ``mtl_heads.analysis.ablation_heads`` (reading ``heads=``).
 """
@@ -154,7 +160,7 @@ def run(argv: list[str], log=print) -> dict:
 
     loaded = load_run(str(cfg.run), device=pick_device(cfg.device))
     record = run_ablation(loaded, chosen, AblationPlan.from_config(cfg, source=heads.source), run=str(cfg.run), log=log,
-                          kept=out / ABLATION_KEPT_FILE)
+                          kept=out / ABLATION_KEPT_FILE, earlier=out / ABLATION_FILE)
     judge(record)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / ABLATION_FILE, record)

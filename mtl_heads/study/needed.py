@@ -429,11 +429,12 @@ def extension_commands(claim: Claim) -> list[str]:
     """One note per group of ablations behind claim 6's tests that are not resolved (:attr:`Test.unresolved`)
     with fewer random sets than the rules draw for them (``Rules.extended_sets``, round 3: 1,000 a seed): the
     tests, and what draws their ablations again with that many sets. The i-th random set of an ablation does not
-    depend on how many are drawn (:func:`mtl_heads.analysis.ablation.matched_sets`), so the records drawn again keep
-    their sets and add to them. A record where ``docs/ewt-study.sh`` writes one
+    depend on how many are drawn (:func:`mtl_heads.analysis.ablation.matched_sets`), so the ablate command, run with
+    more sets into a record's folder, keeps the sets the record holds and scores only the others. A record where
+    ``docs/ewt-study.sh`` writes one
     (``<study>/<setting>/seed<N>/ablation-<dp|budget>-stem-cells-without-<task>[-importance-matched]``) is drawn
-    again by its ablate stage once removed (the stage keeps a record of the same heads), seeds of one setting
-    together; any other by ``python -m mtl_heads ablate`` with its own keys. ``[]`` under rules that draw no more."""
+    again by its ablate stage with more ``ABLATE_SETS``, seeds of one setting together; any other by ``python -m
+    mtl_heads ablate`` with its own keys. ``[]`` under rules that draw no more."""
     facts: NeededFacts = claim.facts
     extended = claim.rules.extended_sets
     groups: dict[tuple, list[str]] = {}  # the records of a test -> its keys
@@ -448,7 +449,7 @@ def extension_commands(claim: Claim) -> list[str]:
     for (kind, null, draws, records), keys in groups.items():
         notes.append(f"{' and '.join(keys)}: not resolved at {draws:,} random sets (Holm p within 2 standard errors of "
                      f"{ALPHA}); the rules draw {extended:,} a seed for such a test, and an ablation drawn again with "
-                     f"more keeps the sets it drew (the i-th set does not depend on how many are drawn): "
+                     f"more goes on from the sets it holds (the i-th set does not depend on how many are drawn): "
                      + "; ".join(_draw_again(kind, null, list(records), extended, facts.stems)))
     return notes
 
@@ -469,15 +470,14 @@ def _draw_again(kind: str, null: str, records: list[tuple[int, str]], sets: int,
                              []).append((seed, folder))
         else:
             commands.append(f"`python -m mtl_heads ablate` of {shown(path)} again with random_sets={sets} and its "
-                            f"other keys (out={shown(folder)})")
+                            f"other keys, out={shown(folder)}")
     for (study, setting, task), found in stage.items():
         seeds = " ".join(str(seed) for seed, _ in found)
         keys = [f"ABLATE_SETS={sets}", f"ABLATE={kind}", f"ABLATE_NULLS={null}", f"ABLATE_TASKS={task}",
                 f"SETTINGS={setting}", f"SEEDS={shlex.quote(seeds)}", f"STUDY={shlex.quote(study)}"]
         keys += [f"BUDGET_ABLATE_SEEDS={shlex.quote(seeds)}"] if kind == "budget" else []
         keys += [f"STEMS={shlex.quote(' '.join(stems))}"] if stems else []
-        commands.append(f"`rm -r {' '.join(shlex.quote(shown(f)) for _, f in found)} && {' '.join(keys)} "
-                        f"bash docs/ewt-study.sh ablate`")
+        commands.append(f"`{' '.join(keys)} bash docs/ewt-study.sh ablate`")
     return commands
 
 
