@@ -445,7 +445,7 @@ doc() {
     then pages+=("$STUDY/probes-compare"); else failed doc:probe-compare; fi
   fi
   python -m mtl_heads report "${pages[@]}" html="$STUDY/report.html" title="EWT stem-cell study" test=all \
-    || failed doc:report
+    rules="$RULES" || failed doc:report
   # the claims under RULES, one line each with its numbers, into $STUDY/claims.md and the marked block of DOC
   # (DOC_BLOCK's, else the unnamed one); each verdict against round 1's where the study keeps them
   # (round1-claims.json: tests/test_published.py writes it again from the record at the commit DOC quotes as

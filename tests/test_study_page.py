@@ -151,6 +151,20 @@ def test_an_experiment_under_root_keeps_its_claims(study_dir, tmp_path, monkeypa
     assert claims == _claims_section(by_path)
 
 
+def test_the_page_judges_the_claims_by_the_rules_named(study_dir, tmp_path, capsys):
+    """``rules=round3`` leads the page with the claims as ``claims rules=round3`` judges them (its standard
+    errors, its families), not round 2's; an unknown round is one line naming the key, exit 2."""
+    round2, round3 = tmp_path / "round2.html", tmp_path / "round3.html"
+    assert report([str(study_dir), f"html={round2}"]) == 0
+    assert report([str(study_dir), f"html={round3}", "rules=round3"]) == 0
+    assert "rules-round3.md" in _claims_section(round3) and "rules-round3.md" not in _claims_section(round2)
+    assert "±" in _claims_section(round3)  # Monte Carlo p with their standard errors
+    capsys.readouterr()
+    assert report([str(study_dir), f"html={tmp_path / 'x.html'}", "rules=round4"]) == 2
+    assert capsys.readouterr().err.strip() == "error: config key 'rules': 'round4' is not one of round2, round3"
+    assert not (tmp_path / "x.html").exists()
+
+
 def test_the_claims_command_finds_an_experiment_under_root(study_dir, tmp_path, monkeypatch, capsys):
     """``claims NAME root=FOLDER`` checks the study ``claims FOLDER/NAME`` checks, writes its claims.md there by
     default, and names root= in the command line it records; a name without root= is named as not found."""

@@ -31,7 +31,8 @@ from mtl_heads.config import ConfigError
 from mtl_heads.files import atomic_write_text
 from mtl_heads.folders import RUNS
 from mtl_heads.records.runs import spec_folder
-from mtl_heads.study import RULE_SETS, check_claims, claims_json, claims_markdown, read_since, read_study, splice
+from mtl_heads.study import (ROUND2, check_claims, claims_json, claims_markdown, read_since, read_study, rules_named,
+                             splice)
 
 ARGUMENTS = Arguments(config_file("claims"), positional="folders", many=True,
                       flags={"--out": "out", "--doc": "doc", "--root": "root"}, repeat=frozenset({"since", "since_name"}))
@@ -52,9 +53,7 @@ def claims(cfg: DictConfig) -> None:
     if form == "json" and cfg.get("since"):
         raise ConfigError("config key 'since': it compares in the markdown; format=json writes this study's claims "
                           "alone")
-    rules = str(cfg.get("rules") or "round2")
-    if rules not in RULE_SETS:
-        raise ConfigError(f"config key 'rules': {rules!r} is not one of {', '.join(RULE_SETS)}")
+    rules = rules_named(cfg.get("rules"))
     files, names = _listed(cfg.get("since")), _listed(cfg.get("since_name"))
     if len(names) > len(files):
         raise ConfigError(f"config key 'since_name': {len(names)} names for {len(files)} since= files (one a file, "
@@ -63,12 +62,12 @@ def claims(cfg: DictConfig) -> None:
     block = str(cfg.get("block") or "") or None
     if block and not re.fullmatch(r"[\w.-]+", block):
         raise ConfigError(f"config key 'block': {block!r}: a name of letters, digits, '.', '_' or '-'")
-    shown = {"root": Path(cfg.root) != RUNS, "rules": rules != "round2", "block": bool(block)}  # named when not default
+    shown = {"root": Path(cfg.root) != RUNS, "rules": rules is not ROUND2, "block": bool(block)}  # named when not default
     named = [f"since={shlex.quote(f)}" for f in files] + [f"since_name={shlex.quote(n)}" for n in names] \
         + [f"{key}={shlex.quote(str(cfg[key]))}" for key, given in shown.items() if given]
     command_line = "python -m mtl_heads claims " + " ".join(map(shlex.quote, folders)) + "".join(f" {n}" for n in named)
     try:
-        study = read_study(folders, cfg.root, RULE_SETS[rules])
+        study = read_study(folders, cfg.root, rules)
         checked = check_claims(study)
         if form == "json":
             text = claims_json(study, checked, command_line)

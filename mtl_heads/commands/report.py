@@ -7,7 +7,9 @@ mtl_heads compare`` makes it), the score against heads kept figure, the gate pic
 mtl_heads probe compare=...``); nothing in it refers outside the page. ``test=A,B`` (repeatable;
 ``all``: every pair of settings sharing a task; as ``python -m mtl_heads compare test=``) adds the
 significance between settings (Welch's t-test and an exact permutation test over seeds, per shared
-score); an unknown setting name exits 2 with one line. ``RUNS`` are what ``python -m
+score); an unknown setting name exits 2 with one line. Runs that make a study lead the page with its claims,
+judged by the round of rules ``rules=`` names (``round2``, the default, or ``round3``; as ``python -m
+mtl_heads claims rules=``). ``RUNS`` are what ``python -m
 mtl_heads compare`` takes (run folders, globs, folders of runs at any depth, experiment names); a
 folder holding ``report.json`` is a probe report, one holding ``compare.json`` a probe comparison (also
 found below the folders given). Whatever is given and not used is printed as a note and listed on the
@@ -36,13 +38,15 @@ def report(cfg: DictConfig) -> None:
     # which -h needs not
     from mtl_heads.reports.page import Lead, write_html
     from mtl_heads.study.lead import read_page_study, stem_cell_groups, study_lead
+    from mtl_heads.study.rules import rules_named
 
     if not cfg.paths:
         raise ConfigError("config key 'paths': give run folders, globs, experiment names or probe report folders, "
                           "e.g. python -m mtl_heads report runs html=report.html")
     notes: list[Note] = []
     run_specs, probe_dirs = split_specs(list(cfg.paths))
-    study = read_page_study(run_specs, cfg.root) if run_specs else None  # read once: the lead and the heads use it
+    rules = rules_named(cfg.get("rules"))  # a bad name is an error before anything is read
+    study = read_page_study(run_specs, cfg.root, rules) if run_specs else None  # read once: the lead and heads use it
     lead = study_lead(study, notes) if study is not None else ""  # a study's claims and figures, or why not, first
     path = write_html(cfg.html, run_specs, probe_dirs, title=cfg.title, root=cfg.root, panels=cfg.panels,
                       notes=notes, tests=list(cfg.test),

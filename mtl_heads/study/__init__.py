@@ -61,7 +61,8 @@ from mtl_heads.study.probes import PAPER_LABELS, compute_probes, probe_skill, pr
 from mtl_heads.study.render import (BEGIN, END, SCHEMA, claims_data, page_markdown, read_since, score_grid,
                                     since_line, splice)
 from mtl_heads.study.rules import (ALPHA, CLAIM_SHUFFLES, MARGIN, MATCHED_RULE, MIN_SEEDS, NEAR_ALL, REPLICATION,
-                                   ROUND2, ROUND3, RULE_SETS, SUPPORT, TESTS, TOO_FEW, VERDICT_RULES, Rules)
+                                   ROUND2, ROUND3, RULE_SETS, SUPPORT, TESTS, TOO_FEW, VERDICT_RULES, Rules,
+                                   rules_named)
 from mtl_heads.study.sp_dp import compute_sp_dp, sp_vs_dp, words_sp_dp
 from mtl_heads.study.stem import compute_stem, stem, words_stem
 from mtl_heads.reports.comparison import compare_runs, markdown
@@ -69,7 +70,7 @@ from mtl_heads.records.runs import RUNS, spec_folder
 from mtl_heads.reports.significance import format_p
 
 __all__ = ["ALPHA", "NEAR_ALL", "CLAIM_SHUFFLES", "MIN_SEEDS", "MARGIN", "VERDICT_RULES", "MATCHED_RULE", "REPLICATION",
-           "SUPPORT", "Rules", "ROUND2", "ROUND3", "RULE_SETS",
+           "SUPPORT", "Rules", "ROUND2", "ROUND3", "RULE_SETS", "rules_named",
            "TESTS", "TOO_FEW", "REGIMES", "REGIME_NAMES", "PAPER_LABELS", "BEGIN", "END", "SCHEMA", "Test", "Claim",
            "Study", "regime", "read_study", "read_ablations", "CLAIMS", "check_claims", "mtl_vs_stl", "overlap",
            "stem", "probes_claim", "sp_vs_dp", "needed", "regime_gates", "gate_baseline", "stem_table", "stem_heads",

@@ -35,8 +35,8 @@ from matplotlib.lines import Line2D
 
 from mtl_heads.config import ConfigError
 from mtl_heads.figures.plots import new_figure
-from mtl_heads.study import (REGIME_NAMES, REGIMES, Claim, Study, gate_baseline, regime_gates, stem_table,
-                             check_claims, read_study, stem_heads)
+from mtl_heads.study import (REGIME_NAMES, REGIMES, ROUND2, Claim, Rules, Study, gate_baseline, regime_gates,
+                             stem_table, check_claims, read_study, stem_heads)
 from mtl_heads.gates import run_consistency
 from mtl_heads.reports.page import error_path, heatmap_html, unreadable, viridis_colour
 from mtl_heads.records.runs import RUNS, Note
@@ -263,12 +263,13 @@ def _figure(body: str, caption: str, ident: str) -> str:
     return f'<figure id="{ident}">{body}<figcaption>{caption}</figcaption></figure>'
 
 
-def read_page_study(specs: list[str], root: str | Path = RUNS) -> Study | str:
+def read_page_study(specs: list[str], root: str | Path = RUNS, rules: Rules = ROUND2) -> Study | str:
     """The study the runs named by ``specs`` hold (:func:`~mtl_heads.study.read_study`, experiment
-    names looked up under ``root``), or why it cannot be read: the ConfigError's message (a file that
-    cannot be read, runs of several encoders), which :func:`study_lead` shows in the claims' place."""
+    names looked up under ``root``, judged by ``rules``: default round 2's), or why it cannot be read: the
+    ConfigError's message (a file that cannot be read, runs of several encoders), which :func:`study_lead`
+    shows in the claims' place."""
     try:
-        return read_study(specs, root)
+        return read_study(specs, root, rules)
     except ConfigError as err:
         return str(err)
 

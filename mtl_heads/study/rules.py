@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from mtl_heads.config import ConfigError
 from mtl_heads.reports.significance import ALPHA
 
 __all__ = ["ALPHA", "NEAR_ALL", "CLAIM_SHUFFLES", "FLOOR", "MIN_SEEDS", "MARGIN", "VERDICT_METHODS", "TOO_FEW", "TESTS",
@@ -196,3 +197,12 @@ ROUND3 = Rules("round3", "docs/ewt-study/rules-round3.md", shuffles=ROUND3_SHUFF
                matched="phases", stem_seeds=(1, 2, 3), first_sets=250, extended_sets=1000, verdict_rules=ROUND3_VERDICT_RULES,
                tests=ROUND3_TESTS)
 RULE_SETS = {rules.name: rules for rules in (ROUND2, ROUND3)}
+
+
+def rules_named(name: object) -> Rules:
+    """The round of :data:`RULE_SETS` a command's ``rules=`` names (None or empty: round 2's, the default); a
+    ConfigError naming the key and the rounds otherwise."""
+    name = str(name or ROUND2.name)
+    if name not in RULE_SETS:
+        raise ConfigError(f"config key 'rules': {name!r} is not one of {', '.join(RULE_SETS)}")
+    return RULE_SETS[name]
