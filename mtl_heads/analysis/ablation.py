@@ -575,13 +575,14 @@ def run_ablation(loaded_run, chosen: np.ndarray, plan: AblationPlan = AblationPl
               "random_sets": plan.random_sets, "seed": plan.seed, "matched": "layer" if matched == "layer" else "layer and importance",
               "gate_groups": encoder.gate_groups,
               "heads_per_layer": [int(k) for k in chosen.sum(1)]}
-    record.update(reference=reference if means is not None else None, reference_sentences=reference_sentences,
-                  max_sentences=plan.max_sentences, precision=precision, batch_size=batch_size,
-                  device=identity["device"])
+    setup = {"reference": reference if means is not None else None, "reference_sentences": reference_sentences,
+             "max_sentences": plan.max_sentences, "precision": precision, "batch_size": batch_size,
+             "device": identity["device"]}
+    known = {**record, **setup}  # what a finished record of this study holds before its scores
     keeper = KeptScores(kept, identity, log, started=started, earlier=earlier,
-                        facts={k: record[k] for k in (*RECORD_FACTS, *NEWER_RECORD_FACTS)}) if kept is not None else None
+                        facts={k: known[k] for k in (*RECORD_FACTS, *NEWER_RECORD_FACTS)}) if kept is not None else None
     record.update(ablation_study(model, groups, chosen, plan, means, block, cells, keeper))
-    record.update(_null_facts(chosen, block, plan.random_sets, encoder),
+    record.update(_null_facts(chosen, block, plan.random_sets, encoder), **setup,
                   seconds=round(keeper.seconds if keeper else time.perf_counter() - started, 2),
                   resumed=keeper.resumed if keeper else 0, extended=keeper.extended if keeper else 0)
     if importance is not None:  # the importance-matched null: each head's importance and its cell
