@@ -457,6 +457,12 @@ def test_more_random_sets_go_on_from_a_record_of_fewer(runs, tmp_path, capsys, m
             g = grown["methods"][method][task]
             assert g["random_drops"] == pytest.approx(r["random_drops"], abs=1e-12)
             assert (g["p"], g["p_holm"], g["verdict"]) == (r["p"], r["p_holm"], r["verdict"])
+    # fewer sets asked than the record holds: its first ones are read, and a line says the record shrinks
+    capsys.readouterr()
+    passes.clear()
+    code, shrunk = ablate(*argv, "random_sets=3", f"out={out}")
+    assert code == 0 and len(passes) == 1 and shrunk["random_heads"] == whole["random_heads"][:3]
+    assert "holds 5 random sets, more than the 3 asked: the record written replaces it with 3" in capsys.readouterr().out
     # a record of another seed in the folder: its sets are not today's first ones; not read, said so
     passes.clear()
     code, seeded = ablate(*argv, "random_sets=5", "seed=1", f"out={tmp_path / 'whole'}")

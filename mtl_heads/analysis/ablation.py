@@ -400,6 +400,9 @@ class KeptScores:
         if why:
             self.log(f"not going on from {self.earlier}: {why}; scoring from the start")
             return {}
+        if len(record["random_heads"]) > count:
+            self.log(f"note: {self.earlier} holds {len(record['random_heads'])} random sets, more than the {count} asked: "
+                     f"the record written replaces it with {count} (random_sets={len(record['random_heads'])} keeps them)")
         self.earlier_seconds, self.extended = float(record.get("seconds", 0.0)), count
         self.resumed = int(record.get("resumed", 0)) + 1
         scores = {m: {0: {t: r["ablated"] for t, r in by_task.items()},
