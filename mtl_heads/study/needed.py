@@ -153,15 +153,18 @@ class NeededRegime:
     """One regime whose held-out stem cells were ablated: ``kind``, ``sets`` (its stem cells found without each
     task: ``(heads, task names)``, tasks with the same set together), ``places`` (STL before MTL, then task
     order), and by ``where``: ``testable`` (its deciding tests can be tested, against every null) and ``need``
-    (all of them significant); under rules with several nulls, ``layer_need`` (the pairs whose zero and mean
-    ablation beat the layer-matched null, the one null of round 2's rule) and ``layer_verdict`` (the verdict that
-    reading would give), which the answer shows beside where the second null changes a pair or the verdict."""
+    (all of them significant), ``open`` (pairs not shown to need them whose records are not all in yet: an ablation
+    against one of the rules' nulls missing, or a test not resolved that the rules still extend); under rules with
+    several nulls, ``layer_need`` (the pairs whose zero and mean ablation beat the layer-matched null, the one null
+    of round 2's rule) and ``layer_verdict`` (the verdict that reading would give), which the answer shows beside
+    where the second null changes a pair or the verdict."""
 
     kind: str
     sets: list[tuple[list[str], list[str]]] = field(default_factory=list)
     places: list[NeededPlace] = field(default_factory=list)
     testable: list[str] = field(default_factory=list)
     need: list[str] = field(default_factory=list)
+    open: list[str] = field(default_factory=list)
     layer_need: list[str] | None = None
     layer_verdict: str = ""
 
@@ -280,6 +283,8 @@ def compute_needed(study: Study) -> Claim:
                           if not p.missing and not any(claim.tests[k].untestable for k in p.keys)]
         found.need = [p.where for p in found.places
                       if p.where in found.testable and all(claim.significant(k) for k in p.keys)]
+        found.open = [p.where for p in found.places
+                      if p.where not in found.need and (p.missing or any(_pending(claim, k) for k in p.keys))]
         gates = regime_gates(choosing, found.kind)  # a task whose own setting did not prune chose none of them
         for place in found.places:
             place.clean = (g := gates.get(place.where.rsplit(" ", 1)[1])) is None or not g.pruned
@@ -287,14 +292,29 @@ def compute_needed(study: Study) -> Claim:
             _layer_alone(claim, found)
     if facts.regimes:  # DP's sets decide when they were ablated
         first = facts.regimes[0]
-        claim.verdict = _verdict(claim, first.keys, first.testable, first.need, len(first.places))
+        claim.verdict = _verdict(claim, first.keys, first.testable, first.need, len(first.places), first.open)
     return claim
 
 
-def _verdict(claim: Claim, keys: list[str], testable: list[str], need: list[str], places: int) -> str:
-    """Claim 6's verdict from a regime's deciding ``keys``, its ``testable`` and ``need`` pairs of ``places``."""
-    return "" if cannot_reach(claim, keys) or not testable else \
-        "yes" if majority(len(need), places) else "partly" if need else "no"
+def _verdict(claim: Claim, keys: list[str], testable: list[str], need: list[str], places: int,
+             open_: list[str] = ()) -> str:
+    """Claim 6's verdict from a regime's deciding ``keys``, its ``testable`` and ``need`` pairs of ``places``;
+    ``""`` (cannot be tested) also while the ``open_`` pairs (records not all in: :attr:`NeededRegime.open`) could
+    still change it, for a verdict must not rest on records that are still to come."""
+    def verdict(testable: list[str], need: list[str]) -> str:
+        return "" if cannot_reach(claim, keys) or not testable else \
+            "yes" if majority(len(need), places) else "partly" if need else "no"
+
+    now = verdict(testable, need)
+    return now if now == verdict([*testable, *open_], [*need, *open_]) else ""
+
+
+def _pending(claim: Claim, key: str) -> bool:
+    """Is test ``key`` not resolved at fewer random sets than the rules draw for such a test (round 3: 1,000 a
+    seed)? Its records are then still to be drawn again, and its reading may change."""
+    test = claim.tests.get(key)
+    return bool(test is not None and test.unresolved and claim.rules.extended_sets
+                and test.draws < claim.rules.extended_sets)
 
 
 def _layer_alone(claim: Claim, found: NeededRegime) -> None:
@@ -303,8 +323,10 @@ def _layer_alone(claim: Claim, found: NeededRegime) -> None:
     keys = {p.where: [k for k in p.keys if claim.tests[k].what.get("null") == "layer"] for p in found.places}
     testable = [w for w, ks in keys.items() if ks and not any(claim.tests[k].untestable for k in ks)]
     found.layer_need = [w for w in testable if all(claim.significant(k) for k in keys[w])]
+    still = [w for w, ks in keys.items()
+             if w not in found.layer_need and (not ks or any(_pending(claim, k) for k in ks))]
     found.layer_verdict = _verdict(claim, [k for ks in keys.values() for k in ks], testable, found.layer_need,
-                                   len(found.places))
+                                   len(found.places), still)
 
 
 # --- the words ----------------------------------------------------------------------------------------
@@ -383,6 +405,9 @@ def _regime_answer(claim: Claim, found: NeededRegime) -> str:
             + "".join(f"; no {NULL_NAMES[null]} ablation, so not needing them: {listed(wheres)}"
                       for null, wheres in missing.items() if wheres)
             + (f"; not resolved, counted as not significant: {', '.join(unresolved)}" if unresolved else "")
+            + (f"; records still to come (an ablation against a null, or more random sets for a test not resolved) "
+               f"could change the verdict for {listed(found.open)}, so it waits for them"
+               if found.open and found is claim.facts.regimes[0] and not claim.verdict and not blocked else "")
             + _layer_text(claim, found)
             + (f"; the cleanest tests, tasks whose own {name} did not prune and so chose none of them: "
                + ", ".join(f"{w} {'needs them' if w in found.need else 'not shown to need them'}" for w in clean)
