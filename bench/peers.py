@@ -123,6 +123,10 @@ def parse_args(argv=None):
                         "(ptb.biaffine.dep.roberta.ini, ptb.crf.con.roberta.ini)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument("--json", default=None, help="the results file: finished records are skipped, new ones added")
+    p.add_argument("--no-reproducible", dest="reproducible", action="store_false",
+                   help="train without reproducible mode; by default the command pins the CPU kernels (AVX2) and the "
+                        "threads (--threads, else 1) before torch starts, for every side, and our side trains with "
+                        "reproducible=true and records its weights' digest (docs/guides/training.md)")
     p.add_argument("--render", default=None, help="print the markdown tables of this results file and stop")
     p.add_argument("--answer", default=None, help="print the opening of docs/peers.md from this results file and stop")
     p.add_argument("--count-updates", action="store_true",
@@ -162,10 +166,11 @@ def overrides(task: str, args, seed: int, run_dir: Path) -> list[str]:
     data = sizes(task, args)
     flow = lambda d: "{" + ", ".join(f"{k}: {json.dumps(v)}" for k, v in d.items()) + "}"  # noqa: E731
     stopping = [] if args.recipe == FULL else [f"train.patience={args.patience}", "train.select=best"]
+    pins = ["reproducible=true", f"threads={args.threads or 1}"] if getattr(args, "reproducible", False) else []
     return ["data=ewt", f"tasks={task}", f"encoder.name={ENCODER}", f"seed={seed}", f"run_dir={run_dir}",
             "wandb.mode=disabled", "train.progress=false", f"data.splits={flow(data['splits'])}",
             f"data.sentences={flow(data['sentences'])}", f"train.epochs={cap(task, args)}", *stopping,
-            "train.checkpoint_every=0"]  # checkpoints at epoch ends, outside the timed steps
+            "train.checkpoint_every=0", *pins]  # checkpoints at epoch ends, outside the timed steps
 
 
 def corpus_of(task: str, args) -> dict[str, list[Sentence]]:
@@ -210,6 +215,8 @@ def run_ours(task: str, args, seed: int, work: Path, gold_test: list[Sentence], 
         for hook in hooks:
             hook.remove()
     side.dev_curve = [h["dev_mean"] for h in metrics["history"]]
+    side.weights_sha256 = metrics.get("weights_sha256")
+    side.settings["reproducible"] = metrics.get("reproducible", False)
     side.best_epoch = metrics["best_epoch"]
     side.train_sentences = metrics["sentences"]["train"][task] * len(side.dev_curve)
     side.updates = updates.count
@@ -403,5 +410,24 @@ def main(argv=None) -> str:
     return text
 
 
+def pin_and_restart(argv: list[str]) -> None:
+    """Run as a command with reproducible mode (the default), the CPU kernels and threads must be pinned before
+    torch starts, and this module imported torch already: pin them (mtl_heads.reproducible) and start the
+    command again in their environment, once. Nothing to do when they are pinned, for --no-reproducible, or for
+    the commands that train nothing (--render, --answer, --count-updates)."""
+    from mtl_heads.reproducible import kernels_pinnable, pin_environment, unpinned
+
+    args = parse_args(argv)
+    if not args.reproducible or args.render or args.answer or args.count_updates or not kernels_pinnable() \
+            or not unpinned():
+        return
+    for note in pin_environment(args.threads or 1):
+        print(f"note: {note} (reproducible mode)", flush=True)
+    print(f"reproducible mode: CPU kernels pinned to AVX2, {args.threads or 1} thread(s); starting again in that "
+          "environment (--no-reproducible trains without it)", flush=True)
+    os.execv(sys.executable, [sys.executable, __file__, *argv])
+
+
 if __name__ == "__main__":
+    pin_and_restart(sys.argv[1:])
     main()

@@ -157,6 +157,7 @@ class Side:
     note: str | None = None
     seconds: float | None = None                     # the whole side by the wall clock (dev scoring, loading too)
     updates: int | None = None                       # optimiser updates made (counted since round 3: Updates)
+    weights_sha256: str | None = None                # our side's weights (model.safetensors; since 29 November)
 
     @property
     def key(self) -> tuple:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 
@@ -273,6 +274,12 @@ def test_bench_runs_supar_in_a_fresh_process_and_starts_a_stopped_try_again(peer
     assert [len(r["dev_curve"]) for r in records] == [1, 1], [(r["system"], r["dev_curve"]) for r in records]
     assert "an unfinished try, started again" in (tmp_path / "work" / "peers.log").read_text()
     assert all(r["seconds"] > 0 for r in records)
+    # reproducible mode by default: the command pinned the kernels and started again; our side names its weights
+    ours = next(r for r in records if r["system"] == "mtl-heads")
+    assert ours["settings"]["reproducible"]["cpu_capability"] == "AVX2" or not ours["settings"]["reproducible"]["pinned"]
+    assert ours["settings"]["reproducible"]["threads"] == 1 and len(ours["weights_sha256"]) == 64
+    assert "reproducible mode: CPU kernels pinned to AVX2, 1 thread(s); starting again" in done.stdout or \
+        all(os.environ.get(k) for k in ("ATEN_CPU_CAPABILITY", "MKL_CBWR"))  # pinned already: no restart
     # the optimiser updates each side counted are those bench/peers.py --count-updates works out for a record
     # that kept none (round 2's), from its data and batch settings: supar's own sampler, our batches
     args = peers.parse_args(["--tasks", "dep", "--train", "12", "--dev", "6", "--test", "6"])
