@@ -410,6 +410,9 @@ def main(argv=None) -> str:
     return text
 
 
+RESTARTED = "MTL_HEADS_PEERS_PINNED"  # set by pin_and_restart in the environment it starts the command again in
+
+
 def pin_and_restart(argv: list[str]) -> None:
     """Run as a command with reproducible mode (the default), the CPU kernels and threads must be pinned before
     torch starts, and this module imported torch already: pin them (mtl_heads.reproducible) and start the
@@ -418,9 +421,15 @@ def pin_and_restart(argv: list[str]) -> None:
     from mtl_heads.reproducible import kernels_pinnable, pin_environment, unpinned
 
     args = parse_args(argv)
-    if not args.reproducible or args.render or args.answer or args.count_updates or not kernels_pinnable() \
-            or not unpinned():
+    if not args.reproducible or args.render or args.answer or args.count_updates or not kernels_pinnable():
         return
+    problems = unpinned()
+    if not problems:
+        return
+    if os.environ.get(RESTARTED):  # pinned and started again, and still not pinned: say so, do not loop
+        raise SystemExit(f"reproducible mode: the CPU kernels could not be pinned ({'; '.join(problems)}); "
+                         "run with --no-reproducible")
+    os.environ[RESTARTED] = "1"
     for note in pin_environment(args.threads or 1):
         print(f"note: {note} (reproducible mode)", flush=True)
     print(f"reproducible mode: CPU kernels pinned to AVX2, {args.threads or 1} thread(s); starting again in that "

@@ -478,3 +478,18 @@ def test_a_record_joins_what_other_jobs_wrote_meanwhile(peers, tmp_path):
     peers.add_record(path, mine, peers.Side("dep", "own-full", 1, "mtl-heads", scores={"las": 80.0}), "m", {"train": 1})
     records = json.loads(path.read_text())["records"]
     assert [(r["task"], r["seed"], r["error"]) for r in records] == [("dep", 1, None), ("pos", 2, None)]
+
+
+def test_a_restart_that_did_not_pin_the_kernels_is_said_not_looped(peers, monkeypatch):
+    """Started again in the pinned environment and still not pinned (a CPU whose torch will not take AVX2), the
+    command stops with one line naming what is not pinned, instead of starting itself again for ever."""
+    import mtl_heads.reproducible as reproducible
+
+    monkeypatch.setattr(reproducible, "kernels_pinnable", lambda: True)
+    monkeypatch.setattr(reproducible, "unpinned", lambda: ["torch's CPU kernels are AVX512, not AVX2"])
+    monkeypatch.setenv(peers.RESTARTED, "1")
+    with pytest.raises(SystemExit, match=r"could not be pinned \(torch's CPU kernels are AVX512, not AVX2\); run "
+                                         r"with --no-reproducible"):
+        peers.pin_and_restart(["--tasks", "pos"])
+    monkeypatch.setattr(reproducible, "unpinned", lambda: [])
+    assert peers.pin_and_restart(["--tasks", "pos"]) is None  # pinned: nothing to do
