@@ -334,8 +334,13 @@ def count_updates(results: dict, args, work: Path) -> dict:
 
 
 def main(argv=None) -> str:
-    """The command (see the module's docstring); returns the markdown it printed."""
-    args = parse_args(argv)
+    """The command (see the module's docstring) on ``argv`` (default: the process's); returns the markdown it
+    printed."""
+    return run(parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> str:
+    """The command on parsed ``args`` (:func:`parse_args`); returns the markdown it printed."""
     if args.render or args.answer:
         text = (render if args.render else answer)(read_results(Path(args.render or args.answer)))
         print(text)
@@ -413,14 +418,14 @@ def main(argv=None) -> str:
 RESTARTED = "MTL_HEADS_PEERS_PINNED"  # set by pin_and_restart in the environment it starts the command again in
 
 
-def pin_and_restart(argv: list[str]) -> None:
+def pin_and_restart(args: argparse.Namespace, argv: list[str]) -> None:
     """Run as a command with reproducible mode (the default), the CPU kernels and threads must be pinned before
     torch starts, and this module imported torch already: pin them (mtl_heads.reproducible) and start the
-    command again in their environment, once. Nothing to do when they are pinned, for --no-reproducible, or for
-    the commands that train nothing (--render, --answer, --count-updates)."""
+    command again in their environment, once, on the same ``argv`` (``args`` parsed from it). Nothing to do when
+    they are pinned, for --no-reproducible, or for the commands that train nothing (--render, --answer,
+    --count-updates)."""
     from mtl_heads.reproducible import kernels_pinnable, pin_environment, unpinned
 
-    args = parse_args(argv)
     if not args.reproducible or args.render or args.answer or args.count_updates or not kernels_pinnable():
         return
     problems = unpinned()
@@ -438,5 +443,6 @@ def pin_and_restart(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    pin_and_restart(sys.argv[1:])
-    main()
+    arguments = parse_args(sys.argv[1:])
+    pin_and_restart(arguments, sys.argv[1:])
+    run(arguments)

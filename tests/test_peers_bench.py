@@ -490,6 +490,6 @@ def test_a_restart_that_did_not_pin_the_kernels_is_said_not_looped(peers, monkey
     monkeypatch.setenv(peers.RESTARTED, "1")
     with pytest.raises(SystemExit, match=r"could not be pinned \(torch's CPU kernels are AVX512, not AVX2\); run "
                                          r"with --no-reproducible"):
-        peers.pin_and_restart(["--tasks", "pos"])
+        peers.pin_and_restart(peers.parse_args(["--tasks", "pos"]), ["--tasks", "pos"])
     monkeypatch.setattr(reproducible, "unpinned", lambda: [])
-    assert peers.pin_and_restart(["--tasks", "pos"]) is None  # pinned: nothing to do
+    assert peers.pin_and_restart(peers.parse_args(["--tasks", "pos"]), ["--tasks", "pos"]) is None  # pinned

@@ -279,12 +279,8 @@ def compute_needed(study: Study) -> Claim:
     while _extend(claim, held):  # again while a re-read moves another test's Holm factor into the band
         claim.adjust()
     for found in facts.regimes:
-        found.testable = [p.where for p in found.places
-                          if not p.missing and not any(claim.tests[k].untestable for k in p.keys)]
-        found.need = [p.where for p in found.places
-                      if p.where in found.testable and all(claim.significant(k) for k in p.keys)]
-        found.open = [p.where for p in found.places
-                      if p.where not in found.need and (p.missing or any(_pending(claim, k) for k in p.keys))]
+        found.testable, found.need, found.open = _reading(
+            claim, {p.where: p.keys for p in found.places}, {p.where for p in found.places if p.missing})
         gates = regime_gates(choosing, found.kind)  # a task whose own setting did not prune chose none of them
         for place in found.places:
             place.clean = (g := gates.get(place.where.rsplit(" ", 1)[1])) is None or not g.pruned
@@ -309,6 +305,15 @@ def _verdict(claim: Claim, keys: list[str], testable: list[str], need: list[str]
     return now if now == verdict([*testable, *open_], [*need, *open_]) else ""
 
 
+def _reading(claim: Claim, keys: dict[str, list[str]], missing: set[str]) -> tuple[list[str], list[str], list[str]]:
+    """A regime's pairs read from their deciding tests (``keys`` by ``where``; ``missing``: the pairs lacking an
+    ablation against one of the nulls read): ``(testable, need, open)`` as :class:`NeededRegime` defines them."""
+    testable = [w for w, ks in keys.items() if w not in missing and not any(claim.tests[k].untestable for k in ks)]
+    need = [w for w in testable if all(claim.significant(k) for k in keys[w])]
+    open_ = [w for w, ks in keys.items() if w not in need and (w in missing or any(_pending(claim, k) for k in ks))]
+    return testable, need, open_
+
+
 def _pending(claim: Claim, key: str) -> bool:
     """Is test ``key`` not resolved at fewer random sets than the rules draw for such a test (round 3: 1,000 a
     seed)? Its records are then still to be drawn again, and its reading may change."""
@@ -321,10 +326,7 @@ def _layer_alone(claim: Claim, found: NeededRegime) -> None:
     """``found.layer_need`` and ``found.layer_verdict``: what the layer-matched null alone (round 2's rule) would
     say, so that the answer can show both where round 3's second null changes a pair or the verdict."""
     keys = {p.where: [k for k in p.keys if claim.tests[k].what.get("null") == "layer"] for p in found.places}
-    testable = [w for w, ks in keys.items() if ks and not any(claim.tests[k].untestable for k in ks)]
-    found.layer_need = [w for w in testable if all(claim.significant(k) for k in keys[w])]
-    still = [w for w, ks in keys.items()
-             if w not in found.layer_need and (not ks or any(_pending(claim, k) for k in ks))]
+    testable, found.layer_need, still = _reading(claim, keys, {w for w, ks in keys.items() if not ks})
     found.layer_verdict = _verdict(claim, [k for ks in keys.values() for k in ks], testable, found.layer_need,
                                    len(found.places), still)
 
