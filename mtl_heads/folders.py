@@ -35,7 +35,7 @@ __all__ = ["RUN_FILES", "REMOVAL_FILES", "REMOVAL_DIR", "is_run_dir", "is_finish
            "is_removal_dir", "removal_dir",
            "is_gate_run", "is_probe_report", "is_probe_comparison", "check_run_dir", "check_record", "seed_dir", "folder_kind",
            "SEED_FOLDER", "ABLATION_FILE", "ABLATION_KEPT_FILE", "RETRAINED_FOLDER", "RETRAINING_METRICS", "EARLIER_RETRAINING",
-           "ABLATION_FOLDER", "IMPORTANCE_ABLATION_FOLDER", "CONTINUES", "continued_run", "STUDY_LAYOUT", "match_name",
+           "ABLATION_FOLDER", "IMPORTANCE_ABLATION_FOLDER", "ABLATION_NULLS", "CONTINUES", "continued_run", "STUDY_LAYOUT", "match_name",
            "record_folder_name", "study_layout_shell",
            "KIND_WHY", "shown", "RUNS", "newest_unfinished_run", "setting_stem"]
 
@@ -48,6 +48,7 @@ RETRAINING_METRICS = "retraining.metrics.json"  # in the record's folder: the la
 EARLIER_RETRAINING = "retraining.{k}.metrics.json"  # ... an earlier retraining's, whose weights were lost
 ABLATION_FOLDER = "ablation-{kind}-stem-cells-without-{task}"  # the ablate stage's: kind dp or budget, task T
 IMPORTANCE_ABLATION_FOLDER = ABLATION_FOLDER + "-importance-matched"  # ... against the importance-matched null
+ABLATION_NULLS = {"layer": "layer", "layer and importance": "importance"}  # an ablation.json's "matched" -> its null
 CONTINUES = "continues.txt"  # in a study folder: the study folder whose settings its runs add seeds to (one path)
 STUDY_LAYOUT = {"SEED_FOLDER": SEED_FOLDER, "RETRAINED_FOLDER": RETRAINED_FOLDER, "RETRAINING_METRICS": RETRAINING_METRICS,
                 "EARLIER_RETRAINING": EARLIER_RETRAINING, "ABLATION_FOLDER": ABLATION_FOLDER,

@@ -640,6 +640,10 @@ def test_the_importance_matched_null_draws_within_each_layers_importance_bins(ru
     wanted = sorted(cells[parse_head(h)] for h in record["heads"])
     for names in record["random_heads"]:
         assert sorted(cells[parse_head(h)] for h in names) == wanted
+    from mtl_heads.analysis.ablation import table_lines
+
+    assert table_lines(record)[1].startswith("8 layer- and importance-matched random sets (seed 0")  # as drawn
+    assert table_lines({**record, "matched": "layer"})[1].startswith("8 layer-matched random sets (seed 0")
     assert ablate(runs["llama"], "heads=L0H2,L0H3", "matched=importance", "random_sets=2", "progress=false",
                   f"out={tmp_path / 'kv'}")[0] == 2  # per-KV-group gates: drawn a group at a time, refused
 

@@ -53,6 +53,7 @@ from mtl_heads.data.batching import Example, prepare_examples
 from mtl_heads.data.corpus import ROLES, load_corpus
 from mtl_heads.data.errors import DataError
 from mtl_heads.files import file_sha256, read_json, write_json
+from mtl_heads.folders import ABLATION_NULLS
 from mtl_heads.model.headsets import (cell_matched_sets, head_name, head_names, importance_cells, layer_matched_sets,
                                       parse_head)
 from mtl_heads.model.precision import autocast
@@ -575,7 +576,8 @@ def run_ablation(loaded_run, chosen: np.ndarray, plan: AblationPlan = AblationPl
               "weights_sha256": loaded_run.weights_sha256,
               "tasks": tasks, "heads": head_names(chosen),
               "source": plan.source, "label": plan.label, "split": split, "sentences": {t: len(ex) for t, ex in examples.items()},
-              "random_sets": plan.random_sets, "seed": plan.seed, "matched": "layer" if matched == "layer" else "layer and importance",
+              "random_sets": plan.random_sets, "seed": plan.seed,
+              "matched": next(k for k, v in ABLATION_NULLS.items() if v == matched),
               "gate_groups": encoder.gate_groups,
               "heads_per_layer": [int(k) for k in chosen.sum(1)]}
     setup = {"reference": reference if means is not None else None, "reference_sentences": reference_sentences,
@@ -643,7 +645,8 @@ def table_lines(record: dict) -> list[str]:
     line, a ``*`` on a p at its floor, then the rule and the verdicts' notes."""
     judged = "verdicts" in record
     lines = [f"{len(record['heads'])} heads ({record['source']}): {', '.join(record['heads'])}",
-             f"{record['random_sets']} layer-matched random sets (seed {record['seed']}, per layer "
+             f"{record['random_sets']} {MATCHED[ABLATION_NULLS[record.get('matched', 'layer')]]} random sets (seed "
+             f"{record['seed']}, per layer "
              f"{record['heads_per_layer']}), {record['split']} split",
              f"{'method':<9} {'task':<6} {'metric':<9} {'base':>7} {'ablated':>8} {'drop':>7} "
              f"{'rand mean':>9} {'rand 95%':>8} {'p':>6}" + (f"  {'Holm p':>6}  verdict" if judged else "")]

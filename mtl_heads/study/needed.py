@@ -16,17 +16,17 @@ from pathlib import Path
 
 import numpy as np
 
-from mtl_heads.folders import ABLATION_FOLDER, IMPORTANCE_ABLATION_FOLDER, SEED_FOLDER, match_name, shown
+from mtl_heads.folders import (ABLATION_FOLDER, ABLATION_NULLS, IMPORTANCE_ABLATION_FOLDER, SEED_FOLDER, match_name,
+                               shown)
 from mtl_heads.study.core import (REGIME_NAMES, REGIMES, Claim, Study, Test, cannot_reach, heads_text, listed,
                                   majority, mtl_name, runs_of, slot, task_name, unreachable)
 from mtl_heads.study.heads import regime_gates, stem_heads
 from mtl_heads.study.rules import ALPHA, SUPPORT, VERDICT_METHODS
 from mtl_heads.stats import null_summary
 
-__all__ = ["NULLS", "NULL_NAMES", "pooled_ablation", "choosing_study", "Unused", "Ablated", "NeededPlace",
+__all__ = ["NULL_NAMES", "pooled_ablation", "choosing_study", "Unused", "Ablated", "NeededPlace",
            "NeededRegime", "NeededFacts", "compute_needed", "words_needed", "needed", "extension_commands"]
 
-NULLS = {"layer": "layer", "layer and importance": "importance"}  # an ablation.json's matched -> its null (Rules.nulls)
 NULL_NAMES = {"layer": "layer-matched", "importance": "importance-matched"}  # a null as the lines write it
 
 
@@ -84,9 +84,9 @@ class Unused:
 def _ablation_groups(study: Study, choosing: Study) -> tuple[dict, dict, list[Unused]]:
     """The ablations claim 6 reads: ``({(regime, where, method, null): [(seed, result)]}, {where: (model, task)},
     unused)``, ``where`` as ``STL POS`` or ``MTL-5 DEP`` (model ``STL`` or ``MTL-5``, task ``pos`` or ``dep``),
-    ``null`` one of the rules' nulls (``layer``, ``importance``: :data:`NULLS`), each result with its run folder
-    (``run``), heads and ablation.json (``path``). A result counts for ``regime`` when its heads are that
-    regime's stem cells found without its task in ``choosing`` (:func:`choosing_study`, :func:`stem_heads`) and
+    ``null`` one of the rules' nulls (``layer``, ``importance``: :data:`mtl_heads.folders.ABLATION_NULLS`), each
+    result with its run folder (``run``), heads and ablation.json (``path``). A result counts for ``regime`` when
+    its heads are that regime's stem cells found without its task in ``choosing`` (:func:`choosing_study`, :func:`stem_heads`) and
     its null is one of ``study.rules.nulls``; ``unused`` lists the rest (another head set, such as the stem
     cells found with every task, or a set against a null the rules do not count: under round 2's,
     ``matched=importance``): shown, not counted."""
@@ -99,7 +99,7 @@ def _ablation_groups(study: Study, choosing: Study) -> tuple[dict, dict, list[Un
         row = study.run_row(record.get("run_resolved") or record["run"])
         heads = sorted(map(str, record.get("heads") or []))
         matched = record.get("matched", "layer")  # records older than matched= drew layer-matched sets
-        null = NULLS.get(matched)
+        null = ABLATION_NULLS.get(matched)
         facts = {"fixed": record.get("possible_sets") == 1, "degenerate": bool(record.get("degenerate")),
                  "run": str(row["run"]), "heads": heads, "path": str(path)}
         for method, tasks in record["methods"].items():
@@ -120,8 +120,9 @@ def _ablation_groups(study: Study, choosing: Study) -> tuple[dict, dict, list[Un
 @dataclass
 class Ablated:
     """One ablation method's pooled test at one (model, task) against one null: ``method``, ``key`` (its test's),
-    ``drops`` (``(seed, drop)`` of each ablation pooled), ``null`` (``layer`` or ``importance``: :data:`NULLS`)
-    and ``records`` (``(seed, ablation.json, random sets)`` of each ablation pooled)."""
+    ``drops`` (``(seed, drop)`` of each ablation pooled), ``null`` (``layer`` or ``importance``:
+    :data:`mtl_heads.folders.ABLATION_NULLS`) and ``records`` (``(seed, ablation.json, random sets)`` of each
+    ablation pooled)."""
 
     method: str
     key: str
