@@ -377,7 +377,9 @@ def test_a_run_killed_in_its_second_phase_resumes_to_the_same_weights(base, tmp_
         run(base + ["tasks=pos,ner", *PHASES, f"run_dir={tmp_path / 'cut'}"], on_step=crash)
     capsys.readouterr()
     resumed = run(base + ["tasks=pos,ner", *PHASES, "resume=true", f"run_dir={tmp_path / 'cut'}"])  # its own command
-    assert f"resuming {tmp_path / 'cut'} at epoch 3, step 4" in capsys.readouterr().out  # in phase 2
+    out = capsys.readouterr().out
+    assert f"resuming {tmp_path / 'cut'} at epoch 3, step 4" in out  # in phase 2, which it names
+    assert "resumed in phase 2/2, epoch 3: encoder at 1e-05, decoders frozen, gates at 0.05" in out
     assert resumed["history"] == full["history"] and resumed["test"] == full["test"]
     assert same_weights(weights(tmp_path / "full"), weights(tmp_path / "cut"))
 

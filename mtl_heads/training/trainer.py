@@ -139,6 +139,7 @@ class Trainer:
             raise TrainingError("nothing to train: every parameter is frozen (see prune.freeze_encoder and encoder.gate)")
         self.scheduler = self._scheduler()
         self.frozen: list[nn.Parameter] = []  # the parameters the current phase does not update (_start_phase)
+        self._phase_said = False  # whether this process has said its phase (_start_phase)
         self.checkpoint_dir = plan.run_dir / "checkpoint"
 
     # --- setup ----------------------------------------------------------------------------
@@ -183,14 +184,19 @@ class Trainer:
     def _start_phase(self, epoch: int) -> None:
         """Set :attr:`frozen` for ``epoch``'s phase (its ``freeze``: the decoders' parameters, whose
         gradients :meth:`_step` drops, so that AdamW neither moves nor decays them), and on rank 0 say so
-        when a phase of several begins. Called at every epoch's start, a resumed one too."""
+        when a phase of several begins, or when a resumed process starts inside one (``resumed in phase``).
+        Called at every epoch's start, a resumed one too."""
         index, phase = self.phase(epoch)
         self.frozen = list(self.model.decoders.parameters()) if "decoders" in phase.freeze else []
         first = sum(p.epochs for p in self.phases[:index])
-        if len(self.phases) > 1 and epoch == first and self.state.step_in_epoch == 0 and self.rank == 0:
+        begins = epoch == first and self.state.step_in_epoch == 0
+        inside = not self._phase_said and self.state.resumed_from  # this process resumed within the phase
+        self._phase_said = True
+        if len(self.phases) > 1 and (begins or inside) and self.rank == 0:
             epochs = f"epoch {first + 1}" if phase.epochs == 1 else f"epochs {first + 1}-{first + phase.epochs}"
-            write(f"phase {index + 1}/{len(self.phases)}, {epochs}: encoder at {phase.lr_encoder:g}, decoders "
-                  + ("frozen" if self.frozen else f"at {phase.lr_decoder:g}") + f", gates at {self.tc.lr_gate:g}")
+            write(f"{'' if begins else 'resumed in '}phase {index + 1}/{len(self.phases)}, {epochs}: encoder at "
+                  f"{phase.lr_encoder:g}, decoders " + ("frozen" if self.frozen else f"at {phase.lr_decoder:g}")
+                  + f", gates at {self.tc.lr_gate:g}")
 
     def _optimizers(self) -> list[torch.optim.Optimizer]:
         return [o for o in (self.optimizer, self.gate_optimizer) if o is not None]
