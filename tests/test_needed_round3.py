@@ -120,7 +120,7 @@ def test_a_place_without_the_importance_matched_null_cannot_need_them(study_dir)
     assert found.need == ["STL POS"] and [p.missing for p in found.places] == [[], ["importance"]]
     # 1 of 2 pairs need them ("partly"), but NER's missing record could make it 2 of 2 ("yes"): no verdict yet
     assert claim.verdict == "" and found.open == ["STL NER"] and claim.word == "cannot be tested"
-    assert "no importance-matched ablation, so not needing them: STL NER" in claim.answer
+    assert "no importance-matched ablation, so not counted as needing them: STL NER" in claim.answer
     assert "records still to come (an ablation against a null, or more random sets for a test not resolved) could " \
            "change the verdict for STL NER, so it waits for them" in claim.answer
     assert "untestable" not in claim.answer

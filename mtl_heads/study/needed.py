@@ -405,7 +405,7 @@ def _regime_answer(claim: Claim, found: NeededRegime) -> str:
     return (f"the {name} stem cells found without each task are needed by {len(found.need)} of {len(places)} "
             f"(model, task) pairs ({listed(found.need)})"
             + (f" ({blocked})" if blocked else f"; untestable: {listed(untestable)}" if untestable else "")
-            + "".join(f"; no {NULL_NAMES[null]} ablation, so not needing them: {listed(wheres)}"
+            + "".join(f"; no {NULL_NAMES[null]} ablation, so not counted as needing them: {listed(wheres)}"
                       for null, wheres in missing.items() if wheres)
             + (f"; not resolved, counted as not significant: {', '.join(unresolved)}" if unresolved else "")
             + (f"; records still to come (an ablation against a null, or more random sets for a test not resolved) "
