@@ -372,6 +372,7 @@ def run(args: argparse.Namespace) -> str:
         return json.dumps(counts)
     where = machine()
     print(f"Machine: {where}", flush=True)
+    print(f"each side's training (a line an epoch) goes to {work / 'peers.log'}", flush=True)
     if any(t in ("dep", "con") for t in names) and args.side != "ours":
         for problem in supar_problems():
             print(f"supar as released: {problem} (shimmed while supar runs)", flush=True)

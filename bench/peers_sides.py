@@ -530,6 +530,8 @@ def run_supar(task: str, args, seed: int, recipe: str, work: Path, corpus: dict,
                 dev_loader.append(loader)
             if loader is dev_loader[0]:
                 side.dev_curve.append(100 * float(metric.score))
+                print(f"{side.system} seed {seed}: epoch {len(side.dev_curve)}, dev {METRICS[task]} "
+                      f"{side.dev_curve[-1]:.2f}", flush=True)
             return loss, metric
 
         parser._evaluate = scored
@@ -640,6 +642,7 @@ def run_hf(task: str, args, seed: int, recipe: str, work: Path, corpus: dict, go
     def dev_score(prediction):  # the project's metric on dev, after each epoch (the Trainer keeps the best)
         value = score(task, annotated(task, dev, tags_of(prediction.predictions, dev_enc, dev)), dev)[METRICS[task]]
         side.dev_curve.append(float(value))
+        print(f"{side.system} seed {seed}: epoch {len(side.dev_curve)}, dev {METRICS[task]} {value:.2f}", flush=True)
         return {"dev": value}
 
     verbosity = hf_logging.get_verbosity()

@@ -395,6 +395,12 @@ def test_round3_runs_each_peer_at_its_own_recipe_and_counts_updates(peers, bench
     assert len(records) == 4 and all(r["recipe"] == "own-full" and r["error"] is None for r in records.values()), \
         done.stdout[-3000:]
     assert all(len(r["dev_curve"]) == 2 and r["updates"] > 0 for r in records.values())
+    log = (tmp_path / "work" / "peers.log").read_text()  # a line an epoch of each side, where the command says
+    assert f"each side's training (a line an epoch) goes to {tmp_path / 'work' / 'peers.log'}" in done.stdout
+    for task, system in (("dep", tables.PEERS["dep"]), ("pos", tables.PEERS["pos"])):
+        metric, curve = tables.METRICS[task], records[(task, system)]["dev_curve"]
+        assert f"{system} seed 1: epoch 2, dev {metric} {curve[1]:.2f}" in log, log[-2000:]
+    assert "epoch 2: dev pos accuracy" in log  # ours: the trainer's own epoch lines
     supar = records[("dep", tables.PEERS["dep"])]["settings"]
     from mtl_heads.files import file_sha256
 
