@@ -35,8 +35,8 @@ __all__ = ["RUN_FILES", "REMOVAL_FILES", "REMOVAL_DIR", "is_run_dir", "is_finish
            "is_removal_dir", "removal_dir",
            "is_gate_run", "is_probe_report", "is_probe_comparison", "check_run_dir", "check_record", "seed_dir", "folder_kind",
            "SEED_FOLDER", "ABLATION_FILE", "ABLATION_KEPT_FILE", "RETRAINED_FOLDER", "RETRAINING_METRICS", "EARLIER_RETRAINING",
-           "ABLATION_FOLDER", "IMPORTANCE_ABLATION_FOLDER", "ABLATION_NULLS", "CONTINUES", "continued_run", "STUDY_LAYOUT", "match_name",
-           "record_folder_name", "study_layout_shell",
+           "ABLATION_FOLDER", "IMPORTANCE_ABLATION_FOLDER", "ABLATION_NULLS", "CONTINUES", "continued_run", "STUDY_LAYOUT",
+           "match_name", "record_folder_name", "study_layout_shell",
            "KIND_WHY", "shown", "RUNS", "newest_unfinished_run", "setting_stem"]
 
 SEED_FOLDER = "seed{seed}"  # the run folder of one seed in an experiment (train seeds=...) or a study

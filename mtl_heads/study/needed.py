@@ -86,10 +86,10 @@ def _ablation_groups(study: Study, choosing: Study) -> tuple[dict, dict, list[Un
     unused)``, ``where`` as ``STL POS`` or ``MTL-5 DEP`` (model ``STL`` or ``MTL-5``, task ``pos`` or ``dep``),
     ``null`` one of the rules' nulls (``layer``, ``importance``: :data:`mtl_heads.folders.ABLATION_NULLS`), each
     result with its run folder (``run``), heads and ablation.json (``path``). A result counts for ``regime`` when
-    its heads are that regime's stem cells found without its task in ``choosing`` (:func:`choosing_study`, :func:`stem_heads`) and
-    its null is one of ``study.rules.nulls``; ``unused`` lists the rest (another head set, such as the stem
-    cells found with every task, or a set against a null the rules do not count: under round 2's,
-    ``matched=importance``): shown, not counted."""
+    its heads are that regime's stem cells found without its task in ``choosing`` (:func:`choosing_study`,
+    :func:`stem_heads`) and its null is one of ``study.rules.nulls``; ``unused`` lists the rest (another head
+    set, such as the stem cells found with every task, or a set against a null the rules do not count: under
+    round 2's, ``matched=importance``): shown, not counted."""
     held: dict[tuple, list] = {}
     wheres: dict[str, tuple[str, str]] = {}
     other: dict[tuple, Unused] = {}

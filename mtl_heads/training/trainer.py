@@ -190,7 +190,7 @@ class Trainer:
         self.frozen = list(self.model.decoders.parameters()) if "decoders" in phase.freeze else []
         first = sum(p.epochs for p in self.phases[:index])
         begins = epoch == first and self.state.step_in_epoch == 0
-        inside = not self._phase_said and self.state.resumed_from  # this process resumed within the phase
+        inside = not self._phase_said and bool(self.state.resumed_from)  # this process resumed within the phase
         self._phase_said = True
         if len(self.phases) > 1 and (begins or inside) and self.rank == 0:
             epochs = f"epoch {first + 1}" if phase.epochs == 1 else f"epochs {first + 1}-{first + phase.epochs}"
