@@ -449,7 +449,11 @@ def test_answer_says_where_ours_stands_and_what_early_stops_do(tables):
     # both sides stopped after as many epochs: the difference there is said, whatever the verdict
     results["records"] = [dict(r, dev_curve=[70.0] * 9) if r["seed"] == 3 else r for r in results["records"]]
     assert "On seed 3 both sides stopped after 9 epochs, and ours is 0.30 lower." in tables.answer(results)
-    assert "Round 3, each peer's own recipe on the whole EWT splits, has no run yet" in text
+    assert "Round 3, each peer's own recipe on the whole EWT splits, has no pair of runs yet: its rule" in text
+    # a full-split run whose other side has not run yet is named, not hidden behind "no pair"
+    lone = dict(record(peer, 1, 85.0, 10), recipe="own-full")
+    assert "has no pair of runs yet; runs waiting for their other side: CON seed 1 (the peer): its rule" in \
+        tables.answer({"records": results["records"] + [lone]})
 
 
 def test_round3_rule_gives_the_corpus_sizes(ewt):
