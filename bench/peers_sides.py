@@ -172,6 +172,14 @@ class Side:
 
 
 # ----------------------------------------------------------------------------- data and scoring
+def dev_scored(side: Side, value: float) -> None:
+    """A peer side's dev score after an epoch: kept in its ``dev_curve`` and said in a line of the training log
+    (the command's stdout is ``peers.log`` while a side runs), so that a run of hours can be followed."""
+    side.dev_curve.append(value)
+    print(f"{side.system} seed {side.seed}: epoch {len(side.dev_curve)}, dev {METRICS[side.task]} {value:.2f}",
+          flush=True)
+
+
 def usable(task: str, sentences: list[Sentence]) -> list[Sentence]:
     return [s for s in sentences if TASKS[task]().usable(s)]
 
@@ -529,9 +537,7 @@ def run_supar(task: str, args, seed: int, recipe: str, work: Path, corpus: dict,
             if not dev_loader:  # Parser.train's epoch scores dev first, then test
                 dev_loader.append(loader)
             if loader is dev_loader[0]:
-                side.dev_curve.append(100 * float(metric.score))
-                print(f"{side.system} seed {seed}: epoch {len(side.dev_curve)}, dev {METRICS[task]} "
-                      f"{side.dev_curve[-1]:.2f}", flush=True)
+                dev_scored(side, 100 * float(metric.score))
             return loss, metric
 
         parser._evaluate = scored
@@ -641,8 +647,7 @@ def run_hf(task: str, args, seed: int, recipe: str, work: Path, corpus: dict, go
 
     def dev_score(prediction):  # the project's metric on dev, after each epoch (the Trainer keeps the best)
         value = score(task, annotated(task, dev, tags_of(prediction.predictions, dev_enc, dev)), dev)[METRICS[task]]
-        side.dev_curve.append(float(value))
-        print(f"{side.system} seed {seed}: epoch {len(side.dev_curve)}, dev {METRICS[task]} {value:.2f}", flush=True)
+        dev_scored(side, float(value))
         return {"dev": value}
 
     verbosity = hf_logging.get_verbosity()

@@ -139,7 +139,6 @@ class Trainer:
             raise TrainingError("nothing to train: every parameter is frozen (see prune.freeze_encoder and encoder.gate)")
         self.scheduler = self._scheduler()
         self.frozen: list[nn.Parameter] = []  # the parameters the current phase does not update (_start_phase)
-        self._phase_said = False  # whether this process has said its phase (_start_phase)
         self.checkpoint_dir = plan.run_dir / "checkpoint"
 
     # --- setup ----------------------------------------------------------------------------
@@ -190,8 +189,9 @@ class Trainer:
         self.frozen = list(self.model.decoders.parameters()) if "decoders" in phase.freeze else []
         first = sum(p.epochs for p in self.phases[:index])
         begins = epoch == first and self.state.step_in_epoch == 0
-        inside = not self._phase_said and bool(self.state.resumed_from)  # this process resumed within the phase
-        self._phase_said = True
+        # this process's first epoch, resumed (its checkpoint's step, the last of resumed_from): inside the phase
+        resumed = self.state.resumed_from
+        inside = bool(resumed) and self.state.global_step == resumed[-1]["global_step"]
         if len(self.phases) > 1 and (begins or inside) and self.rank == 0:
             epochs = f"epoch {first + 1}" if phase.epochs == 1 else f"epochs {first + 1}-{first + phase.epochs}"
             write(f"{'' if begins else 'resumed in '}phase {index + 1}/{len(self.phases)}, {epochs}: encoder at "
