@@ -157,7 +157,9 @@ class Side:
     note: str | None = None
     seconds: float | None = None                     # the whole side by the wall clock (dev scoring, loading too)
     updates: int | None = None                       # optimiser updates made (counted since round 3: Updates)
-    weights_sha256: str | None = None                # our side's weights (model.safetensors; since 29 November)
+    weights_sha256: str | None = None                # the weights that predicted: ours, its model.safetensors'
+                                                     # sha256 (since 29 November); a peer's, weights_digest's
+                                                     # (since 29 November, 21:00 UTC)
 
     @property
     def key(self) -> tuple:
@@ -169,6 +171,18 @@ class Side:
         setattr(self, f"{phase}_wall", wall)
         setattr(self, f"{phase}_cpu", cpu)
 
+
+
+def weights_digest(model: torch.nn.Module) -> str:
+    """The sha256 of ``model``'s state dict written as safetensors (each tensor a contiguous copy, so tied weights
+    are written twice): the digest a peer's record keeps of the weights that predicted. Two runs that give the
+    same digest hold the same values under the same names."""
+    import hashlib
+
+    from safetensors.torch import save
+
+    state = {name: value.detach().cpu().contiguous().clone() for name, value in model.state_dict().items()}
+    return hashlib.sha256(save(state)).hexdigest()
 
 
 # ----------------------------------------------------------------------------- data and scoring
@@ -567,6 +581,7 @@ def run_supar(task: str, args, seed: int, recipe: str, work: Path, corpus: dict,
         with predict(), counter.counting("predict"):
             dataset = parser.predict(words, verbose=False, **plan.predict)
         hook.remove()
+        side.weights_sha256 = weights_digest(parser.model)
     side.best_epoch = int(np.argmax(side.dev_curve)) + 1 if side.dev_curve else 0
     side.train_sentences = len(usable(task, corpus["train"])) * len(side.dev_curve)
     side.updates = updates.count
@@ -733,6 +748,7 @@ def run_hf(task: str, args, seed: int, recipe: str, work: Path, corpus: dict, go
         side.note = f"length-sorted prediction differs on {differ} sentences (padding changes the rounding)"
     side.predict_sentences = len(gold_test)
     side.subwords = counter.counts
+    side.weights_sha256 = weights_digest(trainer.model)  # the weights that predicted (the best or last epoch)
     side.scores = score(task, annotated(task, gold_test, predictions), gold_test)
     return side
 

@@ -395,6 +395,7 @@ def test_round3_runs_each_peer_at_its_own_recipe_and_counts_updates(peers, bench
     assert len(records) == 4 and all(r["recipe"] == "own-full" and r["error"] is None for r in records.values()), \
         done.stdout[-3000:]
     assert all(len(r["dev_curve"]) == 2 and r["updates"] > 0 for r in records.values())
+    assert all(len(r["weights_sha256"]) == 64 for r in records.values())  # each side names the weights that predicted
     log = (tmp_path / "work" / "peers.log").read_text()  # a line an epoch of each side, where the command says
     assert f"each side's training (a line an epoch) goes to {tmp_path / 'work' / 'peers.log'}" in done.stdout
     for task, system in (("dep", tables.PEERS["dep"]), ("pos", tables.PEERS["pos"])):
@@ -503,3 +504,25 @@ def test_a_restart_that_did_not_pin_the_kernels_is_said_not_looped(peers, monkey
         peers.pin_and_restart(peers.parse_args(["--tasks", "pos"]), ["--tasks", "pos"])
     monkeypatch.setattr(reproducible, "unpinned", lambda: [])
     assert peers.pin_and_restart(peers.parse_args(["--tasks", "pos"]), ["--tasks", "pos"]) is None  # pinned
+
+
+def test_a_peers_weights_digest_names_its_values_not_its_object(bench):
+    """``weights_digest``: the same values under the same names give the same digest (a copy, tied weights
+    included); one value changed, or one name, gives another."""
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(5, 3), torch.nn.Linear(3, 5))
+    model[1].weight = torch.nn.Parameter(model[0].weight.detach().T.contiguous().T)  # another storage, same values
+    tied = torch.nn.Sequential(torch.nn.Embedding(5, 3), torch.nn.Linear(3, 5))
+    tied.load_state_dict(model.state_dict())
+    tied[1].weight = tied[0].weight  # one tensor under two names
+    digest = bench.weights_digest(model)
+    assert len(digest) == 64 and bench.weights_digest(tied) == digest
+    with torch.no_grad():
+        tied[1].bias[0] += 1e-6
+    assert bench.weights_digest(tied) != digest
+    renamed = torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.Embedding(5, 3))
+    renamed[0].load_state_dict(model[1].state_dict())
+    renamed[1].load_state_dict(model[0].state_dict())
+    assert bench.weights_digest(renamed) != digest
