@@ -528,16 +528,16 @@ def _round3(results: dict) -> tuple[list[str], dict[str, str]]:
         below = sum(d < 0 for d in diffs)
         mine, theirs = [o for o, _ in both], [p for _, p in both]
         peer = PEER_SHORT[task]
-        speed = [_phase("training", _pooled(mine, "train"), _pooled(theirs, "train"))[0],
-                 _phase("prediction", _pooled(mine, "predict"), _pooled(theirs, "predict"))[0]]
+        speed = (f"as its recipe runs, {_phase('training', _pooled(mine, 'train'), _pooled(theirs, 'train'))[0]}; "
+                 f"{_phase('prediction', _pooled(mine, 'predict'), _pooled(theirs, 'predict'))[0]}")
         if any(np.isfinite(r["sorted_wall"]) for r in theirs):
-            speed.append(_phase("prediction", _pooled(mine, "predict"), _pooled(theirs, "predict_sorted"))[0]
-                         + " against its test sentences sorted by length")
+            speed += (f". Against {peer} predicting its test sentences sorted by length (what a careful user does), "
+                      f"{_phase('prediction', _pooled(mine, 'predict'), _pooled(theirs, 'predict_sorted'))[0]}")
         lines.append(f"- **{task.upper()}** against {PAIR_NAMES[task]} at its recipe: "
                      f"*{_verdict(results, task, FULL, both)}*, {_interval(diffs)} {METRIC_NAMES[metric]} (ours - peer) "
                      f"over {_seeds([o['seed'] for o in mine])}, ours below on {below} of {len(diffs)}; optimiser "
                      f"updates, ours {_mean_updates(results, mine)} against {_mean_updates(results, theirs)}. "
-                     f"Speed, ours against {peer} at its recipe, {'; '.join(speed)}.")
+                     f"Speed, ours against {peer} {speed}.")
         verdict = accuracy_verdict(diffs).split(" (")[0]
         settled = verdict in ("better", "worse") or verdict.startswith("equal")
         if settled and not seeds_to_come(results, task, FULL, both):
