@@ -125,7 +125,7 @@ def test_a_place_without_the_importance_matched_null_cannot_need_them(study_dir)
            "change the verdict for STL NER, so it waits for them" in claim.answer
     assert "untestable" not in claim.answer
     line = next(line for line in claim.text_lines() if line.startswith(f"{DP}, STL NER"))
-    assert line.endswith("; no importance-matched ablation, so it cannot need them")
+    assert line.endswith("; no importance-matched ablation, so not counted as needing them")
     # round 2 reads the layer-matched null alone: both pairs need them, the importance records shown as not counted
     before = needed(read_study([str(study_dir)]))
     assert before.verdict == "yes" and before.facts.regimes[0].need == ["STL POS", "STL NER"]

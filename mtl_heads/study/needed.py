@@ -371,7 +371,7 @@ def _place_line(claim: Claim, kind: str, place: NeededPlace) -> str:
     parts += [f"no {NULL_NAMES[null]} ablation"
               + (f" of {' and '.join(m for m in _chosen(place) if (m, null) not in _done(place))}"
                  if any((m, null) in _done(place) for m in _chosen(place)) else "")
-              + ", so it cannot need them" for null in place.missing]
+              + ", so not counted as needing them" for null in place.missing]
     return (f"{REGIME_NAMES[kind]}, {place.where}" + (f" ({place.metric})" if place.metric else "")
             + ("; **the layer-matched random sets cannot vary in some layer**" if place.degenerate else "") + ": "
             + "; ".join(parts))
