@@ -143,10 +143,10 @@ def check_record(path: str | Path, key: str | None = None) -> Path:
 
 def shown(path: str | Path) -> str:
     """``path`` as messages and generated pages show it: relative to the working directory when it lies
-    below it (so that a page made in a clone reads the same anywhere), else as given."""
+    below it (so that a page, table or claims file made in a clone reads the same anywhere), else as given."""
     try:
         return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
+    except (ValueError, OSError):
         return str(path)
 
 

@@ -201,7 +201,7 @@ def test_integer_key_missing_in_some_runs_stays_an_integer(tmp_path):
 
 
 # --- what a user is shown: runs found at any depth, notes for what is not used, short names ------
-def test_runs_in_experiment_folders_at_any_depth_and_notes_for_the_rest(tmp_path, capsys):
+def test_runs_in_experiment_folders_at_any_depth_and_notes_for_the_rest(tmp_path, capsys, monkeypatch):
     root = tmp_path / "runs"
     make_run(root / "pos-20261122-101500", ("pos",), 1)                       # a run directly in runs/
     make_run(root / "dep-dp" / "seed1", ("dep",), 1, prune__mode="dynamic")   # seeds=1,2 experiment=dep-dp
@@ -230,6 +230,12 @@ def test_runs_in_experiment_folders_at_any_depth_and_notes_for_the_rest(tmp_path
                           f"wrote {out / 'compare.md'} (the tables as markdown)"]
     assert "4 runs in 3 settings; 4 path(s) not used" in captured.out
     assert "## Not used" in (out / "compare.md").read_text()
+    # a committed table reads the same from any clone: runs below the working directory are named relative to it
+    assert all(Path(run).is_absolute() for run in saved["run"])  # tmp_path lies outside it
+    monkeypatch.chdir(tmp_path)
+    assert main(["runs", "out=cmp"]) == 0
+    assert sorted(pd.read_csv(out / "compare-runs.csv")["run"]) == [
+        "runs/ablation/srl-dp/seed1", "runs/dep-dp/seed1", "runs/dep-dp/seed2", "runs/pos-20261122-101500"]
 
 
 def test_too_deep_runs_are_named_not_silently_missed(tmp_path):

@@ -161,6 +161,21 @@ def test_cli_writes_the_expected_files(runs_dir, monkeypatch, capsys):
     assert corr.loc["dep", "pos+ner"] == pytest.approx(corr.loc["pos+ner", "dep"])
 
 
+def test_kept_per_layer_names_runs_as_given_below_the_working_directory(runs_dir, monkeypatch):
+    """A committed table must read the same from any clone: a run below the working directory is named relative
+    to it, one elsewhere by its full path."""
+    monkeypatch.chdir(runs_dir.parent)
+    assert main(["runs", "out=table"]) == 0
+    assert sorted(pd.read_csv(runs_dir.parent / "table" / "kept-per-layer.csv")["path"]) == [
+        "runs/dep-x", "runs/dep-y", "runs/dep-z", "runs/pn"]
+    elsewhere = runs_dir.parent / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert main([str(runs_dir), "out=table"]) == 0
+    assert sorted(pd.read_csv(elsewhere / "table" / "kept-per-layer.csv")["path"]) == [
+        str((runs_dir / name).resolve()) for name in ("dep-x", "dep-y", "dep-z", "pn")]
+
+
 def test_write_report_returns_paths_and_images_open(runs_dir, tmp_path):
     import matplotlib.image
 

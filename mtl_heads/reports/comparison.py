@@ -46,6 +46,7 @@ import pandas as pd
 
 from mtl_heads.config import ConfigError
 from mtl_heads.files import UnreadableFile, read_json
+from mtl_heads import folders
 from mtl_heads.folders import OLD_REMOVAL_WEIGHTS, removal_dir
 from mtl_heads.figures.plots import new_figure, wrap_label
 from mtl_heads.reports.curves import curve_points, learning_curves, main_metric, plot_learning_curves
@@ -492,7 +493,7 @@ def write_comparison(comparison: Comparison, out: str | Path) -> dict[str, Path]
     out.mkdir(parents=True, exist_ok=True)
     paths = {"csv": out / "compare.csv", "runs_csv": out / "compare-runs.csv", "md": out / "compare.md"}
     comparison.summary.to_csv(paths["csv"], index=False)
-    comparison.runs.to_csv(paths["runs_csv"], index=False)
+    comparison.runs.assign(run=[folders.shown(r) for r in comparison.runs["run"]]).to_csv(paths["runs_csv"], index=False)
     if comparison.significance is not None:
         paths["significance_csv"] = out / "significance.csv"
         comparison.significance.to_csv(paths["significance_csv"], index=False)
@@ -536,7 +537,8 @@ def short_run_names(runs: list[str]) -> list[str]:
 
 def runs_shown(runs: pd.DataFrame) -> pd.DataFrame:
     """The run table as display strings: setting, seed, the numbers (scores with two decimals), and
-    the run folder relative to the runs' common parent (the full path is in ``compare-runs.csv``)."""
+    the run folder relative to the runs' common parent (``compare-runs.csv`` names it relative to the working
+    directory when it lies below it, else in full)."""
     numbers = [c for c in number_columns(runs) if not (c in MEAN_SCORES and mixed_tasks(runs))]
     columns = ["setting", "seed", *numbers, "run"]
     shown = runs[columns].copy()

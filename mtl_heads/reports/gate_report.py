@@ -46,6 +46,7 @@ import numpy as np
 import pandas as pd
 
 from mtl_heads.config import ConfigError
+from mtl_heads.folders import shown
 from mtl_heads.figures.gate_map import grid_axes, kept_per_layer, plot_gate_map, save_figure
 from mtl_heads.figures.plots import chars_in, lines_height, new_figure, text_size, wrap_label
 from mtl_heads.model.gate_constants import KEPT_AT
@@ -180,7 +181,7 @@ def _kept_table(groups: dict[str, list[RunGates]], labels: dict[Path, str], thre
     for setting, runs in groups.items():
         for run in runs:
             kept = kept_per_layer(run.values, threshold)  # [layers]
-            rows.append({"setting": setting, "seed": run.seed, "run": labels[run.path], "path": str(run.path),
+            rows.append({"setting": setting, "seed": run.seed, "run": labels[run.path], "path": shown(run.path),
                          **{f"L{layer}": int(k) for layer, k in enumerate(kept)},
                          "total": int(kept.sum()), "heads": run.values.size})
     return pd.DataFrame(rows).astype({"seed": "Int64"})

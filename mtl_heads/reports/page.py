@@ -44,6 +44,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from mtl_heads import folders
 from mtl_heads.config import ConfigError
 from mtl_heads.model.gate_constants import KEPT_AT
 from mtl_heads.reports.attention_view import attention_section
@@ -329,7 +330,8 @@ def comparison_section(comparison: Comparison, folder: Path, folded: bool = Fals
         parts.append(fold("Settings" if not folded else f"the settings' config keys ({len(legend)})",
                           html_table(frame, None, "legend", text_columns=(frame.columns[1],))))
     parts.append(fold("Runs" if not folded else f"the runs ({len(runs)})",
-                      html_table(shown_runs, run_values, "runs", titles={"run": list(runs["run"])})))
+                      html_table(shown_runs, run_values, "runs",
+                                 titles={"run": [folders.shown(r) for r in runs["run"]]})))
     shared = runs.attrs.get("shared", {})
     if shared:
         frame = pd.DataFrame({"key": list(shared), "value": [str(v) for v in shared.values()]})

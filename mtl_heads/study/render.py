@@ -53,6 +53,7 @@ import numpy as np
 import pandas as pd
 
 from mtl_heads.config import ConfigError
+from mtl_heads.folders import shown
 from mtl_heads.study.core import (REGIME_NAMES, Claim, Study, Test, folder_of, mean_std, metric_name, mtl_name,
                                   score_column, as_number, task_name)
 from mtl_heads.reports.significance import format_p
@@ -302,17 +303,7 @@ def test_data(test: Test) -> dict:
                   "adjusted": test.adjusted, "family": test.family, "floor": test.floor, "reach": test.reach,
                   "why": test.why, "significant": test.significant, "decides": test.decides, "few": test.few,
                   "stability": test.stability or None, "fragile": test.fragile, "too_few": test.too_few,
-                  "runs": [_here(run) for run in test.runs]})
-
-
-def _here(run) -> str:
-    """A run folder relative to the current directory when it lies under it (so that a claims JSON written
-    from a repository's root names ``docs/ewt-study/pos/seed1`` on every machine), else as given."""
-    path = Path(run)
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except (ValueError, OSError):
-        return str(run)
+                  "runs": [shown(run) for run in test.runs]})
 
 
 def claim_data(number: int, claim: Claim) -> dict:
