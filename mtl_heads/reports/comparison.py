@@ -493,7 +493,8 @@ def write_comparison(comparison: Comparison, out: str | Path) -> dict[str, Path]
     out.mkdir(parents=True, exist_ok=True)
     paths = {"csv": out / "compare.csv", "runs_csv": out / "compare-runs.csv", "md": out / "compare.md"}
     comparison.summary.to_csv(paths["csv"], index=False)
-    comparison.runs.assign(run=[folders.shown(r) for r in comparison.runs["run"]]).to_csv(paths["runs_csv"], index=False)
+    runs = comparison.runs.assign(run=[folders.shown(r) for r in comparison.runs["run"]])  # the same from any clone
+    runs.to_csv(paths["runs_csv"], index=False)
     if comparison.significance is not None:
         paths["significance_csv"] = out / "significance.csv"
         comparison.significance.to_csv(paths["significance_csv"], index=False)
