@@ -130,13 +130,35 @@ job() {  # run "$@", in the background when JOBS > 1 (at most JOBS at once)
   "$@" &
 }
 has() { [[ " ${ORDER[*]} " == *" $1 "* ]]; }  # is setting $1 in SETTINGS
-retrain_hint() { echo "not committed; train it again: SETTINGS=$1 SEEDS=$2 bash $SELF retrain"; }
+retrain_hint() { echo "not committed; train it again: STUDY=$(printf %q "$STUDY") SETTINGS=$1 SEEDS=$2 bash $SELF retrain"; }
+
+# a study that continues another ($STUDY/$CONTINUES names it: round 3 adds seeds 4 and 5 to round 2's record) reads
+# a seed it has no run of from the study it continues (seed_run), and keeps what it adds to such a run (its
+# retraining's metrics, its ablations) in its own folder of that run, the run's annex (annex_of:
+# $STUDY/<setting folder>/seed<N>, no run itself), so that the continued study's record stays as it was; its
+# retraining goes beside the annex ($STUDY/<setting folder>/.seed<N>.retrained). A run it would train where the
+# continued study has one finished is that one (run), never a second
+continued=""
+if [[ -f $STUDY/$CONTINUES ]]; then continued=$(< "$STUDY/$CONTINUES"); continued=${continued%/}; fi
+seed_run() {  # the run of setting folder $1, seed $2: this study's, else the continued study's finished one
+  local own=$STUDY/$1/$(seed_folder "$2")
+  if [[ ! -f $own/metrics.json && -n $continued && -f $continued/$1/$(seed_folder "$2")/metrics.json ]]; then
+    echo "$continued/$1/$(seed_folder "$2")"
+  else echo "$own"; fi
+}
+annex_of() {  # where this study keeps what it adds to run $1: the run's own folder, or for a run of the continued
+  if [[ -n $continued && ${1%/*/*} == "$continued" ]]; then echo "$STUDY/${1#"$continued"/}"  # study, its annex
+  else echo "$1"; fi
+}
 
 # one run into $1 (skipped when finished, resumed when started), with the other arguments; its
 # lines are prefixed with the folder (runs in parallel write to the same log)
 run() {
   local dir=$1; shift
   if [[ -f $dir/metrics.json ]]; then echo "done: $dir"; return; fi
+  if [[ -n $continued && $dir == "$STUDY"/* && -f $continued/${dir#"$STUDY"/}/metrics.json ]]; then
+    echo "done: $continued/${dir#"$STUDY"/} (in $continued, which $STUDY continues)"; return
+  fi
   local args=(data=ewt reproducible=true "$@" "${EXTRA[@]}" run_dir="$dir")  # mtl_heads/reproducible.py
   [[ -f $dir/config.yaml ]] && args=(resume=true run_dir="$dir")
   python -m mtl_heads train "${args[@]}" train.progress=false 2>&1 | sed -u "s|^|[$dir] |" || failed "$dir"
@@ -155,7 +177,8 @@ dp() { for n in $SEEDS; do for s in "${ORDER[@]}"; do
 # the same session as the baseline (the stage order does), or after the retrain stage.
 sp_one() {  # setting $1, seed $2, into $STUDY/$3/seed$2; more training arguments after
   local s=$1 n=$2 name=$3; shift 3
-  local base=$STUDY/$s/$(seed_folder "$n") dir=$STUDY/$name/$(seed_folder "$n") weights
+  local base dir=$STUDY/$name/$(seed_folder "$n") weights
+  base=$(seed_run "$s" "$n")
   weights=$(weights_of "$base")  # a retraining that did not reproduce the record stands in for it
   if [[ -f $dir/metrics.json ]]; then echo "done: $dir"
   elif [[ -z $weights ]]; then
@@ -184,7 +207,7 @@ probes() {
   [[ $PROBE_PRETRAINED == no ]] || job probe "$STUDY/probes/pretrained" "$PRETRAINED"
   [[ $PROBE_PRETRAINED == only ]] && return
   for n in $SEEDS; do for s in "${ORDER[@]}"; do
-    run=$STUDY/$s/$(seed_folder "$n") weights=$(weights_of "$run")  # a retraining that did not reproduce stands in
+    run=$(seed_run "$s" "$n") && weights=$(weights_of "$run")  # a retraining that did not reproduce stands in
     if [[ -f $STUDY/probes/$s-seed$n/report.json ]]; then echo "done: $STUDY/probes/$s-seed$n"
     elif [[ -z $weights ]]; then echo "not probed (no finished run with its weights): $run"
     else
@@ -217,8 +240,8 @@ keep_retraining() {  # the record's folder $1 keeps the metrics.json of the retr
 }
 retrain_one() {  # setting $1, seed $2; with $3, a regime of the setting (-dp: its DP run)
   local s=$1 n=$2 regime=${3:-}
-  local dir=$STUDY/$s$regime/$(seed_folder "$n") side status
-  side=$(retrained_of "$dir")
+  local dir where side status
+  dir=$(seed_run "$s$regime" "$n") && where=$(annex_of "$dir") && side=$(retrained_of "$where")
   local stage=${regime#-}
   if [[ ! -f $dir/metrics.json ]]; then echo "not retrained: $dir has no record (the ${stage:-baselines} stage trains it)"
     return; fi
@@ -226,7 +249,7 @@ retrain_one() {  # setting $1, seed $2; with $3, a regime of the setting (-dp: i
   status=0  # 0 reproduced, 1 not, 2 bad input
   python -m mtl_heads reproduce "$dir" keep=true out="$side" 2>&1 | sed -u "s|^|[$dir] |" || status=${PIPESTATUS[0]}
   if [[ ! -f $side/metrics.json ]] || (( status > 1 )); then failed "$dir (not trained again: status $status)"; return; fi
-  keep_retraining "$dir" "$side" || failed "$dir (its retraining's metrics not kept)"
+  mkdir -p "$where" && keep_retraining "$where" "$side" || failed "$dir (its retraining's metrics not kept in $where)"
   if (( status == 0 )); then
     if [[ -f $dir/model.safetensors ]] && rm -r "$side"; then echo "reproduced: $dir"
     else failed "$dir (reproduced; its weights not copied from $side)"; fi
@@ -279,7 +302,7 @@ retrained_of() {  # where run $1 (<setting folder>/seed<N>) is trained again (re
 }
 weights_of() {  # the folder with the weights of run $1: itself, else its retraining that did not reproduce it,
   local side  # once finished (a stopped one has a model.safetensors of its best epoch so far)
-  side=$(retrained_of "$1")
+  side=$(retrained_of "$(annex_of "$1")")
   if [[ -f $1/model.safetensors ]]; then echo "$1"
   elif [[ -f $side/model.safetensors && -f $side/metrics.json ]]; then echo "$side"; fi
 }
@@ -289,8 +312,9 @@ tasks_of() {  # the tasks of setting $1, one per line (its arguments start tasks
 }
 ablate_one() {  # run folder $1, regime $2, task $3 (scored alone; the set is the stem cells found without it),
   local dir=$1 kind=$2 task=$3 heads=$4 null=$7 out weights  # heads $4; setting $5, seed $6; null $7 (ABLATE_NULLS)
-  if [[ $null == layer ]]; then out=$dir/$(printf "$ABLATION_FOLDER" "$kind" "$task")
-  else out=$dir/$(printf "$IMPORTANCE_ABLATION_FOLDER" "$kind" "$task"); fi
+  out=$(annex_of "$dir")  # a run of the continued study: into its annex here
+  if [[ $null == layer ]]; then out=$out/$(printf "$ABLATION_FOLDER" "$kind" "$task")
+  else out=$out/$(printf "$IMPORTANCE_ABLATION_FOLDER" "$kind" "$task"); fi
   local known=2
   weights=$(weights_of "$dir")
   if [[ -f $out/$ABLATION_FILE ]]; then record_of "$out/$ABLATION_FILE" "$heads" "$ABLATE_SETS" && known=0 || known=$?; fi
@@ -327,7 +351,7 @@ ablate() {
         echo "not ablated: no $kind stem cells without $task in $STEMS (fewer than two other single-task $kind" \
           "settings that pruned)"
       else for null in $ABLATE_NULLS; do
-        job ablate_one "$STUDY/$s/$(seed_folder "$n")" "$kind" "$task" "$heads" "$s" "$n" "$null"; done; fi
+        job ablate_one "$(seed_run "$s" "$n")" "$kind" "$task" "$heads" "$s" "$n" "$null"; done; fi
     done < <(tasks_of "$s")
   done; done; done
 }

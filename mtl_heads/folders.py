@@ -19,7 +19,9 @@ Kinds (the files that make one, written by the command in brackets):
   ``metrics.json`` (:data:`RETRAINING_METRICS`, and :data:`EARLIER_RETRAINING` for each earlier one, the
   first numbered 1); under a run, each of the study's head ablations (:data:`ABLATION_FOLDER`, and
   :data:`IMPORTANCE_ABLATION_FOLDER` against the importance-matched null); a study folder that adds seeds to
-  another's settings (the EWT study's round 3) names that folder in :data:`CONTINUES` (:func:`continued_run`). The study
+  another's settings (the EWT study's round 3) names that folder in :data:`CONTINUES` (:func:`continued_run`), and
+  keeps what it adds to a run of that folder (a retraining's metrics, the retraining beside it, its ablations) in
+  the run's annex, its own ``<setting>/seed<N>`` (:func:`annexes`), so that the continued record stays as it was. The study
   script reads these names from :func:`study_layout_shell` at its start, so that a name changed here
   changes in both. Each template's fields are in braces, in the order the script's ``printf`` fills them.
 """
@@ -35,7 +37,7 @@ __all__ = ["RUN_FILES", "REMOVAL_FILES", "REMOVAL_DIR", "is_run_dir", "is_finish
            "is_removal_dir", "removal_dir",
            "is_gate_run", "is_probe_report", "is_probe_comparison", "check_run_dir", "check_record", "seed_dir", "folder_kind",
            "SEED_FOLDER", "ABLATION_FILE", "ABLATION_KEPT_FILE", "RETRAINED_FOLDER", "RETRAINING_METRICS", "EARLIER_RETRAINING",
-           "ABLATION_FOLDER", "IMPORTANCE_ABLATION_FOLDER", "ABLATION_NULLS", "CONTINUES", "continued_run", "STUDY_LAYOUT",
+           "ABLATION_FOLDER", "IMPORTANCE_ABLATION_FOLDER", "ABLATION_NULLS", "CONTINUES", "continued_run", "annexes", "STUDY_LAYOUT",
            "match_name", "record_folder_name", "study_layout_shell",
            "KIND_WHY", "shown", "RUNS", "newest_unfinished_run", "setting_stem"]
 
@@ -236,3 +238,23 @@ def continued_run(run: str) -> str:
         return run
     other = marker.read_text().strip()
     return str(Path(other) / path.parent.name / path.name) if other else run
+
+
+def annexes(runs: list[str], specs: list[str]) -> dict[str, str]:
+    """``{run: annex}``: for each of ``runs`` (``<study>/<setting>/seed<N>``) whose study one of ``specs`` continues
+    (its :data:`CONTINUES` names it), the continuing study's folder of that run, ``<continuing>/<setting>/seed<N>``,
+    where that study keeps what it adds to the run (the annex need not exist yet). Paths are read from the current
+    folder, as :data:`CONTINUES` is."""
+    continuing = {}
+    for spec in map(Path, specs):
+        marker = spec / CONTINUES
+        other = marker.read_text().strip() if marker.is_file() else ""
+        if other and Path(other).resolve() != spec.resolve():
+            continuing[Path(other).resolve()] = spec
+    found = {}
+    for run in runs:
+        path = Path(str(run))
+        over = continuing.get(path.parent.parent.resolve()) if len(path.parts) >= 3 else None
+        if over is not None:
+            found[str(run)] = str(over / path.parent.name / path.name)
+    return found

@@ -536,6 +536,59 @@ def test_a_run_trained_again_twice_names_what_read_each_retraining(study_dir):
         and "1 ablation (ablation-d) read weights whose metrics.json the record does not keep" in note), note
 
 
+def test_a_continuing_study_draws_a_runs_ablation_again_in_its_annex(study_dir, tmp_path):
+    """A study that continues the record (continues.txt; round 3) keeps what it adds to a record's run in the
+    run's annex, its own <setting>/seed<N>: there an ablation of the same heads, null and tasks replaces the
+    record's (named in a note), the retraining whose weights it read is the run's latest (its metrics in the
+    annex, its hours counted), and a command that draws the record's sets again names the continuing study. Read
+    alone, the record is as it was."""
+    from mtl_heads.study.needed import _draw_again
+    from mtl_heads.study.render import _retraining_hours
+
+    run, later = study_dir / "pos" / "seed2", tmp_path / "later"
+    annex = later / "pos" / "seed2"
+    record = json.loads((run / "metrics.json").read_text())
+    first = json.dumps({**record, "test": {"pos": {"accuracy": 96.125}}, "seconds": 3600.0})
+    (run / "retraining.metrics.json").write_text(first)
+    write_ablation(run / "ablation-dp", study_dir / "pos" / ".seed2.retrained", sorted(STEM), {"zero": {"pos": 1.0}},
+                   {"zero": {"pos": [0.0, 0.5]}})
+    write_ablation(run / "ablation-other", study_dir / "pos" / ".seed2.retrained", ["L0H0"], {"zero": {"pos": 1.0}},
+                   {"zero": {"pos": [0.0, 0.5]}})
+    alone = read_study([str(study_dir)])
+    assert sorted(path.parent.name for path, _ in alone.ablations) == ["ablation-dp", "ablation-other"]
+    assert alone.annexes == {} and alone.annex_retrainings == 0
+    later.mkdir()
+    (later / "continues.txt").write_text(f"{study_dir}\n")
+    annex.mkdir(parents=True)
+    latest = json.dumps({**record, "test": {"pos": {"accuracy": 95.5}}, "seconds": 1800.0})
+    (annex / "retraining.metrics.json").write_text(latest)
+    write_ablation(annex / "ablation-dp", later / "pos" / ".seed2.retrained", sorted(STEM), {"zero": {"pos": 2.0}},
+                   {"zero": {"pos": [0.0, 0.5, 0.25, 3.0]}})
+    ablation = json.loads((annex / "ablation-dp" / "ablation.json").read_text())
+    ablation["run_metrics_sha256"] = hashlib.sha256(latest.encode()).hexdigest()
+    (annex / "ablation-dp" / "ablation.json").write_text(json.dumps(ablation))
+    study = read_study([str(study_dir), str(later)])
+    assert study.annexes[str(run)] == str(annex)
+    assert sorted(str(path) for path, _ in study.ablations) == [str(annex / "ablation-dp" / "ablation.json"),
+                                                                str(run / "ablation-other" / "ablation.json")]
+    assert (f"{run / 'ablation-dp' / 'ablation.json'}: not used: drawn again in {annex / 'ablation-dp'} (the same "
+            f"heads, null and tasks of {run}, in its annex of the study that continues it)") in study.notes
+    note, = [n for n in study.notes if n.startswith(f"{run}: trained again")]
+    assert (f"Retraining 2 ({annex / 'retraining.metrics.json'}): test scores pos accuracy 95.50 (the record: "
+            f"{record['test']['pos']['accuracy']:.2f}); it took 0.5 hours; 1 ablation (ablation-dp) read its "
+            "weights.") in note
+    assert study.retrainings == {str(run): 5400.0} and study.earlier_retrainings == 0 and study.annex_retrainings == 1
+    assert _retraining_hours(study).endswith(
+        "`retraining.metrics.json`, and of the 1 retraining made by the study that continues the record, whose annex "
+        "of the run (`<study>/<setting>/seed<N>`) keeps its `retraining.metrics.json`, which the record keeps since "
+        "27 November 2026).")
+    commands = _draw_again("dp", "layer", [(2, str(run / "ablation-dp-stem-cells-without-pos" / "ablation.json"))],
+                           1000, [str(study_dir)], study.annexes)
+    assert commands == [f"`ABLATE_SETS=1000 ABLATE=dp ABLATE_NULLS=layer ABLATE_TASKS=pos SETTINGS=pos SEEDS=2 "
+                        f"STUDY={shlex.quote(str(later))} STEMS={shlex.quote(str(study_dir))} bash docs/ewt-study.sh "
+                        "ablate`"]
+
+
 def test_score_grid(study_dir):
     study = read_study([str(study_dir)])
     grid = score_grid(study).set_index("task (test)")

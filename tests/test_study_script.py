@@ -94,7 +94,8 @@ def test_finished_runs_are_skipped_and_sp_needs_weights(tmp_path):
     result = study(tmp_path, "baselines", "sp", SETTINGS="pos")
     assert f"done: {tmp_path}/study/pos/seed1" in result.stdout
     assert (f"not run: {tmp_path}/study/pos-sp/seed1 needs the weights of {tmp_path}/study/pos/seed1 "
-            "(not committed; train it again: SETTINGS=pos SEEDS=1 bash docs/ewt-study.sh retrain)") in result.stdout
+            f"(not committed; train it again: STUDY={tmp_path}/study SETTINGS=pos SEEDS=1 bash docs/ewt-study.sh "
+            "retrain)") in result.stdout
     assert result.returncode == 1 and f"failed (see the log above; run the script again to retry): " \
         f"{tmp_path}/study/pos-sp/seed1" in result.stderr
     assert not (tmp_path / "study" / "pos-sp").exists()
@@ -327,7 +328,7 @@ def test_ablate_holds_each_task_out_runs_where_the_claims_look_and_names_missing
     out = root / "pos" / "seed1" / "ablation-dp-stem-cells-without-pos"
     assert f"not ablated: no budget stem cells without pos in {root}" in result.stdout
     assert (f"not run: {root}/dep/seed1/ablation-dp-stem-cells-without-dep needs the weights of {root}/dep/seed1 "
-            "(not committed; train it again: SETTINGS=dep SEEDS=1 bash docs/ewt-study.sh retrain)") in result.stdout
+            f"(not committed; train it again: STUDY={root} SETTINGS=dep SEEDS=1 bash docs/ewt-study.sh retrain)") in result.stdout
     assert result.returncode == 1 and f"{root}/dep/seed1/ablation-dp-stem-cells-without-dep" in result.stderr
     calls = fake["log"]()
     assert calls[0] == ["ablate", f"{root}/pos/seed1", "heads=L0H0,L1H1,L1H2", "label=dp stem cells without pos",
@@ -408,6 +409,45 @@ def test_ablate_takes_stem_cells_from_another_study_and_draws_both_nulls(tmp_pat
     assert f"STEMS={record}" in plan and r"ABLATE_NULLS=layer\ importance" in plan
     result = study(tmp_path, "ablate", STUDY=str(new), ABLATE_NULLS="layer random", **fake["env"])
     assert result.returncode == 2 and "ABLATE_NULLS: unknown 'random' (layer importance)" in result.stderr
+
+
+def test_a_continuing_study_keeps_what_it_adds_to_the_continued_runs_in_their_annex(tmp_path, fake):
+    """Round 3 (continues.txt names round 2's record) draws claim 6's sets again for round 2's seeds: their runs are
+    trained again and ablated with round 3's folder as STUDY, the retraining beside the run's annex
+    (<round3>/<setting>/.seed<N>.retrained), its metrics and the ablations in the annex (<round3>/<setting>/seed<N>),
+    and the record's folder is left as it was; a run the continued study holds is not trained a second time."""
+    record, new = tmp_path / "study", tmp_path / "round3"
+    kept = {"pos": [[1, 1, 0], [0, 1, 0]], "dep": [[1, 0, 0], [0, 1, 1]], "con": [[1, 1, 0], [0, 1, 1]]}
+    for task, gates in kept.items():
+        record_run(record / task / "seed1", task)
+        dp_record(record, task, gates)
+    new.mkdir()
+    (new / "continues.txt").write_text(f"{record}\n")
+    before = sorted(p.relative_to(record) for p in record.rglob("*"))
+    env = {"STUDY": str(new), "STEMS": str(record), "SETTINGS": "pos", "SEEDS": "1", **fake["env"]}
+    result = study(tmp_path, "ablate", ABLATE="dp", **env)
+    annex, side = new / "pos" / "seed1", new / "pos" / ".seed1.retrained"
+    assert (f"not run: {annex}/ablation-dp-stem-cells-without-pos needs the weights of {record}/pos/seed1 (not "
+            f"committed; train it again: STUDY={new} SETTINGS=pos SEEDS=1 bash docs/ewt-study.sh retrain)") in result.stdout
+    other = record_run(tmp_path / "trained" / "pos", score=96.9)
+    result = study(tmp_path, "retrain", FAKE_RUN=str(other), **env)
+    assert f"did not reproduce: {record}/pos/seed1; the record is unchanged and the new run is {side}" in result.stdout
+    assert fake["log"]() == [["reproduce", f"{record}/pos/seed1", "keep=true", f"out={side}"]]
+    assert (annex / "retraining.metrics.json").read_bytes() == (other / "metrics.json").read_bytes()
+    result = study(tmp_path, "ablate", ABLATE="dp", ABLATE_SETS="1000", **env)
+    assert result.returncode == 0, result.stderr
+    assert f"ablating {side}: the retraining of {record}/pos/seed1, which did not reproduce its record" in result.stdout
+    call = fake["log"]()[-1]
+    assert call[:2] == ["ablate", str(side)] and "random_sets=1000" in call
+    assert call[-1] == f"out={annex}/ablation-dp-stem-cells-without-pos"
+    result = study(tmp_path, "baselines", "dp", **env)
+    assert f"done: {record}/pos/seed1 (in {record}, which {new} continues)" in result.stdout
+    assert f"done: {record}/pos-dp/seed1 (in {record}, which {new} continues)" in result.stdout
+    assert len(fake["log"]()) == 2 and not (new / "pos-dp").exists()
+    assert sorted(p.relative_to(record) for p in record.rglob("*")) == before  # the continued record as it was
+    assert not (annex / "config.yaml").exists()  # the annex is no run: claims read it through the record's run
+    assert [path for path, _ in read_study([str(record), str(new)]).ablations] == [
+        annex / "ablation-dp-stem-cells-without-pos" / "ablation.json"]
 
 
 def test_matched_retrains_dp_then_trains_on_at_sp_rate_and_ner_lambda_runs(tmp_path, fake):

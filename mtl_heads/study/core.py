@@ -21,7 +21,7 @@ import pandas as pd
 
 from mtl_heads.config import ConfigError
 from mtl_heads.files import UnreadableFile, file_sha256, read_json
-from mtl_heads.folders import ABLATION_FILE, is_probe_report, shown
+from mtl_heads.folders import ABLATION_FILE, annexes, is_probe_report, shown
 from mtl_heads.study.rules import ALPHA, REPLICATION, ROUND2, TOO_FEW, Rules
 from mtl_heads.reports.curves import main_metric
 from mtl_heads.records.probe_reports import read_report
@@ -292,7 +292,10 @@ class Study:
     retrainings: ``{run folder: seconds}`` of the runs trained again for their weights whose record's
     folder keeps the retraining's metrics (:data:`~mtl_heads.folders.RETRAINING_METRICS`, and :data:`~mtl_heads.folders.EARLIER_RETRAINING`
     where it was trained again more than once: the seconds of all of them); earlier_retrainings: how
-    many such earlier retrainings the record keeps in all; rules: the round of rules its claims are judged by
+    many such earlier retrainings the record keeps in all; annexes: ``{run folder: annex}`` of the runs of a study
+    that another study read continues (:func:`mtl_heads.folders.annexes`: what the continuing study adds to the run,
+    its retraining's metrics and ablations drawn again, which replace the record's of the same heads);
+    annex_retrainings: how many retrainings' metrics the annexes keep (counted in ``retrainings``); rules: the round of rules its claims are judged by
     (:class:`~mtl_heads.study.rules.Rules`; default :data:`~mtl_heads.study.rules.ROUND2`); full_runs: the run
     table before any seed was left out (:meth:`without_seed` keeps it; None: ``runs``), from which claim 6's
     held-out stem cells are chosen under rules that fix their seeds (``Rules.stem_seeds``).
@@ -308,6 +311,8 @@ class Study:
     gates: dict = field(default_factory=dict, repr=False)  # run folder -> RunGates, read once
     retrainings: dict = field(default_factory=dict)  # run folder -> seconds of its retrainings
     earlier_retrainings: int = 0
+    annex_retrainings: int = 0
+    annexes: dict = field(default_factory=dict)  # run folder -> its annex in a study that continues it
     rules: Rules = ROUND2
     full_runs: pd.DataFrame | None = field(default=None, repr=False)
     configs: dict = field(default_factory=dict, repr=False)  # config.yaml path -> its dict, read once (config_of)
@@ -465,16 +470,20 @@ def build_study(runs: pd.DataFrame, notes: list[str], specs: list[str], rules: R
                 notes.append(f"{folder}: not used ({err})")
     ablations, more = read_ablations(specs)
     study = Study(runs, cells, mtl, reports, notes + more, ablations, rules=rules)
-    study.ablations, stand_ins = [], {}
+    study.annexes = annexes(list(runs["run"]), specs)
+    matched = []
     for path, record in ablations:  # each matched to its run once
         row = study.run_row(record.get("run_resolved") or record["run"])
         if row is None:
             study.notes.append(f"{path}: its run {record['run']} is not among the study's runs; not used")
         else:
-            study.ablations.append((path, record))
-            if match_name(RETRAINED_FOLDER, Path(str(record["run"])).name):
-                stand_ins.setdefault(str(row["run"]), (Path(str(record["run"])).name, [], []))[1].append(
-                    (path, record.get("run_metrics_sha256")))
+            matched.append((path, record, str(row["run"])))
+    study.ablations, stand_ins = [], {}
+    for path, record, run in _superseded(study, matched):
+        study.ablations.append((path, record))
+        if match_name(RETRAINED_FOLDER, Path(str(record["run"])).name):
+            stand_ins.setdefault(run, (Path(str(record["run"])).name, [], []))[1].append(
+                (path, record.get("run_metrics_sha256")))
     kept = {}  # run folder -> [(file, metrics, digest)] of its retrainings that the record's folder keeps
     for run in map(Path, study.runs["run"]):
         # a run that started from a retraining's weights (claim 5's matched DP): the table's init reads seed*
@@ -482,14 +491,43 @@ def build_study(runs: pd.DataFrame, notes: list[str], specs: list[str], rules: R
         row = study.run_row(init) if match_name(RETRAINED_FOLDER, Path(init).name) else None
         if row is not None:
             stand_ins.setdefault(str(row["run"]), (Path(init).name, [], []))[2].append(run)
-        kept[run] = kept_retrainings(run, study.notes)
+        own = kept_retrainings(run, study.notes)
+        annex = Path(study.annexes[str(run)]) if str(run) in study.annexes else None
+        added = [(shown(annex / name), metrics, digest) for name, metrics, digest in kept_retrainings(annex, study.notes)] \
+            if annex is not None else []
+        kept[run] = own + added  # the record's folder's first, then the annex's (made later, by the continuing study)
         seconds = [s for s in (as_number(metrics.get("seconds")) for _, metrics, _ in kept[run]) if s is not None]
         if seconds:
             study.retrainings[str(run)] = sum(seconds)
-        study.earlier_retrainings += max(len(kept[run]) - 1, 0)
+        study.earlier_retrainings += max(len(own) - 1, 0)
+        study.annex_retrainings += len(added)
     study.notes += [_retraining_note(Path(run), retraining, paths, started, kept.get(Path(run), []))
                     for run, (retraining, paths, started) in stand_ins.items()]
     return study
+
+
+def _superseded(study: Study, matched: list[tuple[Path, dict, str]]) -> list[tuple[Path, dict, str]]:
+    """``matched`` (``(path, record, run folder)`` of each ablation matched to its run) without the ablations that a
+    continuing study drew again in the run's annex (:attr:`Study.annexes`): the same heads, null and tasks of the
+    same run, the annex's read and the earlier one named in a note as not used."""
+    def key(record: dict, run: str) -> tuple:
+        return run, tuple(sorted(map(str, record.get("heads") or []))), record.get("matched", "layer"), \
+            tuple(sorted(map(str, record.get("tasks") or [])))
+
+    def in_annex(path: Path, run: str) -> bool:
+        annex = study.annexes.get(run)
+        return annex is not None and path.resolve().is_relative_to(Path(annex).resolve())
+
+    again = {key(record, run): path for path, record, run in matched if in_annex(path, run)}
+    kept = []
+    for path, record, run in matched:
+        later = again.get(key(record, run))
+        if later is not None and later != path:
+            study.notes.append(f"{shown(path)}: not used: drawn again in {shown(later.parent)} (the same heads, null "
+                               f"and tasks of {shown(run)}, in its annex of the study that continues it)")
+        else:
+            kept.append((path, record, run))
+    return kept
 
 
 def kept_retrainings(run: Path, notes: list[str]) -> list[tuple[str, dict, str]]:

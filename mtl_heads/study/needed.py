@@ -179,12 +179,14 @@ class NeededFacts:
     """What claim 6 found beside its tests: ``ablations`` (the study has head ablation results), ``unused``
     (head sets shown and not counted) and ``regimes`` (those whose held-out stem cells were ablated, in
     :data:`REGIMES` order: the first decides) and ``stems`` (the study folders of the single-task runs that chose
-    the held-out stem cells: :func:`choosing_study`)."""
+    the held-out stem cells: :func:`choosing_study`) and ``annexes`` (:attr:`Study.annexes`: where a study that
+    continues the record draws a run's sets again)."""
 
     ablations: bool = False
     unused: list[Unused] = field(default_factory=list)
     regimes: list[NeededRegime] = field(default_factory=list)
     stems: list[str] = field(default_factory=list)
+    annexes: dict[str, str] = field(default_factory=dict)
 
 
 def _key(kind: str, where: str, method: str, null: str) -> str:
@@ -259,7 +261,7 @@ def compute_needed(study: Study) -> Claim:
     held-out stem cells ablated) and, under rules with several nulls, ``null``; ``value`` is the drop averaged
     over seeds; ``runs`` the runs ablated. A (model, task) needs its stem cells when every test its verdict reads
     is significant, and it has them against every null. Its facts: :class:`NeededFacts`."""
-    facts = NeededFacts(bool(study.ablations))
+    facts = NeededFacts(bool(study.ablations), annexes=study.annexes)
     claim = Claim("needed", rule=study.rules.verdict_rules["needed"], rules=study.rules, words=SUPPORT, facts=facts)
     if not study.ablations:
         return claim
@@ -478,18 +480,23 @@ def extension_commands(claim: Claim) -> list[str]:
         notes.append(f"{' and '.join(keys)}: not resolved at {draws:,} random sets (Holm p within 2 standard errors of "
                      f"{ALPHA}); the rules draw {extended:,} a seed for such a test, and an ablation drawn again with "
                      f"more goes on from the sets it holds (the i-th set does not depend on how many are drawn): "
-                     + "; ".join(_draw_again(kind, null, list(records), extended, facts.stems)))
+                     + "; ".join(_draw_again(kind, null, list(records), extended, facts.stems, facts.annexes)))
     return notes
 
 
-def _draw_again(kind: str, null: str, records: list[tuple[int, str]], sets: int, stems: list[str]) -> list[str]:
+def _draw_again(kind: str, null: str, records: list[tuple[int, str]], sets: int, stems: list[str],
+                annexes: dict[str, str] | None = None) -> list[str]:
     """The commands that draw ablation records (``(seed, ablation.json)``, of regime ``kind`` against ``null``)
     again with ``sets`` random sets (``stems``: the study folders whose runs chose the stem cells,
-    ``docs/ewt-study.sh``'s ``STEMS``)."""
+    ``docs/ewt-study.sh``'s ``STEMS``; ``annexes``: :attr:`Study.annexes`, a run's annex in the study that
+    continues it, which draws that run's sets again: the record's folder stays as it was)."""
     stage: dict[tuple, list[tuple[int, Path]]] = {}  # (study, setting, task) -> (seed, record folder)
+    moved = {Path(run).resolve(): Path(annex) for run, annex in (annexes or {}).items()}
     commands = []
     for seed, path in records:
         folder = Path(path).parent
+        annex = moved.get(folder.parent.resolve())
+        folder = annex / folder.name if annex is not None else folder
         task = match_name(IMPORTANCE_ABLATION_FOLDER if null == "importance" else ABLATION_FOLDER, folder.name)
         run = match_name(SEED_FOLDER, folder.parent.name)
         if (kind in ("dp", "budget") and task and task["kind"] == kind and "-" not in task["task"] and run

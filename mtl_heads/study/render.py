@@ -197,10 +197,13 @@ def _retraining_hours(study: Study) -> str:
     when there is none."""
     if not study.retrainings:
         return ""
-    count, earlier = len(study.retrainings), study.earlier_retrainings
+    count, earlier, added = len(study.retrainings), study.earlier_retrainings, study.annex_retrainings
     kept = ("`retraining.metrics.json`" if not earlier else "`retraining.metrics.json` and of the "
             f"{earlier} earlier retraining{'s' if earlier != 1 else ''} of the same run{'s' if earlier != 1 else ''}, "
             "whose weights were lost, `retraining.<k>.metrics.json`")
+    if added:
+        kept += (f", and of the {added} retraining{'s' if added != 1 else ''} made by the study that continues the "
+                 "record, whose annex of the run (`<study>/<setting>/seed<N>`) keeps its `retraining.metrics.json`")
     by_regime: dict[str, list[float]] = {}  # the runs' regimes (the study's stages: baselines, DP for claim 5)
     for run, seconds in study.retrainings.items():
         row = study.run_row(run)
