@@ -522,7 +522,7 @@ def _superseded(study: Study, matched: list[tuple[Path, dict, str]]) -> list[tup
     kept = []
     for path, record, run in matched:
         later = again.get(key(record, run))
-        if later is not None and later != path:
+        if later is not None and not in_annex(path, run):
             study.notes.append(f"{shown(path)}: not used: drawn again in {shown(later.parent)} (the same heads, null "
                                f"and tasks of {shown(run)}, in its annex of the study that continues it)")
         else:
