@@ -130,7 +130,9 @@ job() {  # run "$@", in the background when JOBS > 1 (at most JOBS at once)
   "$@" &
 }
 has() { [[ " ${ORDER[*]} " == *" $1 "* ]]; }  # is setting $1 in SETTINGS
-retrain_hint() { echo "not committed; train it again: STUDY=$(printf %q "$STUDY") SETTINGS=$1 SEEDS=$2 bash $SELF retrain"; }
+retrain_hint() {  # what trains the run of setting $1, seed $2 again
+  echo "not committed; train it again: STUDY=$(printf %q "$STUDY") SETTINGS=$1 SEEDS=$2 bash $SELF retrain"
+}
 
 # a study that continues another ($STUDY/$CONTINUES names it: round 3 adds seeds 4 and 5 to round 2's record) reads
 # a seed it has no run of from the study it continues (seed_run), and keeps what it adds to such a run (its

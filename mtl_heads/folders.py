@@ -21,8 +21,8 @@ Kinds (the files that make one, written by the command in brackets):
   :data:`IMPORTANCE_ABLATION_FOLDER` against the importance-matched null); a study folder that adds seeds to
   another's settings (the EWT study's round 3) names that folder in :data:`CONTINUES` (:func:`continued_run`), and
   keeps what it adds to a run of that folder (a retraining's metrics, the retraining beside it, its ablations) in
-  the run's annex, its own ``<setting>/seed<N>`` (:func:`annexes`), so that the continued record stays as it was. The study
-  script reads these names from :func:`study_layout_shell` at its start, so that a name changed here
+  the run's annex, its own ``<setting>/seed<N>`` (:func:`annexes`), so that the continued record stays as it was.
+  The study script reads these names from :func:`study_layout_shell` at its start, so that a name changed here
   changes in both. Each template's fields are in braces, in the order the script's ``printf`` fills them.
 """
 from __future__ import annotations

@@ -328,7 +328,8 @@ def test_ablate_holds_each_task_out_runs_where_the_claims_look_and_names_missing
     out = root / "pos" / "seed1" / "ablation-dp-stem-cells-without-pos"
     assert f"not ablated: no budget stem cells without pos in {root}" in result.stdout
     assert (f"not run: {root}/dep/seed1/ablation-dp-stem-cells-without-dep needs the weights of {root}/dep/seed1 "
-            f"(not committed; train it again: STUDY={root} SETTINGS=dep SEEDS=1 bash docs/ewt-study.sh retrain)") in result.stdout
+            f"(not committed; train it again: STUDY={root} SETTINGS=dep SEEDS=1 bash docs/ewt-study.sh "
+            "retrain)") in result.stdout
     assert result.returncode == 1 and f"{root}/dep/seed1/ablation-dp-stem-cells-without-dep" in result.stderr
     calls = fake["log"]()
     assert calls[0] == ["ablate", f"{root}/pos/seed1", "heads=L0H0,L1H1,L1H2", "label=dp stem cells without pos",
@@ -428,7 +429,8 @@ def test_a_continuing_study_keeps_what_it_adds_to_the_continued_runs_in_their_an
     result = study(tmp_path, "ablate", ABLATE="dp", **env)
     annex, side = new / "pos" / "seed1", new / "pos" / ".seed1.retrained"
     assert (f"not run: {annex}/ablation-dp-stem-cells-without-pos needs the weights of {record}/pos/seed1 (not "
-            f"committed; train it again: STUDY={new} SETTINGS=pos SEEDS=1 bash docs/ewt-study.sh retrain)") in result.stdout
+            f"committed; train it again: STUDY={new} SETTINGS=pos SEEDS=1 bash docs/ewt-study.sh retrain)") \
+        in result.stdout
     other = record_run(tmp_path / "trained" / "pos", score=96.9)
     result = study(tmp_path, "retrain", FAKE_RUN=str(other), **env)
     assert f"did not reproduce: {record}/pos/seed1; the record is unchanged and the new run is {side}" in result.stdout

@@ -295,7 +295,8 @@ class Study:
     many such earlier retrainings the record keeps in all; annexes: ``{run folder: annex}`` of the runs of a study
     that another study read continues (:func:`mtl_heads.folders.annexes`: what the continuing study adds to the run,
     its retraining's metrics and ablations drawn again, which replace the record's of the same heads);
-    annex_retrainings: how many retrainings' metrics the annexes keep (counted in ``retrainings``); rules: the round of rules its claims are judged by
+    annex_retrainings: how many retrainings' metrics the annexes keep (counted in ``retrainings``);
+    rules: the round of rules its claims are judged by
     (:class:`~mtl_heads.study.rules.Rules`; default :data:`~mtl_heads.study.rules.ROUND2`); full_runs: the run
     table before any seed was left out (:meth:`without_seed` keeps it; None: ``runs``), from which claim 6's
     held-out stem cells are chosen under rules that fix their seeds (``Rules.stem_seeds``).
@@ -493,8 +494,8 @@ def build_study(runs: pd.DataFrame, notes: list[str], specs: list[str], rules: R
             stand_ins.setdefault(str(row["run"]), (Path(init).name, [], []))[2].append(run)
         own = kept_retrainings(run, study.notes)
         annex = Path(study.annexes[str(run)]) if str(run) in study.annexes else None
-        added = [(shown(annex / name), metrics, digest) for name, metrics, digest in kept_retrainings(annex, study.notes)] \
-            if annex is not None else []
+        added = [(shown(annex / name), metrics, digest)
+                 for name, metrics, digest in (kept_retrainings(annex, study.notes) if annex is not None else [])]
         kept[run] = own + added  # the record's folder's first, then the annex's (made later, by the continuing study)
         seconds = [s for s in (as_number(metrics.get("seconds")) for _, metrics, _ in kept[run]) if s is not None]
         if seconds:
