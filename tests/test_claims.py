@@ -586,7 +586,9 @@ def test_a_continuing_study_draws_a_runs_ablation_again_in_its_annex(study_dir, 
                            1000, [str(study_dir)], study.annexes)
     assert commands == [f"`ABLATE_SETS=1000 ABLATE=dp ABLATE_NULLS=layer ABLATE_TASKS=pos SETTINGS=pos SEEDS=2 "
                         f"STUDY={shlex.quote(str(later))} STEMS={shlex.quote(str(study_dir))} bash docs/ewt-study.sh "
-                        "ablate`"]
+                        f"ablate` (seed 2: runs of the study that {later} continues, drawn into their annexes there "
+                        "from the first set, on the weights its retrain stage trains again where the record's are not "
+                        "on the machine)"]
 
 
 def test_score_grid(study_dir):

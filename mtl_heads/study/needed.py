@@ -492,6 +492,7 @@ def _draw_again(kind: str, null: str, records: list[tuple[int, str]], sets: int,
     continues it, which draws that run's sets again: the record's folder stays as it was)."""
     stage: dict[tuple, list[tuple[int, Path]]] = {}  # (study, setting, task) -> (seed, record folder)
     moved = {Path(run).resolve(): Path(annex) for run, annex in (annexes or {}).items()}
+    annexed: dict[tuple, list[int]] = {}  # (study, setting, task) -> the seeds drawn into their run's annex
     commands = []
     for seed, path in records:
         folder = Path(path).parent
@@ -501,8 +502,10 @@ def _draw_again(kind: str, null: str, records: list[tuple[int, str]], sets: int,
         run = match_name(SEED_FOLDER, folder.parent.name)
         if (kind in ("dp", "budget") and task and task["kind"] == kind and "-" not in task["task"] and run
                 and int(run["seed"]) == seed):
-            stage.setdefault((shown(folder.parent.parent.parent), folder.parent.parent.name, task["task"]),
-                             []).append((seed, folder))
+            key = (shown(folder.parent.parent.parent), folder.parent.parent.name, task["task"])
+            stage.setdefault(key, []).append((seed, folder))
+            if annex is not None:
+                annexed.setdefault(key, []).append(seed)
         else:
             commands.append(f"`python -m mtl_heads ablate` of {shown(path)} again with random_sets={sets} and its "
                             f"other keys, out={shown(folder)}")
@@ -512,7 +515,11 @@ def _draw_again(kind: str, null: str, records: list[tuple[int, str]], sets: int,
                 f"SETTINGS={setting}", f"SEEDS={shlex.quote(seeds)}", f"STUDY={shlex.quote(study)}"]
         keys += [f"BUDGET_ABLATE_SEEDS={shlex.quote(seeds)}"] if kind == "budget" else []
         keys += [f"STEMS={shlex.quote(' '.join(stems))}"] if stems else []
-        commands.append(f"`{' '.join(keys)} bash docs/ewt-study.sh ablate`")
+        moved_seeds = annexed.get((study, setting, task), [])
+        commands.append(f"`{' '.join(keys)} bash docs/ewt-study.sh ablate`" + (
+            f" (seed{'s' if len(moved_seeds) > 1 else ''} {' '.join(map(str, moved_seeds))}: runs of the study that "
+            f"{study} continues, drawn into their annexes there from the first set, on the weights its retrain stage "
+            "trains again where the record's are not on the machine)" if moved_seeds else ""))
     return commands
 
 
