@@ -37,7 +37,8 @@ __all__ = ["RUN_FILES", "REMOVAL_FILES", "REMOVAL_DIR", "is_run_dir", "is_finish
            "is_removal_dir", "removal_dir",
            "is_gate_run", "is_probe_report", "is_probe_comparison", "check_run_dir", "check_record", "seed_dir", "folder_kind",
            "SEED_FOLDER", "ABLATION_FILE", "ABLATION_KEPT_FILE", "RETRAINED_FOLDER", "RETRAINING_METRICS", "EARLIER_RETRAINING",
-           "ABLATION_FOLDER", "IMPORTANCE_ABLATION_FOLDER", "ABLATION_NULLS", "CONTINUES", "continued_run", "annexes", "STUDY_LAYOUT",
+           "ABLATION_FOLDER", "IMPORTANCE_ABLATION_FOLDER", "ABLATION_NULLS", "CONTINUES", "continued_run",
+           "continued_study", "annexes", "STUDY_LAYOUT",
            "match_name", "record_folder_name", "study_layout_shell",
            "KIND_WHY", "shown", "RUNS", "newest_unfinished_run", "setting_stem"]
 
@@ -233,11 +234,15 @@ def continued_run(run: str) -> str:
     else ``run`` as given. So that a static pruning run of a continuing study, whose ``init`` is its own baseline,
     is one setting with the continued study's (records.runs.setting_config)."""
     path = Path(run)
-    marker = path.parent.parent / CONTINUES
-    if len(path.parts) < 3 or not marker.is_file():
-        return run
-    other = marker.read_text().strip()
+    other = continued_study(path.parent.parent) if len(path.parts) >= 3 else ""
     return str(Path(other) / path.parent.name / path.name) if other else run
+
+
+def continued_study(study: str | Path) -> str:
+    """The study folder that study folder ``study`` continues, as its :data:`CONTINUES` names it (a path read from
+    the current folder), or ``""`` when it continues none."""
+    marker = Path(study) / CONTINUES
+    return marker.read_text().strip() if marker.is_file() else ""
 
 
 def annexes(runs: list[str], specs: list[str]) -> dict[str, str]:
@@ -247,8 +252,7 @@ def annexes(runs: list[str], specs: list[str]) -> dict[str, str]:
     folder, as :data:`CONTINUES` is."""
     continuing = {}
     for spec in map(Path, specs):
-        marker = spec / CONTINUES
-        other = marker.read_text().strip() if marker.is_file() else ""
+        other = continued_study(spec)
         if other and Path(other).resolve() != spec.resolve():
             continuing[Path(other).resolve()] = spec
     found = {}
