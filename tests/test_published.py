@@ -191,6 +191,14 @@ def test_every_round3_record_was_committed_after_round3s_rules():
     assert not late, f"round-3 records not committed after the rules' last commit {rules[:10]}: {late[:5]}"
 
 
+def test_no_unfinished_ablation_is_committed():
+    """An ablation still running keeps its passes in ablation.partial.json, which round 3's folder does not ignore
+    (a session that ends on another machine hands them on); it is never part of a record: the claims read
+    ablation.json alone, and a committed partial file would be read back by the next ablation of the run."""
+    partial = [line for line in git_lines(["ls-files", "--", ROUND3, STUDY]) if line.endswith("/ablation.partial.json")]
+    assert not partial, f"unfinished ablations committed (remove them with git rm --cached): {partial}"
+
+
 def test_round1_claims_are_generated_from_round1s_record(tmp_path):
     """docs/ewt-study/round1-claims.json, which each verdict of claims.md is compared with, is what today's
     claims code writes (format=json) on the study's record at the commit docs/ewt-results.md quotes as
