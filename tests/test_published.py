@@ -199,6 +199,25 @@ def test_no_unfinished_ablation_is_committed():
     assert not partial, f"unfinished ablations committed (remove them with git rm --cached): {partial}"
 
 
+def test_every_round3_run_trained_again_reproduced_its_weights():
+    """docs/ewt-results.md says that every round-3 run trained again (its weights lost with a session's machine) has
+    reproduced its weights bit for bit: each round-3 run folder keeping a retraining.metrics.json names the same
+    weights_sha256 there as in its metrics.json (a run's annex, which holds no metrics.json, retrains a round-1 run
+    whose record names no digest, and is not counted here)."""
+    sentence = "Every round-3 run trained again so far has reproduced its weights bit for bit"
+    doc = " ".join((REPO / "docs/ewt-results.md").read_text().split())
+    retrained = [p.parent for p in sorted((REPO / ROUND3).glob("*/seed*/retraining.metrics.json"))
+                 if (p.parent / "metrics.json").is_file()]
+    if not retrained:
+        assert sentence not in doc, "the doc speaks of round-3 runs trained again, and none is in the record"
+        return
+    assert sentence in doc
+    for run in retrained:
+        record, again = (json.loads((run / name).read_text()) for name in ("metrics.json", "retraining.metrics.json"))
+        assert record.get("weights_sha256") and again.get("weights_sha256") == record["weights_sha256"], \
+            f"{run.relative_to(REPO)}: its retraining did not reproduce its weights; correct docs/ewt-results.md"
+
+
 def test_round1_claims_are_generated_from_round1s_record(tmp_path):
     """docs/ewt-study/round1-claims.json, which each verdict of claims.md is compared with, is what today's
     claims code writes (format=json) on the study's record at the commit docs/ewt-results.md quotes as
