@@ -145,6 +145,16 @@ def test_claim_5_reads_the_runs_matched_but_for_the_pruning(tmp_path):
     before = sp_vs_dp(read_study([str(root)]))
     assert sorted(c.label for c in before.facts.comparisons) == ["POS", "POS with DP on SP's schedule"]
     assert before.facts.deciding[0].heads[0].tolist() == [6, 6, 6]  # round 2's matched runs
+    # a matched setting with more seeds than the regime's own DP (round 3 trains five) is still no DP cell: the
+    # stem cells, claims 2 and 3 read DP's reference schedule, and claim 5 still pairs the matched runs with SP
+    dp_setting = read_study([str(root)], rules=ROUND3).setting("pos", "dp")
+    make_run(root / "pos-dp-matched3" / "seed4", ("pos",), 4, test={"pos": 95.1}, experiment="pos-dp-matched3",
+             gates=gates_of(POS_KEPT[:6], 4), heads_kept=5, train=_train(3, 1e-4, phases=phases),
+             prune={"mode": "dynamic", "lambda": "auto"})
+    more = read_study([str(root)], rules=ROUND3)
+    assert more.setting("pos", "dp") == dp_setting == more.run_row(root / "pos-dp" / "seed1")["setting"]
+    assert [c.label for c in sp_vs_dp(more).facts.deciding] == [matched]
+    shutil.rmtree(root / "pos-dp-matched3" / "seed4")
     # counted only when both pruned in every seed: one matched seed that keeps 23 of 24 heads leaves it out
     metrics = root / "pos-dp-matched3" / "seed2" / "metrics.json"
     metrics.write_text(json.dumps({**json.loads(metrics.read_text()), "heads_kept": 23}))

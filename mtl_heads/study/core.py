@@ -379,12 +379,18 @@ def _budget(runs: pd.DataFrame) -> pd.Series:
 
 def _cell_preference(runs: pd.DataFrame, kind: str) -> tuple:
     """How a setting ranks for its (tasks, regime) cell: the reference L0 lambda first, then trained from
-    the pretrained encoder (no ``init``; static pruning always has one), then the most seeds; so that a
-    searched lambda or a DP run trained on (the matched schedule) never becomes the regime's setting."""
+    the pretrained encoder (no ``init``; static pruning always has one), then on one schedule (no
+    ``train.phases``), then the most seeds; so that a searched lambda, a DP run trained on (round 2's matched
+    schedule) or a DP run on SP's schedule in phases (round 3's matched runs) never becomes the regime's
+    setting, however many seeds it has."""
+    def missing(value) -> bool:
+        return value is None or (isinstance(value, float) and math.isnan(value)) or not str(value)
+
     lam = runs["prune.lambda"].iloc[0] if "prune.lambda" in runs else "auto"
     init = runs["init"].iloc[0] if "init" in runs else None
-    fresh = kind == "sp" or init is None or (isinstance(init, float) and math.isnan(init)) or not str(init)
-    return str(lam) in ("auto", "nan", "None"), fresh, len(runs)
+    phases = runs["train.phases"].iloc[0] if "train.phases" in runs else None
+    fresh = kind == "sp" or missing(init)
+    return str(lam) in ("auto", "nan", "None"), fresh, missing(phases), len(runs)
 
 
 def read_ablations(specs: list[str]) -> tuple[list[tuple[Path, dict]], list[str]]:
@@ -453,7 +459,7 @@ def build_study(runs: pd.DataFrame, notes: list[str], specs: list[str], rules: R
             named = [f"{s} [{folder_of(runs, s)}]" for s in settings]
             notes.append(f"{tasks}, {REGIME_NAMES.get(kind, kind)}: several settings ({', '.join(named)}); "
                          f"the claims use '{chosen}' (the reference lambda, trained from the pretrained encoder "
-                         "unless static, then the most seeds); the others are compared in claim 5 where they pair "
+                         "unless static, on one schedule, then the most seeds); the others are compared in claim 5 where they pair "
                          "with SP")
     multi = [t for t, k in cells if "+" in t and k == "none"] or [t for t, _ in cells if "+" in t]
     mtl = max(multi, key=lambda t: t.count("+")) if multi else None
