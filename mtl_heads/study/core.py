@@ -459,8 +459,8 @@ def build_study(runs: pd.DataFrame, notes: list[str], specs: list[str], rules: R
             named = [f"{s} [{folder_of(runs, s)}]" for s in settings]
             notes.append(f"{tasks}, {REGIME_NAMES.get(kind, kind)}: several settings ({', '.join(named)}); "
                          f"the claims use '{chosen}' (the reference lambda, trained from the pretrained encoder "
-                         "unless static, on one schedule, then the most seeds); the others are compared in claim 5 where they pair "
-                         "with SP")
+                         "unless static, on one schedule, then the most seeds); the others are compared in claim 5 "
+                         "where they pair with SP")
     multi = [t for t, k in cells if "+" in t and k == "none"] or [t for t, _ in cells if "+" in t]
     mtl = max(multi, key=lambda t: t.count("+")) if multi else None
     for (tasks, kind), setting in cells.items():  # the grid and the claims read single-task settings and MTL's
