@@ -25,7 +25,7 @@ from mtl_heads.folders import ABLATION_FILE, annexes, is_probe_report, shown
 from mtl_heads.study.rules import ALPHA, REPLICATION, ROUND2, TOO_FEW, Rules
 from mtl_heads.reports.curves import main_metric
 from mtl_heads.records.probe_reports import read_report
-from mtl_heads.records.runs import read_yaml, walk_runs
+from mtl_heads.records.runs import is_null, read_yaml, walk_runs
 from mtl_heads.reports.significance import format_p
 from mtl_heads.stats import holm, mc_standard_error, unresolved
 from mtl_heads.folders import EARLIER_RETRAINING, RETRAINED_FOLDER, RETRAINING_METRICS, match_name, record_folder_name
@@ -48,7 +48,7 @@ def regime(prune_mode: str, budget) -> str:
     """The pruning regime of a run: ``none``, ``dp``, ``budget`` (dynamic with a head budget) or ``sp``."""
     mode = str(prune_mode or "none")
     if mode == "dynamic":
-        return "dp" if budget is None or (isinstance(budget, float) and math.isnan(budget)) else "budget"
+        return "dp" if is_null(budget) else "budget"
     return {"static": "sp"}.get(mode, mode)
 
 
@@ -383,8 +383,8 @@ def _cell_preference(runs: pd.DataFrame, kind: str) -> tuple:
     ``train.phases``), then the most seeds; so that a searched lambda, a DP run trained on (round 2's matched
     schedule) or a DP run on SP's schedule in phases (round 3's matched runs) never becomes the regime's
     setting, however many seeds it has."""
-    def missing(value) -> bool:
-        return value is None or (isinstance(value, float) and math.isnan(value)) or not str(value)
+    def missing(value) -> bool:  # unset (None or NaN in the run table) or empty
+        return is_null(value) or not str(value)
 
     lam = runs["prune.lambda"].iloc[0] if "prune.lambda" in runs else "auto"
     init = runs["init"].iloc[0] if "init" in runs else None
