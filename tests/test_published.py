@@ -218,6 +218,24 @@ def test_every_round3_run_trained_again_reproduced_its_weights():
             f"{run.relative_to(REPO)}: its retraining did not reproduce its weights; correct docs/ewt-results.md"
 
 
+def test_every_round3_record_that_read_weights_names_the_weights_of_its_run():
+    """A round-3 ablation (ablation.json, key ``run``) or probe report (report.json, key ``model``) read a run's
+    weights and names their SHA-256 (``weights_sha256``): the digest its run's record holds (metrics.json), or for a
+    run's annex, which retrains a round-1 run whose record names none, its retraining's (retraining.metrics.json)."""
+    records = [(p, "run") for p in sorted((REPO / ROUND3).glob("**/ablation.json"))]
+    records += [(p, "model") for p in sorted((REPO / ROUND3).glob("probes/*/report.json"))]
+    wrong = []
+    for path, key in records:
+        record = json.loads(path.read_text())
+        run = REPO / record[key]
+        digests = [json.loads((run / name).read_text()).get("weights_sha256")
+                   for name in ("metrics.json", "retraining.metrics.json") if (run / name).is_file()]
+        digest = next((d for d in digests if d), None)
+        if not record.get("weights_sha256") or record["weights_sha256"] != digest:
+            wrong.append(f"{path.relative_to(REPO)}: names {record.get('weights_sha256')}, {record[key]} holds {digest}")
+    assert records and not wrong, wrong
+
+
 def test_round1_claims_are_generated_from_round1s_record(tmp_path):
     """docs/ewt-study/round1-claims.json, which each verdict of claims.md is compared with, is what today's
     claims code writes (format=json) on the study's record at the commit docs/ewt-results.md quotes as
