@@ -455,16 +455,21 @@ doc() {
     for finished in "$study"/*-dp/$seeds/metrics.json "$study"/*-sp/$seeds/metrics.json \
                     "$study"/*-dp-budget/$seeds/metrics.json; do pruned+=("${finished%/metrics.json}"); done
   done
-  local pretrained=()  # are the heads that survive everywhere the pretrained encoder's best probe heads?
-  [[ -f $STUDY/probes/pretrained/report.json ]] && pretrained=(probes="$STUDY/probes/pretrained")
+  # the pretrained encoder's probe report: this study's, else the continued study's (round 3 probes it once, in round 2)
+  local pretrained=() probed=""  # are the heads that survive everywhere the pretrained encoder's best probe heads?
+  for study in "${folders[@]}"; do [[ -f $study/probes/pretrained/report.json ]] && probed=$study/probes/pretrained; done
+  [[ -n $probed ]] && pretrained=(probes="$probed")
   if [[ ${#pruned[@]} -gt 0 ]]; then
     python -m mtl_heads gates "${pruned[@]}" out="$STUDY/gates" "${pretrained[@]}" || failed doc:gates
   fi
-  # before and after: the pretrained encoder first (deltas are against it), then each setting's seeds pooled
+  # before and after: the pretrained encoder first (deltas are against it), then each setting's seeds pooled, of
+  # every study folder read (a continuing study's probes of seeds 4 and 5 beside the continued study's 1 to 3)
   local reports=() report
-  [[ -f $STUDY/probes/pretrained/report.json ]] && reports+=("$STUDY/probes/pretrained")
-  for report in "$STUDY"/probes/*/report.json; do
-    [[ $report == */pretrained/report.json ]] || reports+=("${report%/report.json}")
+  [[ -n $probed ]] && reports+=("$probed")
+  for study in "${folders[@]}"; do
+    for report in "$study"/probes/*/report.json; do
+      [[ $report == */pretrained/report.json ]] || reports+=("${report%/report.json}")
+    done
   done
   if [[ ${#reports[@]} -ge 2 ]]; then
     if python -m mtl_heads probe compare="$(IFS=,; echo "${reports[*]}")" out="$STUDY/probes-compare" progress=false

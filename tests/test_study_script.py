@@ -47,6 +47,10 @@ if args[:2] == ["-m", "mtl_heads"] and args[2] in ("train", "ablate", "probe"):
                   "random_sets": int(keys["random_sets"])}}
         (Path(keys["out"]) / "ablation.json").write_text(json.dumps(record))
     sys.exit(0)
+if args[:2] == ["-m", "mtl_heads"] and args[2] in os.environ.get("FAKE_MORE", "").split():  # logged, nothing run
+    with open(os.environ["FAKE_LOG"], "a") as log:
+        log.write(json.dumps(args[2:]) + "\\n")
+    sys.exit(0)
 os.execv({python!r}, [{python!r}, *args])
 """
 
@@ -134,6 +138,34 @@ def test_doc_stage_reads_only_finished_runs(tmp_path):
     assert "Generated from 5 runs in 2 settings" in block and f"rules=round3 block=later`" in block
     assert "*Since the first round:*" in block and "*Since round 2's rules on these runs:*" in block
     assert "Generated from 4 runs in 2 settings" in doc.read_text().split("<!-- claims:later:begin -->")[0]
+
+
+def test_a_continuing_studys_doc_stage_reads_the_probes_of_both_studies(tmp_path, fake):
+    """Round 3 probes seeds 4 and 5; round 2 holds the pretrained encoder's report and seeds 1 to 3's: the doc stage
+    of the continuing study compares them all (the pretrained encoder first) and gives the gates the pretrained
+    report, the continuing study's own where it has one."""
+    record, later = tmp_path / "record", tmp_path / "later"
+    for name in ("pretrained", "pos-seed1"):
+        (record / "probes" / name).mkdir(parents=True)
+        (record / "probes" / name / "report.json").write_text("{}")
+    (later / "probes" / "pos-seed4").mkdir(parents=True)
+    (later / "probes" / "pos-seed4" / "report.json").write_text("{}")
+    make_run(later / "pos-dp" / "seed4", ("pos",), 4, experiment="pos-dp", prune={"mode": "dynamic"})
+    (later / "continues.txt").write_text(f"{record}\n")
+    env = {**fake["env"], "FAKE_MORE": "compare gates report claims"}
+    result = study(tmp_path, "doc", STUDY=str(later), RULES="round3", **env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    calls = {call[0]: call for call in fake["log"]() if call[0] in ("probe", "gates")}
+    assert calls["probe"][1] == (f"compare={record}/probes/pretrained,{record}/probes/pos-seed1,"
+                                 f"{later}/probes/pos-seed4")
+    assert f"probes={record}/probes/pretrained" in calls["gates"]
+    (later / "probes" / "pretrained").mkdir()  # its own report, where it has one
+    (later / "probes" / "pretrained" / "report.json").write_text("{}")
+    (tmp_path / "calls.jsonl").unlink()
+    study(tmp_path, "doc", STUDY=str(later), RULES="round3", **env)
+    calls = {call[0]: call for call in fake["log"]() if call[0] in ("probe", "gates")}
+    assert calls["probe"][1].startswith(f"compare={later}/probes/pretrained,{record}/probes/pos-seed1,")
+    assert f"probes={later}/probes/pretrained" in calls["gates"]
 
 
 def plan_of(text: str) -> list[tuple[str, list[str]]]:
