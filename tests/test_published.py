@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from mtl_heads.folders import RETRAINED_FOLDER, SEED_FOLDER, match_name
 from mtl_heads.study import check_claims, claims_json, claims_markdown, read_since, read_study, splice
 
 REPO = Path(__file__).resolve().parents[1]
@@ -221,13 +222,18 @@ def test_every_round3_run_trained_again_reproduced_its_weights():
 def test_every_round3_record_that_read_weights_names_the_weights_of_its_run():
     """A round-3 ablation (ablation.json, key ``run``) or probe report (report.json, key ``model``) read a run's
     weights and names their SHA-256 (``weights_sha256``): the digest its run's record holds (metrics.json), or for a
-    run's annex, which retrains a round-1 run whose record names none, its retraining's (retraining.metrics.json)."""
+    run's annex, which retrains a round-1 run whose record names none, its retraining's (retraining.metrics.json);
+    a record that read a retraining kept beside the run (``.seed<N>.retrained``, not committed) is checked against
+    the retraining.metrics.json of that seed's folder."""
     records = [(p, "run") for p in sorted((REPO / ROUND3).glob("**/ablation.json"))]
     records += [(p, "model") for p in sorted((REPO / ROUND3).glob("probes/*/report.json"))]
     wrong = []
     for path, key in records:
         record = json.loads(path.read_text())
         run = REPO / record[key]
+        side = match_name(RETRAINED_FOLDER, run.name)
+        if side:
+            run = run.parent / SEED_FOLDER.format(seed=side["seed"])
         digests = [json.loads((run / name).read_text()).get("weights_sha256")
                    for name in ("metrics.json", "retraining.metrics.json") if (run / name).is_file()]
         digest = next((d for d in digests if d), None)
