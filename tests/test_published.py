@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mtl_heads.folders import RETRAINED_FOLDER, SEED_FOLDER, match_name
+from mtl_heads.folders import RETRAINING_METRICS, record_folder_name
 from mtl_heads.study import check_claims, claims_json, claims_markdown, read_since, read_study, splice
 
 REPO = Path(__file__).resolve().parents[1]
@@ -230,12 +230,10 @@ def test_every_round3_record_that_read_weights_names_the_weights_of_its_run():
     wrong = []
     for path, key in records:
         record = json.loads(path.read_text())
-        run = REPO / record[key]
-        side = match_name(RETRAINED_FOLDER, run.name)
-        if side:
-            run = run.parent / SEED_FOLDER.format(seed=side["seed"])
+        named = REPO / record[key]
+        run = named.parent / record_folder_name(named.name)
         digests = [json.loads((run / name).read_text()).get("weights_sha256")
-                   for name in ("metrics.json", "retraining.metrics.json") if (run / name).is_file()]
+                   for name in ("metrics.json", RETRAINING_METRICS) if (run / name).is_file()]
         digest = next((d for d in digests if d), None)
         if not record.get("weights_sha256") or record["weights_sha256"] != digest:
             wrong.append(f"{path.relative_to(REPO)}: names {record.get('weights_sha256')}, {record[key]} holds {digest}")
