@@ -206,7 +206,7 @@ def _ignored(key: str) -> bool:
 # without one and a run saved with this value are the same setting (add a key here when adding it to
 # configs/train.yaml with a default that keeps the old behaviour)
 ADDED_KEYS = {"prune.init_gates": "fresh", "train.patience": None,  # data.sentences: {} flattens to nothing
-              "data.max_eval_sentences": None}
+              "data.max_eval_sentences": None, "train.phases": None}
 
 
 def setting_config(flat: dict) -> dict:
