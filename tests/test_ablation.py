@@ -640,6 +640,13 @@ def test_the_importance_matched_null_draws_within_each_layers_importance_bins(ru
     wanted = sorted(cells[parse_head(h)] for h in record["heads"])
     for names in record["random_heads"]:
         assert sorted(cells[parse_head(h)] for h in names) == wanted
+    # the null's own space: C(cell's heads, k) per cell, below the layer-matched C(4, 1) x C(4, 2) = 24
+    grid = np.zeros((2, 4), dtype=bool)
+    grid[0, 1] = grid[1, 2] = grid[1, 3] = True
+    possible = possible_sets(grid, 1, cells)
+    assert record["possible_sets"] == possible < 24 and len({tuple(sorted(n)) for n in record["random_heads"]}) <= possible
+    assert (f"only {possible:,} distinct layer- and importance-matched sets exist: the random sets repeat"
+            in record["notes"]) == (possible < 8)
     from mtl_heads.analysis.ablation import table_lines
 
     assert table_lines(record)[1].startswith("8 layer- and importance-matched random sets (seed 0")  # as drawn

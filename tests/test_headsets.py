@@ -146,3 +146,100 @@ def test_cell_matched_sets_keep_each_cells_count_and_draw_every_head_of_a_cell()
     assert 0.45 < share < 0.55
     with pytest.raises(ValueError, match="bins"):
         importance_cells(importance, bins=7)
+
+
+def test_possible_sets_count_the_nulls_own_space():
+    """Layer-matched: C(heads, k) per layer; cell-matched: C(cell's heads, k) per cell, as many as the distinct
+    sets cell_matched_sets draws; 1 where every cell touched is held whole."""
+    from mtl_heads.model.headsets import cell_matched_sets, possible_sets
+
+    cells = np.repeat(np.arange(2)[:, None] * 3, 12, axis=1) + np.tile(np.repeat(np.arange(3), 4), (2, 1))  # 4 a cell
+    chosen = np.zeros((2, 12), dtype=bool)
+    chosen[0, [0, 4, 5]] = chosen[1, [11]] = True  # cells 0 (1 of 4), 1 (2 of 4), 5 (1 of 4)
+    assert possible_sets(chosen) == math.comb(12, 3) * 12
+    assert possible_sets(chosen, cells=cells) == 4 * 6 * 4
+    drawn = {tuple(sorted(r)) for r in cell_matched_sets(np.random.default_rng(0), 5000, chosen, cells).tolist()}
+    assert len(drawn) == 4 * 6 * 4
+    assert possible_sets(np.isin(cells, [0, 5]), cells=cells) == 1
+    with pytest.raises(ValueError, match="block 1"):
+        possible_sets(chosen, 2, cells)
+
+
+def _orders_law(grids, cells, streams):
+    """The law of cell_matched_sets' joint draw by brute force: every order of every stream's heads, each
+    equally likely, each grid's set read by cell_matched_sets itself from that order."""
+    from collections import Counter
+    from mtl_heads.model.headsets import cell_matched_sets
+
+    class Row:  # a generator whose one row of uniforms is the given order
+        def __init__(self, uniforms):
+            self.uniforms = uniforms
+
+        def random(self, shape):
+            return self.uniforms[None, :]
+
+    size, ids = grids[0].size, sorted(set(streams))
+    count, total = Counter(), 0
+    for orders in itertools.product(*[list(itertools.permutations(range(size))) for _ in ids]):
+        sets = []
+        for grid, cell, stream in zip(grids, cells, streams):
+            uniforms = np.empty(size)
+            uniforms[list(orders[ids.index(stream)])] = np.arange(size)
+            sets.append(tuple(sorted(cell_matched_sets(Row(uniforms), 1, grid, cell)[0].tolist())))
+        count[tuple(sets)] += 1
+        total += 1
+    return {sets: n / total for sets, n in count.items()}
+
+
+@pytest.mark.parametrize("streams", [(0, 0), (0, 1), (7, 7, 7)])
+def test_cell_matched_law_is_every_order_of_the_heads_counted(streams):
+    """The exact joint law of several grids' draws (one row of uniforms per stream), against every order of the
+    heads: grids of one stream share their draw (their sets are tied), grids of two streams are independent."""
+    from mtl_heads.model.headsets import cell_matched_law
+
+    one = [np.array([[0, 0, 1, 1], [2, 2, 2, 3]]), np.array([[5, 6, 6, 5], [7, 8, 8, 8]]), np.array([[1, 1, 1, 1], [2, 2, 3, 3]])]
+    grids = [np.array([[1, 0, 1, 0], [1, 1, 0, 1]], bool), np.array([[1, 1, 0, 0], [1, 1, 0, 0]], bool),
+             np.array([[0, 1, 0, 1], [0, 1, 0, 1]], bool)]
+    n = len(streams)
+    if len(set(streams)) == 2:  # two streams of 8 heads: 8!^2 orders is too many; 2 x 2 heads a stream
+        one = [np.array([[0, 0], [1, 1]]), np.array([[4, 5], [5, 5]])]
+        grids = [np.array([[1, 0], [0, 1]], bool), np.array([[1, 0], [1, 1]], bool)]
+    law = dict(cell_matched_law(grids[:n], one[:n], streams))
+    brute = _orders_law(grids[:n], one[:n], streams)
+    assert set(law) == set(brute) and max(abs(law[k] - brute[k]) for k in brute) < 1e-12
+    assert sum(law.values()) == pytest.approx(1.0)
+    if len(set(streams)) == 2:  # independent streams: the joint law is the product of each grid's own
+        alone = [dict(cell_matched_law([g], [c])) for g, c in zip(grids, one)]
+        assert all(law[sets] == pytest.approx(alone[0][(sets[0],)] * alone[1][(sets[1],)]) for sets in law)
+
+
+def test_cell_matched_law_is_what_the_draws_show_on_a_model_sized_grid():
+    """On a 6 x 12 grid with importance cells of 4 heads, two grids of one stream: the law's probabilities are the
+    draws' shares (200,000 draws of cell_matched_sets), and a law too large to enumerate says so (None)."""
+    from mtl_heads.model.headsets import cell_matched_law, cell_matched_sets, importance_cells
+
+    rng = np.random.default_rng(5)
+    cells = [importance_cells(rng.random((6, 12))) for _ in range(2)]
+    chosen = np.zeros((6, 12), dtype=bool)
+    chosen[0, [2, 5]] = chosen[1, [4, 8, 9]] = chosen[2, 8] = True
+    law = cell_matched_law([chosen, chosen], cells)
+    draws = 200_000
+    seen = {}
+    both = [np.sort(cell_matched_sets(np.random.default_rng(0), draws, chosen, c), axis=1) for c in cells]
+    for row in zip(map(tuple, both[0].tolist()), map(tuple, both[1].tolist())):
+        seen[row] = seen.get(row, 0) + 1
+    assert set(seen) <= {sets for sets, _ in law}
+    for sets, p in law:
+        if p * draws >= 20:  # the joint draws seen often enough for a normal approximation
+            assert abs(seen.get(sets, 0) / draws - p) < 5 * math.sqrt(p * (1 - p) / draws)
+    by_first = {}  # one grid's own law, summed over the other's sets, against every draw
+    for (first, _), p in law:
+        by_first[first] = by_first.get(first, 0.0) + p
+    firsts = {}
+    for row in map(tuple, both[0].tolist()):
+        firsts[row] = firsts.get(row, 0) + 1
+    for first, p in by_first.items():
+        assert abs(firsts.get(first, 0) / draws - p) < 5 * math.sqrt(p * (1 - p) / draws) + 1e-9
+    everywhere = np.zeros((6, 12), dtype=bool)
+    everywhere[:, ::2] = True  # 2 of 4 heads in every cell: 6^18 joint draws
+    assert cell_matched_law([everywhere, everywhere], cells, limit=1_000_000) is None

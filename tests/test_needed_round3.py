@@ -273,3 +273,111 @@ def test_where_the_second_null_changes_a_pair_the_answer_shows_the_layer_null_al
         assert claim.facts.regimes[0].layer_need == ["STL POS"] and beside in claim.answer
     else:  # the layer-matched null fails too: nothing changes, nothing more said
         assert claim.facts.regimes[0].layer_need == [] and "layer-matched null alone" not in claim.answer
+
+
+# --- amendment 1: a small null read from its exact law --------------------------------------------------------
+NAMES = [f"L{layer}H{head}" for layer in range(2) for head in range(6)]  # helpers' study: 2 layers of 6 heads
+CELLS = {1: [[0] * 6, [1, 2, 1, 2, 1, 2]], 2: [[0] * 6, [1, 2, 2, 1, 1, 2]], 3: [[0] * 6, [1, 2, 1, 2, 1, 2]]}
+HIGH = {"L0H4", "L0H5", "L1H2"}  # the heads whose sets drop more
+
+
+def set_drop(heads: set[str], seed: int) -> float:
+    """A random set's drop in a seed: 5.0 for the held-out set itself, else 2 per head of HIGH, plus 0.1 x seed."""
+    return 5.0 if heads == set(HELD_OUT) else 2.0 * len(heads & HIGH) + 0.1 * seed
+
+
+def write_cells_records(root: Path, sets: int = 3000, short: int | None = None):
+    """Seeds 1 to 3 of STL POS, zero and mean alike: a layer-matched record no random set beats (250 sets) and an
+    importance-matched record whose ``sets`` random sets are what matched_sets draws in CELLS (layer 0 one cell of
+    6 heads, 4 held out: 15 sets; layer 1 two cells of 3, one held out in each: 9; seed 2's cells of layer 1 not
+    seeds 1 and 3's), each scored by set_drop; ``short`` (a seed): that seed's record holds its first 20 sets only."""
+    from mtl_heads.analysis.ablation import matched_sets
+    from mtl_heads.model.headsets import head_names
+
+    all_four(root, sets=250, nulls=("layer",))
+    grid = np.isin(np.array(NAMES).reshape(2, 6), HELD_OUT)
+    for seed in (1, 2, 3):
+        drawn = [head_names(s) for s in matched_sets(grid, 20 if seed == short else sets, 0,
+                                                     cells=np.array(CELLS[seed]))]
+        folder = write_record(root, "pos", seed, "importance", {"zero": 5.0, "mean": 5.0},
+                              {m: [set_drop(set(h), seed) for h in drawn] for m in ("zero", "mean")})
+        record = json.loads((folder / "ablation.json").read_text())
+        record.update(random_heads=drawn, importance_cells=CELLS[seed], heads_per_layer=[4, 2])
+        (folder / "ablation.json").write_text(json.dumps(record))
+
+
+def brute_force_law() -> tuple[float, float]:
+    """(P(pooled drop >= 5.0), P(every seed draws the held-out set)) over every order of each layer's 6 heads:
+    in each cell the heads first in the order are drawn, one order a layer for all seeds (records of one seed)."""
+    import itertools
+    from collections import Counter
+
+    firsts = []
+    for layer in range(2):
+        seen = Counter()
+        for order in itertools.permutations(range(6)):
+            sets = []
+            for seed in (1, 2, 3):
+                cells, chosen = CELLS[seed][layer], [f"L{layer}H{h}" in HELD_OUT for h in range(6)]
+                picked = []
+                for cell in set(cells):
+                    members = [h for h in order if cells[h] == cell]
+                    picked += members[:sum(chosen[h] for h in members)]
+                sets.append(frozenset(f"L{layer}H{h}" for h in picked))
+            seen[tuple(sets)] += 1
+        firsts.append({k: v / 720 for k, v in seen.items()})
+    reach = stem = 0.0
+    for (zero, p0), (one, p1) in itertools.product(firsts[0].items(), firsts[1].items()):
+        drops = [set_drop(set(zero[i] | one[i]), seed) for i, seed in enumerate((1, 2, 3))]
+        reach += p0 * p1 * (np.mean(drops) >= 5.0 - 1e-9)
+        stem += p0 * p1 * all(set(zero[i] | one[i]) == set(HELD_OUT) for i in range(3))
+    return reach, stem
+
+
+def test_a_null_whose_every_set_is_scored_is_read_from_its_exact_law(study_dir):
+    """Amendment 1: each seed's importance-matched record scored all 15 x 9 sets its cells allow, so the pooled
+    test's p is the law of the joint draw (seeds share row i), P(pooled drop >= observed), checked against every
+    order of the heads; its floor is the chance that a draw is the held-out set in every seed, no standard error;
+    the Monte Carlo reading of the rules as first written is shown beside it."""
+    write_cells_records(study_dir)
+    claim = needed(read_study([str(study_dir)], rules=ROUND3))
+    reach, stem = brute_force_law()
+    for method in ("zero", "mean"):
+        test = claim.tests[f"{DP} STL POS {method} importance"]
+        assert test.p == pytest.approx(reach, abs=1e-12) and test.floor == pytest.approx(stem, abs=1e-12)
+        assert test.draws == 0 and test.exact_floor and not test.unresolved and np.isnan(test.standard_error)
+        assert test.numbers["exact"]["sets_by_seed"] == {"1": 135, "2": 135, "3": 135}
+        mc = claim.facts.monte_carlo.tests[test.key]  # the random sets alone: a Monte Carlo p of the same null
+        assert mc.draws == 250 and "exact" not in mc.numbers and abs(mc.p - reach) < 4 * mc.standard_error + 1 / 251
+    assert 1 / 135 ** 3 < stem < 1 / 135  # seeds drawn from one row are tied: more often than independent ones
+    line = claim.text_lines()[1]
+    assert line.count(f"exact: every one of the 135 sets a seed's null can draw scored, one draw in {1 / stem:,.0f} "
+                      "the ablated set in every seed; p ") == 2 and line.count("; at 250 random sets: p ") == 2
+    assert ("read from their null's exact law, every set of it scored in each seed "
+            "(docs/ewt-study/rules-round3-amendment-1.md, written after these records): STL POS zero importance, "
+            "STL POS mean importance") in claim.answer
+    # round 2 reads the layer-matched null alone, as before; a seed left out reads the law of the two left
+    assert all("exact" not in t.numbers for t in needed(read_study([str(study_dir)], rules=ROUND2)).tests.values())
+    study = read_study([str(study_dir)], rules=ROUND3)
+    left = compute_needed(study.without_seed(2))
+    assert left.tests[f"{DP} STL POS zero importance"].numbers["exact"]["sets_by_seed"] == {"1": 135, "3": 135}
+    assert left.facts.monte_carlo is None  # the Monte Carlo reading is the full study's only
+
+
+def test_a_null_with_a_set_not_scored_is_read_by_monte_carlo_and_a_floor_too_high_cannot_reach(study_dir):
+    """A seed whose record holds 20 of its 135 sets: the test is the rules' Monte Carlo one, as first written.
+    And an exact floor times the family's size at 0.05 or more cannot reach significance, said in the law's words."""
+    write_cells_records(study_dir, short=2)
+    claim = needed(read_study([str(study_dir)], rules=ROUND3))
+    test = claim.tests[f"{DP} STL POS zero importance"]
+    assert "exact" not in test.numbers and test.draws == 20 and not test.exact_floor
+    assert claim.facts.monte_carlo is None and "exact law" not in claim.answer
+    from mtl_heads.study.core import Claim, Test
+
+    high = Claim("x", rule="", rules=ROUND3)
+    high.add(Test("a", 0.01, floor=0.01, family="f", exact_floor=True))
+    for key in "bcdef":
+        high.add(Test(key, 0.5, floor=0.0, family="f"))
+    high.adjust()
+    assert high.tests["a"].reach == ("cannot reach significance: its null's exact law allows p >= 0.01, and Holm over "
+                                     "6 tests needs a p below 0.0083")

@@ -75,3 +75,18 @@ def test_the_monte_carlo_standard_error_and_the_unresolved_band():
     assert unresolved(0.04, 0.02, 250, 2) and not unresolved(0.01, 0.005, 250, 2)
     assert unresolved(0.05 + 3.9 * se, 0.02, 250, 2) and not unresolved(0.05 + 4.1 * se, 0.02, 250, 2)
     assert not unresolved(math.nan, 0.02, 250, 2)
+
+
+def test_law_summary_reads_a_known_law():
+    """The exact p, mean and 95th percentile of a null given as values with their probabilities; ties by the
+    one tie rule; a law that does not sum to 1 is refused."""
+    from mtl_heads.stats import law_summary
+
+    values, law = [0.0, 1.0, 2.0, 5.0], [0.5, 0.3, 0.16, 0.04]
+    mean, q95, p = law_summary(2.0, values, law)
+    assert mean == pytest.approx(0.3 + 0.32 + 0.2) and q95 == 2.0 and p == pytest.approx(0.2)
+    assert law_summary(2.0 + 1e-12, values, law)[2] == pytest.approx(0.2)  # a tie counts
+    assert law_summary(6.0, values, law)[2] == 0.0 and law_summary(-1.0, values, law)[2] == pytest.approx(1.0)
+    assert law_summary(5.0, values, [0.5, 0.3, 0.1, 0.1])[1] == 5.0  # 0.9 below 5: the 95th percentile is 5
+    with pytest.raises(ValueError, match="law"):
+        law_summary(1.0, values, [0.5, 0.5, 0.5, 0.5])

@@ -55,6 +55,7 @@ from mtl_heads.data.errors import DataError
 from mtl_heads.files import file_sha256, read_json, write_json
 from mtl_heads.folders import ABLATION_NULLS
 from mtl_heads.model.headsets import (cell_matched_sets, head_name, head_names, importance_cells, layer_matched_sets,
+                                      possible_sets,
                                       parse_head)
 from mtl_heads.model.precision import autocast
 from mtl_heads.progress import progress_bar
@@ -300,14 +301,6 @@ def matched_sets(chosen: np.ndarray, count: int, seed: int = 0, block: int = 1, 
     grids = np.zeros((count, chosen.size), dtype=bool)
     grids[np.arange(count)[:, None], picks] = True
     return grids.reshape(count, *chosen.shape)
-
-
-def possible_sets(chosen: np.ndarray, block: int = 1) -> int:
-    """How many distinct layer-matched sets exist: the product over layers of C(units, chosen units)
-    (1: the null is degenerate, every random set is ``chosen`` itself)."""
-    chosen = np.asarray(chosen, dtype=bool)
-    units = chosen.shape[1] // block
-    return math.prod(math.comb(units, -(-int(k) // block)) for k in chosen.sum(1))
 
 
 def drop_summary(metric: str, base: float, ablated: float, random_scores: Sequence[float]) -> dict:
@@ -587,7 +580,7 @@ def run_ablation(loaded_run, chosen: np.ndarray, plan: AblationPlan = AblationPl
     keeper = KeptScores(kept, identity, log, started=started, earlier=earlier,
                         facts={k: known[k] for k in (*RECORD_FACTS, *NEWER_RECORD_FACTS)}) if kept is not None else None
     record.update(ablation_study(model, groups, chosen, plan, means, block, cells, keeper))
-    record.update(_null_facts(chosen, block, plan.random_sets, encoder), **setup,
+    record.update(_null_facts(chosen, block, plan.random_sets, encoder, cells), **setup,
                   seconds=round(keeper.seconds if keeper else time.perf_counter() - started, 2),
                   resumed=keeper.resumed if keeper else 0, extended=keeper.extended if keeper else 0)
     if importance is not None:  # the importance-matched null: each head's importance and its cell
@@ -612,23 +605,25 @@ def task_importance(model: nn.Module, examples: dict[str, list[Example]], tasks:
     return torch.stack(rows).mean(0).cpu().numpy()
 
 
-def _null_facts(chosen: np.ndarray, block: int, random_sets: int, encoder) -> dict:
+def _null_facts(chosen: np.ndarray, block: int, random_sets: int, encoder, cells: np.ndarray | None = None) -> dict:
     """What the record says about its null: ``block`` (heads drawn together), ``full_layers`` (layers whose
     every head is ablated: the random sets cannot vary there), ``degenerate`` (some such layer),
-    ``possible_sets`` (distinct random sets; 1: the null is the set itself), ``closed_heads`` (ablated
+    ``possible_sets`` (distinct random sets of the null drawn: layer-matched, or within ``cells`` for the
+    importance-matched null, :func:`possible_sets`; 1: the null is the set itself), ``closed_heads`` (ablated
     heads already closed in the run) and ``notes`` saying so."""
     full = [int(i) for i in np.nonzero(chosen.all(1))[0]]
-    possible = possible_sets(chosen, block)
+    possible = possible_sets(chosen, block, cells)
     closed = ~open_heads(encoder).cpu().numpy()
     notes = []
     if possible == 1:
-        notes.append("degenerate null: the set holds every head of each layer it touches, so every random set is "
-                     "the set itself (p = 1 by construction)")
+        notes.append(f"degenerate null: the set holds every head of each {'layer' if cells is None else 'importance cell'}"
+                     " it touches, so every random set is the set itself (p = 1 by construction)")
     elif full:
         notes.append(f"degenerate null in layer {', '.join(map(str, full))}: the set holds every head there, so every "
                      "random set ablates it whole too; only the other layers vary")
     if 1 < possible < random_sets:
-        notes.append(f"only {possible} distinct layer-matched sets exist: the random sets repeat")
+        notes.append(f"only {possible:,} distinct {MATCHED['layer' if cells is None else 'importance']} sets exist: "
+                     "the random sets repeat")
     if block == 1 and encoder.gate_groups == "kv" and encoder.group_size > 1:
         notes.append("the set splits KV groups: random sets are drawn head by head, not by group")
     if (closed & chosen).any():

@@ -20,8 +20,9 @@ more sets could give a smaller p), and a warning says when too few random sets l
 to pass (Holm over m tests needs at least 20 m sets). The record holds them as fields: per method
 and task ``p_holm``, ``verdict`` and ``p_at_floor``, and ``verdicts`` (the rule, alpha, the tests,
 the floor, the sets needed, the notes). A set holding every head of a layer leaves the null nothing
-to vary there: the output says so ("degenerate": true, the layers in "full_layers"; "possible_sets"
-is 1 when no layer varies). The cost is one pass over the split per method and head set,
+to vary there: the output says so ("degenerate": true, the layers in "full_layers"; "possible_sets",
+the distinct sets the null can draw, within layers or, for matched=importance, within importance cells, is 1
+when none varies, and a note says when it is fewer than random_sets). The cost is one pass over the split per method and head set,
 methods x (1 + random_sets) in all. While it runs, ``<out>/ablation.partial.json`` keeps the passes
 scored so far (written atomically, at most every minute): the same command, run again after an
 interruption, goes on from them (a line says so; kept passes of another study are not read, and a line

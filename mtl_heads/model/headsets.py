@@ -15,6 +15,9 @@ Random sets come in two kinds, and every test that holds a set of heads against 
   head (:func:`importance_cells`, Michel et al. 2019's importance): whether a set matters beyond its
   layer *and* its heads' importance (the EWT study's round-3 rules, claim 6).
 
+How many distinct sets such a null can draw is :func:`possible_sets`; where it is few, the exact law of the
+draws (several grids drawn from one row of uniforms, as the EWT study pools seeds) is :func:`cell_matched_law`.
+
 Query heads that share one gate (a key/value group, ``encoder.gate_groups=kv``; adjacent in a row)
 are drawn a whole group at a time (``block``): heads that always move together are one draw.
 Written with numpy alone (no torch), so that reports and the ablation code share it.
@@ -22,12 +25,15 @@ Written with numpy alone (no torch), so that reports and the ablation code share
 from __future__ import annotations
 
 import functools
+import itertools
+import math
 import re
+from typing import Sequence
 
 import numpy as np
 
 __all__ = ["head_name", "parse_head", "head_names", "block_permutations", "layer_permutations", "seeded_permutations",
-           "random_sets", "random_sets_from", "layer_matched_sets", "layer_matched_from", "cell_matched_sets", "importance_cells"]
+           "random_sets", "random_sets_from", "layer_matched_sets", "layer_matched_from", "cell_matched_sets", "importance_cells", "possible_sets", "cell_matched_law", "LAW_STATES"]
 
 _NAME = re.compile(r"^L(\d+)H(\d+)$")
 
@@ -159,3 +165,128 @@ def importance_cells(importance: np.ndarray, bins: int = 3) -> np.ndarray:
         raise ValueError(f"bins: expected 1 to {heads} (the heads of a layer), got {bins}")
     rank = np.argsort(np.argsort(importance, axis=1, kind="stable"), axis=1, kind="stable")  # [layers, heads]
     return np.arange(layers)[:, None] * bins + rank * bins // heads
+
+
+def possible_sets(chosen: np.ndarray, block: int = 1, cells: np.ndarray | None = None) -> int:
+    """How many distinct random sets a matched null can draw for ``chosen`` (bool ``[layers, heads]``).
+    Layer-matched (``cells`` None, the default): the product over layers of C(units, chosen units), ``block``
+    adjacent heads a unit (default 1). Cell-matched (``cells``: an int grid of cell ids of ``chosen``'s shape,
+    such as :func:`importance_cells`; ``block`` 1): the product over cells of C(the cell's heads, chosen heads
+    there). 1: the null is degenerate, every random set is ``chosen`` itself."""
+    chosen = np.asarray(chosen, dtype=bool)
+    if cells is None:
+        units = chosen.shape[1] // block
+        return math.prod(math.comb(units, -(-int(k) // block)) for k in chosen.sum(1))
+    if block != 1:
+        raise ValueError("cell-matched random sets draw single heads (block 1)")
+    cells, flat = np.asarray(cells).ravel(), chosen.ravel()
+    if cells.shape != flat.shape:
+        raise ValueError(f"cells: expected one cell id per head ({flat.size}), got {cells.size}")
+    return math.prod(math.comb(int((cells == c).sum()), int(flat[cells == c].sum())) for c in np.unique(cells))
+
+
+LAW_STATES = 4_000_000  # the most (joint outcomes x prefixes) one group of tied heads may enumerate: a few seconds
+
+
+def cell_matched_law(chosen: Sequence[np.ndarray], cells: Sequence[np.ndarray], streams: Sequence[int] | None = None,
+                     limit: int = 1_000_000) -> list[tuple[tuple[tuple[int, ...], ...], float]] | None:
+    """The exact law of :func:`cell_matched_sets`' i-th draw for several grids at once: grid g draws a set with as
+    many heads in each cell of ``cells[g]`` as ``chosen[g]`` has there (both ``[layers, heads]``, one shape), from
+    row i of a stream of uniforms; grids of one ``streams`` id read the same row (records drawn from one numpy seed:
+    claim 6 pools seeds by set i), grids of different ids independent rows (default: one stream for all).
+
+    Returns ``[(sets, probability)]``, ``sets`` a tuple of each grid's set as sorted flat indices, every joint
+    draw of positive probability once (the probabilities sum to 1); None when the law is too large to enumerate:
+    more than ``limit`` joint draws (default 1,000,000), or a group of heads tied by the grids' cells whose
+    enumeration would pass :data:`LAW_STATES` (or hold more than 16 heads).
+
+    Why by hand: in a cell the draw keeps the k heads of the smallest uniforms, so a joint draw is the event that
+    every cell's kept heads come before its other heads in one random order of the heads, and its probability is
+    the number of orders that satisfy every grid's cells at once (the linear extensions of that partial order,
+    counted by dynamic programming over the sets of heads placed first) over the number of orders. No library
+    counts those; heads tied by no cell of 0 < k < n heads are independent and multiply."""
+    grids = [np.asarray(c, dtype=bool).ravel() for c in chosen]
+    cells = [np.asarray(c).ravel() for c in cells]
+    streams = list(streams) if streams is not None else [0] * len(grids)
+    if not (len(grids) == len(cells) == len(streams)) or any(c.shape != g.shape for g, c in zip(grids, cells)):
+        raise ValueError("chosen, cells and streams: one grid, one cell grid of its shape and one stream each")
+    ids = {s: i for i, s in enumerate(dict.fromkeys(streams))}
+    fixed = [set() for _ in grids]  # heads every draw of a grid keeps: cells kept whole
+    units = []  # (grid, members as variables, k): cells whose draw varies; a variable is (stream, head)
+    for g, (grid, cell) in enumerate(zip(grids, cells)):
+        for c in np.unique(cell):
+            members = np.flatnonzero(cell == c)
+            k = int(grid[members].sum())
+            if k == len(members):
+                fixed[g].update(members.tolist())
+            elif k:
+                units.append((g, [(ids[streams[g]], int(h)) for h in members], k))
+    parent: dict = {}
+
+    def root(v):
+        while parent.setdefault(v, v) != v:
+            v = parent[v]
+        return v
+    for _, members, _ in units:
+        for v in members[1:]:
+            parent[root(v)] = root(members[0])
+    groups: dict = {}
+    for unit in units:
+        groups.setdefault(root(unit[1][0]), []).append(unit)
+    laws = []  # per group of tied heads: [(kept heads per grid, probability)]
+    for group in groups.values():
+        law = _group_law(group, len(grids))
+        if law is None:
+            return None
+        laws.append(law)
+    if math.prod(len(law) for law in laws) > limit:
+        return None
+    out = []
+    for combo in itertools.product(*laws):
+        sets = [set(f) for f in fixed]
+        probability = 1.0
+        for kept, p in combo:
+            probability *= p
+            for g, heads in enumerate(kept):
+                sets[g].update(heads)
+        out.append((tuple(tuple(sorted(s)) for s in sets), probability))
+    return out
+
+
+def _group_law(units: list, grids: int) -> list[tuple[tuple[tuple[int, ...], ...], float]] | None:
+    """:func:`cell_matched_law` for one group of heads tied by ``units`` (``(grid, members, k)``): each joint choice
+    of every unit's k kept members, with the share of the orders of the group's heads in which each unit's kept
+    members come before its others; choices no order satisfies are left out. None past :data:`LAW_STATES`."""
+    variables = sorted({v for _, members, _ in units for v in members})
+    index = {v: i for i, v in enumerate(variables)}
+    n = len(variables)
+    choices = [list(itertools.combinations(members, k)) for _, members, k in units]
+    outcomes = math.prod(len(c) for c in choices)
+    if n > 16 or outcomes << n > LAW_STATES:
+        return None
+    joint = list(itertools.product(*choices))  # [outcomes][units]: the kept members of each unit
+    before = np.zeros((len(joint), n), dtype=np.int64)  # [outcomes, heads]: bit mask of the heads that come first
+    for o, kept in enumerate(joint):
+        for (_, members, _), first in zip(units, kept):
+            mask = sum(1 << index[v] for v in first)
+            for v in members:
+                if v not in first:
+                    before[o, index[v]] |= mask
+    orders = np.zeros((len(joint), 1 << n))  # [outcomes, prefixes]: orders of each prefix set of heads (exact: < 2^53)
+    orders[:, 0] = 1
+    for prefix in range(1 << n):  # a prefix is numbered below every prefix that extends it
+        count = orders[:, prefix]
+        if not count.any():
+            continue
+        for v in range(n):
+            if not prefix >> v & 1:
+                orders[:, prefix | 1 << v] += count * ((before[:, v] & ~prefix) == 0)
+    share = orders[:, -1] / math.factorial(n)
+    law = []
+    for kept, p in zip(joint, share):
+        if p > 0:
+            sets = [[] for _ in range(grids)]
+            for (g, _, _), first in zip(units, kept):
+                sets[g].extend(h for _, h in first)
+            law.append((tuple(tuple(s) for s in sets), float(p)))
+    return law

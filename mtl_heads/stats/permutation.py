@@ -7,6 +7,8 @@
   head sets): ``p = (1 + hits) / (1 + n)``, hits the draws at least as high as the observed value
   (:func:`one_sided_p`); with the null's mean and 95th percentile (:func:`null_summary`). The observed
   value counts as one draw, so p is never 0: its smallest value is ``1 / (n + 1)``.
+- The same summary read from a null's exact law instead of draws (:func:`law_summary`): ``p = P(value >=
+  observed)``, where every value the null can take is known with its probability.
 - The two-sided permutation test of a difference of means over seed labels (:func:`permutation_test`),
   exact (every split enumerated) where the splits are few enough.
 """
@@ -18,7 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["TIE", "MAX_EXACT_SPLITS", "at_least", "one_sided_p", "null_summary", "permutation_test"]
+__all__ = ["TIE", "MAX_EXACT_SPLITS", "at_least", "one_sided_p", "null_summary", "law_summary", "permutation_test"]
 
 TIE = 1e-9  # a draw within this of the observed value (relative to the larger magnitude, absolute below 1) is a hit
 MAX_EXACT_SPLITS = 100_000  # more splits than this: that many random relabellings instead (seeded)
@@ -52,6 +54,26 @@ def null_summary(observed: float, null: Sequence[float] | np.ndarray) -> tuple[f
     if not np.isfinite(observed) or not null.size:
         return math.nan, math.nan, math.nan
     return float(null.mean()), float(np.percentile(null, 95)), one_sided_p(observed, null)
+
+
+def law_summary(observed: float, values: Sequence[float] | np.ndarray,
+                probabilities: Sequence[float] | np.ndarray) -> tuple[float, float, float]:
+    """(the null's mean, its 95th percentile, the exact one-sided ``p``) of an observed value against a null
+    whose every value is known with its probability (``values`` and ``probabilities``, one each, the latter
+    summing to 1): ``p = P(value >= observed)``, ties counted (:func:`at_least`); the 95th percentile is the
+    smallest value whose cumulative probability reaches 0.95. All three NaN when ``observed`` is not finite or
+    no value is; a ValueError when the probabilities are not a law."""
+    values, probabilities = np.asarray(values, dtype=float).ravel(), np.asarray(probabilities, dtype=float).ravel()
+    if values.shape != probabilities.shape or (probabilities < 0).any() or \
+            not math.isclose(probabilities.sum(), 1.0, rel_tol=1e-9):
+        raise ValueError("law: one probability a value, none negative, summing to 1")
+    if not np.isfinite(observed) or not np.isfinite(values).all() or not values.size:
+        return math.nan, math.nan, math.nan
+    order = np.argsort(values, kind="stable")
+    cumulative = np.cumsum(probabilities[order])
+    q95 = values[order][min(int(np.searchsorted(cumulative, 0.95 - 1e-12)), len(order) - 1)]
+    p = float(probabilities[at_least(values, observed)].sum())
+    return float(values @ probabilities), float(q95), min(p, 1.0)
 
 
 def permutation_test(a: np.ndarray, b: np.ndarray, max_exact: int = MAX_EXACT_SPLITS, draws: int = MAX_EXACT_SPLITS,

@@ -72,7 +72,8 @@ class Test:
     large for its floor: it cannot be significant), ``fragile`` (what leaving out a seed does to a
     significant result), ``too_few`` (the seeds whose leaving out leaves it too few to test) and
     ``checked`` (recomputed with each seed left out, by ``check_claims``); ``draws`` (the Monte Carlo draws
-    behind ``p``: shuffles or random sets; 0 for an exact test or a t-test) and, under rules that print
+    behind ``p``: shuffles or random sets; 0 for an exact test or a t-test), ``exact_floor`` (True: ``floor`` is
+    the smallest p of an exact null's law, not ``1 / (n + 1)``) and, under rules that print
     standard errors (round 3), ``factor`` (its Holm multiplier) and ``unresolved`` (``""``, or why its
     adjusted p is too close to the level for its draws to say which side it falls on: it then counts as not
     significant)."""
@@ -94,6 +95,7 @@ class Test:
     numbers: dict = field(default_factory=dict)
     runs: list[str] = field(default_factory=list)
     draws: int = 0
+    exact_floor: bool = False
     factor: float = math.nan  # set by Claim.adjust under rules that print standard errors only
     unresolved: str = ""
 
@@ -203,8 +205,10 @@ class Claim:
                     test.factor = float(m - rank)  # Holm's multiplier of the (rank + 1)-th smallest p
             for test in tests:
                 if np.isfinite(test.p) and test.floor > 0 and m * test.floor >= ALPHA:
-                    test.reach = (f"cannot reach significance: {round(1 / test.floor) - 1} sets or shuffles allow p "
-                                  f">= {format_p(test.floor)}, and Holm over {m} tests needs at least {20 * m}")
+                    test.reach = (f"cannot reach significance: its null's exact law allows p >= {format_p(test.floor)}, "
+                                  f"and Holm over {m} tests needs a p below {format_p(ALPHA / m)}" if test.exact_floor
+                                  else f"cannot reach significance: {round(1 / test.floor) - 1} sets or shuffles "
+                                  f"allow p >= {format_p(test.floor)}, and Holm over {m} tests needs at least {20 * m}")
                 if self.rules.standard_errors and test.draws and np.isfinite(test.p) and \
                         unresolved(test.adjusted, test.p, test.draws, test.factor, ALPHA):
                     test.unresolved = (f"not resolved at {test.draws:,} draws: Holm {format_p(test.adjusted)} lies "

@@ -4,11 +4,14 @@ random head sets of the same size, seeds pooled (:data:`VERDICT_RULES` ``needed`
 (``Rules.nulls``, round 3) against importance-matched random sets too, each (regime, method, null) its own Holm
 family, a (model, task) needing its stem cells when zero and mean ablation beat both nulls; the held-out sets
 chosen by the DP runs of ``Rules.stem_seeds`` (:func:`choosing_study`), whatever seed stability leaves out.
+Under rules with ``Rules.exact_sets`` (round 3's amendment 1), a test whose null's every set has been scored in
+each seed pooled is read from that null's exact law (:func:`exact_reading`), the Monte Carlo reading shown beside.
 
 :func:`compute_needed` computes it as data (its tests, verdict and :class:`NeededFacts`); :func:`words_needed`
 writes its English from them; :func:`needed` does both."""
 from __future__ import annotations
 
+import functools
 import math
 import shlex
 from dataclasses import dataclass, field, replace
@@ -18,13 +21,14 @@ import numpy as np
 
 from mtl_heads.folders import (ABLATION_FOLDER, ABLATION_NULLS, IMPORTANCE_ABLATION_FOLDER, SEED_FOLDER, match_name,
                                shown)
+from mtl_heads.model.headsets import cell_matched_law, parse_head, possible_sets
 from mtl_heads.study.core import (REGIME_NAMES, REGIMES, Claim, Study, Test, cannot_reach, heads_text, listed,
-                                  majority, mtl_name, runs_of, slot, task_name, unreachable)
+                                  majority, mtl_name, runs_of, slot, task_name, test_text, unreachable)
 from mtl_heads.study.heads import regime_gates, stem_heads
 from mtl_heads.study.rules import ALPHA, SUPPORT, VERDICT_METHODS
-from mtl_heads.stats import null_summary
+from mtl_heads.stats import law_summary, null_summary
 
-__all__ = ["NULL_NAMES", "pooled_ablation", "choosing_study", "Unused", "Ablated", "NeededPlace",
+__all__ = ["NULL_NAMES", "pooled_ablation", "exact_reading", "choosing_study", "Unused", "Ablated", "NeededPlace",
            "NeededRegime", "NeededFacts", "compute_needed", "words_needed", "needed", "extension_commands"]
 
 NULL_NAMES = {"layer": "layer-matched", "importance": "importance-matched"}  # a null as the lines write it
@@ -53,6 +57,61 @@ def pooled_ablation(drops: list[float], random_drops: list[list[float]], limit: 
     null = np.mean([np.asarray(r[:sets], dtype=float) for r in random_drops], axis=0)  # [sets]
     null_mean, null_95, p = null_summary(observed, null)
     return {"drop": observed, "null_mean": null_mean, "null_95": null_95, "p": p, "sets": sets}
+
+
+def exact_reading(records: list[dict]) -> dict | None:
+    """The pooled test of one method's ablations at one (model, task), one record a seed, read from its null's exact
+    law instead of its random sets (round 3's amendment 1), or None where it cannot be.
+
+    Each of ``records`` holds ``grid`` (bool ``[layers, heads]``, the heads ablated), ``cells`` (the cell of each
+    head its null draws within: an importance-matched record's ``importance_cells``; None for a layer-matched one,
+    whose record does not hold its grid's width: never read exactly), ``stream`` (the record's numpy seed: records
+    of one seed draw set i from one row of uniforms, :func:`mtl_heads.model.headsets.cell_matched_sets`),
+    ``random_heads`` and ``random_drops`` (its scored sets), and ``drop``. It is read exactly when every set the
+    null can draw in each seed has been scored (:func:`mtl_heads.model.headsets.possible_sets`) and its law is
+    small enough to enumerate (:func:`mtl_heads.model.headsets.cell_matched_law`): each joint draw's pooled drop
+    is the mean over seeds of its sets' scored drops, and ``p = P(pooled random drop >= observed)``
+    (:func:`mtl_heads.stats.law_summary`), where a Monte Carlo p of n sets estimates it as (1 + hits) / (1 + n).
+
+    Returns ``{"p", "floor", "null_mean", "null_95", "sets"}``: ``floor`` the probability that one draw is the
+    ablated set in every seed (the smallest p the law can give), ``sets`` the distinct sets of each seed's null;
+    None also where that draw has probability 0 (the ablated sets are no joint draw of the null)."""
+    grids, cells, streams, tables = [], [], [], []
+    for record in records:
+        if record.get("cells") is None or not record.get("random_heads"):
+            return None
+        grid, cell = np.asarray(record["grid"], dtype=bool), np.asarray(record["cells"])
+        table: dict[tuple, float] = {}
+        for names, drop in zip(record["random_heads"], record["random_drops"]):
+            table.setdefault(_flat(names, grid.shape[1]), float(drop))
+        if len(table) < possible_sets(grid, 1, cell):
+            return None
+        grids.append(grid), cells.append(cell), streams.append(record["stream"]), tables.append(table)
+    law = _law(tuple((g.tobytes(), c.astype(np.int64).tobytes(), g.shape, s) for g, c, s in zip(grids, cells, streams)))
+    ablated = tuple(tuple(np.flatnonzero(g.ravel()).tolist()) for g in grids)
+    if law is None or any(s not in t for sets, _ in law for s, t in zip(sets, tables)):
+        return None
+    floor = sum(p for sets, p in law if sets == ablated)
+    if not floor > 0:
+        return None
+    values = [float(np.mean([t[s] for s, t in zip(sets, tables)])) for sets, _ in law]
+    mean, q95, p = law_summary(float(np.mean([r["drop"] for r in records])), values, [p for _, p in law])
+    return {"p": p, "floor": floor, "null_mean": mean, "null_95": q95,
+            "sets": [possible_sets(g, 1, c) for g, c in zip(grids, cells)]}
+
+
+def _flat(names: list[str], heads: int) -> tuple[int, ...]:
+    """A set of head names as sorted flat indices of a grid ``heads`` wide."""
+    return tuple(sorted(layer * heads + head for layer, head in map(parse_head, names)))
+
+
+@functools.lru_cache(maxsize=64)
+def _law(key: tuple) -> list | None:
+    """:func:`mtl_heads.model.headsets.cell_matched_law` of ``key`` (per record: grid bytes, cell bytes, shape,
+    stream), kept: stability computes a claim again with each seed left out."""
+    grids = [np.frombuffer(g, dtype=bool).reshape(shape) for g, _, shape, _ in key]
+    cells = [np.frombuffer(c, dtype=np.int64).reshape(shape) for _, c, shape, _ in key]
+    return cell_matched_law(grids, cells, [stream for *_, stream in key])
 
 
 def choosing_study(study: Study) -> Study:
@@ -100,8 +159,12 @@ def _ablation_groups(study: Study, choosing: Study) -> tuple[dict, dict, list[Un
         heads = sorted(map(str, record.get("heads") or []))
         matched = record.get("matched", "layer")  # records older than matched= drew layer-matched sets
         null = ABLATION_NULLS.get(matched)
-        facts = {"fixed": record.get("possible_sets") == 1, "degenerate": bool(record.get("degenerate")),
-                 "run": str(row["run"]), "heads": heads, "path": str(path)}
+        cells = record.get("importance_cells") if null == "importance" else None
+        grid = _grid(heads, cells)
+        facts = {"fixed": (possible_sets(grid, 1, cells) if cells is not None else record.get("possible_sets")) == 1,
+                 "degenerate": bool(record.get("degenerate")), "run": str(row["run"]), "heads": heads,
+                 "path": str(path), "grid": grid, "cells": cells, "stream": record.get("seed", 0),
+                 "random_heads": record.get("random_heads")}
         for method, tasks in record["methods"].items():
             for task, result in tasks.items():
                 who = _who(study, row["setting"])
@@ -115,6 +178,17 @@ def _ablation_groups(study: Study, choosing: Study) -> tuple[dict, dict, list[Un
                 else:
                     held.setdefault((kind, where, method, null), []).append((int(row["seed"]), {**result, **facts}))
     return held, wheres, list(other.values())
+
+
+def _grid(heads: list[str], cells: list | None) -> np.ndarray | None:
+    """The bool ``[layers, heads]`` grid of an ablation's ``heads``, as wide as its ``cells`` (an
+    importance-matched record's); None without cells (a layer-matched record does not hold its grid's width)."""
+    if cells is None:
+        return None
+    grid = np.zeros(np.shape(cells), dtype=bool)
+    for name in heads:
+        grid[parse_head(name)] = True
+    return grid
 
 
 @dataclass
@@ -180,13 +254,16 @@ class NeededFacts:
     (head sets shown and not counted) and ``regimes`` (those whose held-out stem cells were ablated, in
     :data:`REGIMES` order: the first decides) and ``stems`` (the study folders of the single-task runs that chose
     the held-out stem cells: :func:`choosing_study`) and ``annexes`` (:attr:`Study.annexes`: where a study that
-    continues the record draws a run's sets again)."""
+    continues the record draws a run's sets again) and ``monte_carlo`` (under rules with ``Rules.exact_sets``, where
+    some test was read from its null's exact law: the claim as the rules first written read it, from the random
+    sets alone, shown beside; None otherwise, and in the claims that stability computes with a seed left out)."""
 
     ablations: bool = False
     unused: list[Unused] = field(default_factory=list)
     regimes: list[NeededRegime] = field(default_factory=list)
     stems: list[str] = field(default_factory=list)
     annexes: dict[str, str] = field(default_factory=dict)
+    monte_carlo: Claim | None = None
 
 
 def _key(kind: str, where: str, method: str, null: str) -> str:
@@ -212,21 +289,28 @@ def _test_place(claim: Claim, held: dict, wheres: dict, kind: str, where: str) -
         results = held[(kind, where, method, null)]
         pooled = pooled_ablation([r["drop"] for _, r in results], [r.get("random_drops") or [] for _, r in results],
                                  claim.rules.first_sets)
-        why = (f"the set holds whole layers, so every {NULL_NAMES[null]} random set is the set itself"
-               if any(r["fixed"] for _, r in results) else "" if pooled["sets"] else "no random sets")
+        why = (f"the set holds whole {'layers' if null == 'layer' else 'cells'}, so every {NULL_NAMES[null]} random "
+               "set is the set itself" if any(r["fixed"] for _, r in results) else
+               "" if pooled["sets"] else "no random sets")
+        exact = exact_reading([r for _, r in results]) if claim.rules.exact_sets and not why else None
+        if exact:  # amendment 1: the null's exact law, no draws; its Monte Carlo reading is shown beside
+            pooled.update(p=exact["p"], null_mean=exact["null_mean"], null_95=exact["null_95"])
         place.ablations.append(Ablated(method, _key(kind, where, method, null),
                                        [(seed, r["drop"]) for seed, r in results], null,
                                        [(seed, r["path"], len(r.get("random_drops") or [])) for seed, r in results]))
         claim.add(Test(place.ablations[-1].key, pooled["p"], why,
-                       floor=1 / (pooled["sets"] + 1) if pooled["sets"] else 0.0,
+                       floor=exact["floor"] if exact else 1 / (pooled["sets"] + 1) if pooled["sets"] else 0.0,
                        family=f"{kind} {method}" + (f" {null}" if several else ""),
                        decides=method in chosen, value=pooled["drop"], runs=[r["run"] for _, r in results],
                        what={"regime": kind, "model": model, "task": task, "method": method,
                              "statistic": "score drop", "heads": results[0][1]["heads"]} | (
                            {"null": null} if several else {}),
                        numbers={"null_mean": pooled["null_mean"], "null_95": pooled["null_95"],
-                                "sets": pooled["sets"], "drop_by_seed": {str(seed): r["drop"] for seed, r in results}},
-                       draws=pooled["sets"] if claim.rules.standard_errors else 0))
+                                "sets": pooled["sets"], "drop_by_seed": {str(seed): r["drop"] for seed, r in results}}
+                       | ({"exact": {"floor": exact["floor"], "sets_by_seed": {
+                           str(seed): n for (seed, _), n in zip(results, exact["sets"])}}} if exact else {}),
+                       draws=pooled["sets"] if claim.rules.standard_errors and not exact else 0,
+                       exact_floor=bool(exact)))
     return place
 
 
@@ -244,7 +328,7 @@ def _extend(claim: Claim, held: dict) -> bool:
     for (kind, where, method, null), results in held.items():
         test = claim.tests.get(_key(kind, where, method, null))
         randoms = [r.get("random_drops") or [] for _, r in results]
-        if test is None or not test.unresolved or test.draws >= extended \
+        if test is None or not test.unresolved or "exact" in test.numbers or test.draws >= extended \
                 or min(map(len, randoms), default=0) < extended:
             continue
         pooled = pooled_ablation([r["drop"] for _, r in results], randoms, extended)
@@ -292,6 +376,8 @@ def compute_needed(study: Study) -> Claim:
     if facts.regimes:  # DP's sets decide when they were ablated
         first = facts.regimes[0]
         claim.verdict = _verdict(claim, first.keys, first.testable, first.need, len(first.places), first.open)
+    if study.left_out is None and any("exact" in test.numbers for test in claim.tests.values()):
+        facts.monte_carlo = compute_needed(replace(study, rules=replace(study.rules, exact_sets="")))
     return claim
 
 
@@ -366,7 +452,8 @@ def _place_line(claim: Claim, kind: str, place: NeededPlace) -> str:
             again = "" if ablated.drops == mine[0].drops else \
                 f"its ablations' drop {test.value:.2f}, by seed: {_by_seed(ablated)}; "
             against.append(f"{NULL_NAMES[ablated.null]} random sets' {n['null_mean']:.2f} ({again}95th pct "
-                           f"{n['null_95']:.2f}, {n['sets']} sets; {slot(ablated.key)})")
+                           f"{n['null_95']:.2f}, " + (_exact_text(claim, ablated.key) if "exact" in n else
+                                                      f"{n['sets']} sets; {slot(ablated.key)})"))
         first = claim.tests[mine[0].key]
         parts.append(f"{method}: drop {first.value:.2f} (by seed: {_by_seed(mine[0])}) against "
                      + " and ".join(against))
@@ -377,6 +464,20 @@ def _place_line(claim: Claim, kind: str, place: NeededPlace) -> str:
     return (f"{REGIME_NAMES[kind]}, {place.where}" + (f" ({place.metric})" if place.metric else "")
             + ("; **the layer-matched random sets cannot vary in some layer**" if place.degenerate else "") + ": "
             + "; ".join(parts))
+
+
+def _exact_text(claim: Claim, key: str) -> str:
+    """How a test read from its null's exact law shows it, the Monte Carlo reading of the rules as first written
+    beside: ``exact: every one of the 64 sets a seed's null can draw scored, one draw in 200 the ablated set in every
+    seed; {key}; at 1,000 random sets: p 0.010 ± 0.003, Holm 0.045 ± 0.01; not resolved ...)``."""
+    test, mc = claim.tests[key], claim.facts.monte_carlo
+    exact = test.numbers["exact"]
+    sets = sorted(set(exact["sets_by_seed"].values()))
+    text = (f"exact: every one of the {' or '.join(f'{n:,}' for n in sets)} sets a seed's null can draw scored, "
+            f"one draw in {1 / exact['floor']:,.0f} the ablated set in every seed; {slot(key)}")
+    if mc is not None and key in mc.tests:
+        text += f"; at {mc.tests[key].draws or test.numbers['sets']:,} random sets: {test_text(mc.tests[key])}"
+    return text + ")"
 
 
 def _done(place: NeededPlace) -> set[tuple[str, str]]:
@@ -414,6 +515,7 @@ def _regime_answer(claim: Claim, found: NeededRegime) -> str:
                f"could change the verdict for {listed(found.open)}, so it waits for them"
                if found.open and found is claim.facts.regimes[0] and not claim.verdict and not blocked else "")
             + _layer_text(claim, found)
+            + _monte_carlo_text(claim, found)
             + (f"; the cleanest tests, tasks whose own {name} did not prune and so chose none of them: "
                + ", ".join(f"{w} {'needs them' if w in found.need else 'not shown to need them'}" for w in clean)
                if clean else ""))
@@ -429,6 +531,27 @@ def _layer_text(claim: Claim, found: NeededRegime) -> str:
     return (f"; against the layer-matched null alone (round 2's rule) they are needed by {len(found.layer_need)} of "
             f"{len(found.places)} ({listed(found.layer_need)})"
             + (f", which reads *{word}*" if found is claim.facts.regimes[0] else ""))
+
+
+def _monte_carlo_text(claim: Claim, found: NeededRegime) -> str:
+    """``""``, or, where some of the regime's tests were read from their null's exact law (``Rules.exact_sets``):
+    which, and what the random sets alone (the rules as first written) give, pairs and verdict, beside."""
+    mc: Claim | None = claim.facts.monte_carlo
+    exact = [k for k in found.keys if "exact" in claim.tests[k].numbers]
+    if mc is None or not exact:
+        return ""
+    name = REGIME_NAMES[found.kind]
+    other = next((f for f in mc.facts.regimes if f.kind == found.kind), None)
+    text = (f"; read from their null's exact law, every set of it scored in each seed ({claim.rules.exact_sets}, "
+            f"written after these records): {', '.join(k.removeprefix(name + ' ') for k in exact)}")
+    if other is None:
+        return text
+    same = other.need == found.need and (found is not claim.facts.regimes[0] or mc.verdict == claim.verdict)
+    word = mc.words.get(mc.verdict, "cannot be tested")
+    return text + ("; read from the random sets alone, as the rules were first written, the same pairs need them"
+                   if same else f"; read from the random sets alone, as the rules were first written, they are "
+                   f"needed by {len(other.need)} of {len(other.places)} ({listed(other.need)})"
+                   + (f", which reads *{word}*" if found is claim.facts.regimes[0] else ""))
 
 
 def words_needed(claim: Claim) -> Claim:

@@ -112,7 +112,9 @@ class Rules:
     ``extended_sets`` (claim 6: the random sets per seed that a random-set test whose Holm p lies within 2
     standard errors of :data:`ALPHA` is read, or drawn again, with; 0: none, the p is read as it is; records
     drawn with that many sets from the start extend without a new draw, since the first ``first_sets`` of
-    them are the first draw's), ``verdict_rules``
+    them are the first draw's), ``exact_sets`` (claim 6: the amendment, a file, under which a random-set test whose
+    null's every set has been scored in each seed pooled is read from that null's exact law, the Monte Carlo
+    reading shown beside; ``""``: none), ``verdict_rules``
     (each claim's rule in words) and ``tests`` (the statistics every claim shares, in words)."""
 
     name: str
@@ -127,6 +129,7 @@ class Rules:
     stem_seeds: tuple[int, ...] = ()
     first_sets: int = 0
     extended_sets: int = 0
+    exact_sets: str = ""
     verdict_rules: dict = field(default_factory=lambda: dict(VERDICT_RULES), compare=False, repr=False)
     tests: str = field(default=TESTS, compare=False, repr=False)
 
@@ -156,7 +159,10 @@ ROUND3_TESTS = (
     "standard errors of 0.05 (a test still within them is *not resolved* and counts as not significant); each "
     "Monte Carlo p is printed with its standard error (`± SE`, times its Holm factor for the adjusted p). "
     "Where a null is global and layer-aware the verdict reads the larger p. A draw within 1e-9 of the observed "
-    "statistic counts as a hit. `p raw, Holm adjusted`; significant: adjusted p < "
+    "statistic counts as a hit. Amended after the records it touches were seen "
+    "(docs/ewt-study/rules-round3-amendment-1.md): where every set a claim-6 null can draw has been scored in each "
+    "seed pooled, its p is that null's exact law's, P(random drop >= observed), no standard error; the Monte Carlo "
+    "reading of the rules as first written is shown beside. `p raw, Holm adjusted`; significant: adjusted p < "
     f"{ALPHA}. Stability: each verdict recomputed with each seed left out in turn: *stable* when none changes "
     "it, *fragile* (with the seed) when one does, *too few seeds to test* only when what is left has a t-test "
     f"with fewer than {MIN_SEEDS} values a group or a family whose smallest attainable adjusted p reaches "
@@ -194,7 +200,8 @@ ROUND3_VERDICT_RULES = {
 }
 ROUND3 = Rules("round3", "docs/ewt-study/rules-round3.md", shuffles=ROUND3_SHUFFLES, seed=ROUND3_SEED,
                named_families=True, exact=True, standard_errors=True, nulls=("layer", "importance"),
-               matched="phases", stem_seeds=(1, 2, 3), first_sets=250, extended_sets=1000, verdict_rules=ROUND3_VERDICT_RULES,
+               matched="phases", stem_seeds=(1, 2, 3), first_sets=250, extended_sets=1000,
+               exact_sets="docs/ewt-study/rules-round3-amendment-1.md", verdict_rules=ROUND3_VERDICT_RULES,
                tests=ROUND3_TESTS)
 RULE_SETS = {rules.name: rules for rules in (ROUND2, ROUND3)}
 
