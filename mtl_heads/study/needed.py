@@ -86,7 +86,10 @@ def exact_reading(records: list[dict]) -> dict | None:
             table.setdefault(_flat(names, grid.shape[1]), float(drop))
         if len(table) < possible_sets(grid, 1, cell):
             return None
-        grids.append(grid), cells.append(cell), streams.append(record["stream"]), tables.append(table)
+        grids.append(grid)
+        cells.append(cell)
+        streams.append(record["stream"])
+        tables.append(table)
     law = _law(tuple((g.tobytes(), c.astype(np.int64).tobytes(), g.shape, s) for g, c, s in zip(grids, cells, streams)))
     ablated = tuple(tuple(np.flatnonzero(g.ravel()).tolist()) for g in grids)
     if law is None or any(s not in t for sets, _ in law for s, t in zip(sets, tables)):
@@ -468,15 +471,16 @@ def _place_line(claim: Claim, kind: str, place: NeededPlace) -> str:
 
 def _exact_text(claim: Claim, key: str) -> str:
     """How a test read from its null's exact law shows it, the Monte Carlo reading of the rules as first written
-    beside: ``exact: every one of the 64 sets a seed's null can draw scored, one draw in 200 the ablated set in every
-    seed; {key}; at 1,000 random sets: p 0.010 ± 0.003, Holm 0.045 ± 0.01; not resolved ...)``."""
+    beside: ``exact law: all 64 sets a seed's null can draw are scored, and 1 draw in 200 is the ablated set in every
+    seed; {key}; from the 1,000 random sets alone (the rules as first written): p 0.010 ± 0.003, ...)``."""
     test, mc = claim.tests[key], claim.facts.monte_carlo
     exact = test.numbers["exact"]
     sets = sorted(set(exact["sets_by_seed"].values()))
-    text = (f"exact: every one of the {' or '.join(f'{n:,}' for n in sets)} sets a seed's null can draw scored, "
-            f"one draw in {1 / exact['floor']:,.0f} the ablated set in every seed; {slot(key)}")
+    text = (f"exact law: all {' or '.join(f'{n:,}' for n in sets)} sets a seed's null can draw are scored, and 1 draw "
+            f"in {1 / exact['floor']:,.0f} is the ablated set in every seed; {slot(key)}")
     if mc is not None and key in mc.tests:
-        text += f"; at {mc.tests[key].draws or test.numbers['sets']:,} random sets: {test_text(mc.tests[key])}"
+        text += (f"; from the {mc.tests[key].draws or test.numbers['sets']:,} random sets alone (the rules as first "
+                 f"written): {test_text(mc.tests[key])}")
     return text + ")"
 
 
