@@ -38,7 +38,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,8 +54,7 @@ from mtl_heads.data.errors import DataError
 from mtl_heads.files import file_sha256, read_json, write_json
 from mtl_heads.folders import ABLATION_NULLS
 from mtl_heads.model.headsets import (cell_matched_sets, head_name, head_names, importance_cells, layer_matched_sets,
-                                      possible_sets,
-                                      parse_head)
+                                      parse_head, possible_sets)
 from mtl_heads.model.precision import autocast
 from mtl_heads.progress import progress_bar
 from mtl_heads.model.gate_constants import KEPT_AT
