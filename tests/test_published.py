@@ -192,6 +192,32 @@ def test_every_round3_record_was_committed_after_round3s_rules():
     assert not late, f"round-3 records not committed after the rules' last commit {rules[:10]}: {late[:5]}"
 
 
+def test_amendment_1_says_what_the_importance_matched_records_hold():
+    """docs/ewt-study/rules-round3-amendment-1.md's numbers: the smallest importance-matched null of round 3's records
+    holds C(4, 1)^3 = 64 sets (so two seeds drawn independently would tie at 1 / 4,096), its held-out set is of 6 or 7
+    heads, and the records' random sets are drawn from numpy seed 0, not the shuffle nulls' 20261129."""
+    import numpy as np
+
+    from mtl_heads.model.headsets import parse_head, possible_sets
+
+    text = " ".join((REPO / "docs" / "ewt-study" / "rules-round3-amendment-1.md").read_text().split())
+    spaces = []
+    for path in sorted((REPO / ROUND3).glob("**/ablation.json")):
+        record = json.loads(path.read_text())
+        if record.get("matched") == "layer and importance":
+            cells = np.array(record["importance_cells"])
+            grid = np.zeros(cells.shape, dtype=bool)
+            for name in record["heads"]:
+                grid[parse_head(name)] = True
+            spaces.append((possible_sets(grid, 1, cells), len(record["heads"]), record["seed"]))
+    assert spaces, "no importance-matched record in round 3's folder"
+    smallest = min(n for n, _, _ in spaces)
+    assert smallest == math.comb(4, 1) ** 3 and "as few as C(4, 1)^3 of them" in text
+    assert {k for n, k, _ in spaces if n == smallest} <= {6, 7} and "a held-out set of 6 or 7 heads" in text
+    assert f"1 / {smallest ** 2:,} for two seeds of {smallest} sets" in text
+    assert {seed for *_, seed in spaces} == {0} and "the records' numpy seed 0" in text and "20261129" in text
+
+
 def test_no_unfinished_ablation_is_committed():
     """An ablation still running keeps its passes in ablation.partial.json, which round 3's folder does not ignore
     (a session that ends on another machine hands them on); it is never part of a record: the claims read
