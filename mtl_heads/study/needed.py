@@ -76,7 +76,7 @@ def exact_reading(records: list[dict]) -> dict | None:
     Returns ``{"p", "floor", "null_mean", "null_95", "sets"}``: ``floor`` the probability that one draw is the
     ablated set in every seed (the smallest p the law can give), ``sets`` the distinct sets of each seed's null;
     None also where that draw has probability 0 (the ablated sets are no joint draw of the null)."""
-    grids, cells, streams, tables = [], [], [], []
+    grids, cells, streams, tables, spaces = [], [], [], [], []
     for record in records:
         if record.get("cells") is None or not record.get("random_heads"):
             return None
@@ -84,7 +84,8 @@ def exact_reading(records: list[dict]) -> dict | None:
         table: dict[tuple, float] = {}
         for names, drop in zip(record["random_heads"], record["random_drops"]):
             table.setdefault(_flat(names, grid.shape[1]), float(drop))
-        if len(table) < possible_sets(grid, 1, cell):
+        spaces.append(possible_sets(grid, 1, cell))
+        if len(table) < spaces[-1]:
             return None
         grids.append(grid)
         cells.append(cell)
@@ -99,8 +100,7 @@ def exact_reading(records: list[dict]) -> dict | None:
         return None
     values = [float(np.mean([t[s] for s, t in zip(sets, tables)])) for sets, _ in law]
     mean, q95, p = law_summary(float(np.mean([r["drop"] for r in records])), values, [p for _, p in law])
-    return {"p": p, "floor": floor, "null_mean": mean, "null_95": q95,
-            "sets": [possible_sets(g, 1, c) for g, c in zip(grids, cells)]}
+    return {"p": p, "floor": floor, "null_mean": mean, "null_95": q95, "sets": spaces}
 
 
 def _flat(names: list[str], heads: int) -> tuple[int, ...]:
