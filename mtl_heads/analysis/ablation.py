@@ -53,8 +53,8 @@ from mtl_heads.data.corpus import ROLES, load_corpus
 from mtl_heads.data.errors import DataError
 from mtl_heads.files import file_sha256, read_json, write_json
 from mtl_heads.folders import ABLATION_NULLS
-from mtl_heads.model.headsets import (cell_matched_sets, head_name, head_names, importance_cells, layer_matched_sets,
-                                      parse_head, possible_sets)
+from mtl_heads.model.headsets import (cell_matched_sets, head_grid, head_names, importance_cells, layer_matched_sets,
+                                      possible_sets)
 from mtl_heads.model.precision import autocast
 from mtl_heads.progress import progress_bar
 from mtl_heads.model.gate_constants import KEPT_AT
@@ -255,23 +255,6 @@ def chosen_tasks(names: Sequence[str] | None, available: Sequence[str], run: str
 
 
 # --- head sets and the null ---------------------------------------------------------------------
-def head_grid(names: Sequence[str], layers: int, heads: int) -> np.ndarray:
-    """``[layers, heads]`` bool grid of head names ``L<layer>H<head>`` (0-based); ValueError naming the
-    first bad one (not a head name, outside the grid, listed twice) or for an empty list."""
-    grid = np.zeros((layers, heads), dtype=bool)
-    if not names:
-        raise ValueError("no heads given: name at least one, e.g. L0H2,L1H0")
-    for name in names:
-        layer, head = parse_head(name)
-        if layer >= layers or head >= heads:
-            raise ValueError(f"{name}: outside the {layers} x {heads} grid of this encoder "
-                             f"(L0H0 to {head_name(layers - 1, heads - 1)})")
-        if grid[layer, head]:
-            raise ValueError(f"{name}: listed twice")
-        grid[layer, head] = True
-    return grid
-
-
 def kv_block(chosen: np.ndarray, group_size: int, gate_groups: str) -> int:
     """Heads drawn together in the random sets: a KV group (``group_size``) when the run's gates are per
     group (``gate_groups == "kv"``) and ``chosen`` ``[layers, heads]`` holds whole groups; else 1."""

@@ -12,7 +12,7 @@ import numpy as np
 
 from mtl_heads.config import ConfigError, load_saved_config
 from mtl_heads.folders import check_run_dir, is_removal_dir, is_run_dir
-from mtl_heads.model.headsets import head_name
+from mtl_heads.model.headsets import head_grid, head_name
 
 __all__ = ["HeadSource", "head_source", "stem_cell_heads", "probe_heads", "check_run"]
 
@@ -115,7 +115,7 @@ def probe_heads(folder: Path, probe: str, top: int | None) -> HeadSource:
 def check_run(run_dir: Path, heads: HeadSource, tasks: list[str]) -> np.ndarray:
     """The ``[layers, heads]`` grid of the heads in the run's encoder; the run folder and ``tasks`` checked
     too, before any weight is loaded."""
-    from mtl_heads.analysis.ablation import chosen_tasks, head_grid
+    from mtl_heads.analysis.ablation import chosen_tasks
     from mtl_heads.model.encoder import EncoderNotFound, attention_shape, encoder_config
 
     if is_removal_dir(run_dir) and not is_run_dir(run_dir):

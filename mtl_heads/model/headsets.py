@@ -3,7 +3,7 @@
 A head is named ``L<layer>H<head>`` (both from 0), as in every table and picture of the project; a
 set of heads is a bool grid ``[layers, heads]`` or, flattened layer by layer, ``[layers * heads]``.
 
-Random sets come in two kinds, and every test that holds a set of heads against chance prints both:
+Random sets come in three kinds; every test that holds a set of heads against chance prints the first two:
 
 - *global*: any heads of the grid (:func:`random_sets`, :func:`block_permutations`);
 - *layer-matched*: the same number of heads in each layer as the tested set (:func:`layer_matched_sets`,
@@ -32,8 +32,9 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["head_name", "parse_head", "head_names", "block_permutations", "layer_permutations", "seeded_permutations",
-           "random_sets", "random_sets_from", "layer_matched_sets", "layer_matched_from", "cell_matched_sets", "importance_cells", "possible_sets", "cell_matched_law", "LAW_STATES"]
+__all__ = ["head_name", "parse_head", "head_names", "head_grid", "block_permutations", "layer_permutations",
+           "seeded_permutations", "random_sets", "random_sets_from", "layer_matched_sets", "layer_matched_from",
+           "cell_matched_sets", "importance_cells", "possible_sets", "cell_matched_law", "LAW_STATES"]
 
 _NAME = re.compile(r"^L(\d+)H(\d+)$")
 
@@ -54,6 +55,23 @@ def parse_head(name: str) -> tuple[int, int]:
 def head_names(chosen: np.ndarray) -> list[str]:
     """The names of the heads of a bool grid ``[layers, heads]``, layer by layer."""
     return [head_name(layer, head) for layer, head in zip(*np.nonzero(np.asarray(chosen, dtype=bool)))]
+
+
+def head_grid(names: Sequence[str], layers: int, heads: int) -> np.ndarray:
+    """``[layers, heads]`` bool grid of head names ``L<layer>H<head>`` (0-based); ValueError naming the
+    first bad one (not a head name, outside the grid, listed twice) or for an empty list."""
+    grid = np.zeros((layers, heads), dtype=bool)
+    if not names:
+        raise ValueError("no heads given: name at least one, e.g. L0H2,L1H0")
+    for name in names:
+        layer, head = parse_head(name)
+        if layer >= layers or head >= heads:
+            raise ValueError(f"{name}: outside the {layers} x {heads} grid of this encoder "
+                             f"(L0H0 to {head_name(layers - 1, heads - 1)})")
+        if grid[layer, head]:
+            raise ValueError(f"{name}: listed twice")
+        grid[layer, head] = True
+    return grid
 
 
 def block_permutations(rng: np.random.Generator, count: int, size: int, block: int = 1) -> np.ndarray:

@@ -21,7 +21,7 @@ import numpy as np
 
 from mtl_heads.folders import (ABLATION_FOLDER, ABLATION_NULLS, IMPORTANCE_ABLATION_FOLDER, SEED_FOLDER, match_name,
                                shown)
-from mtl_heads.model.headsets import cell_matched_law, parse_head, possible_sets
+from mtl_heads.model.headsets import cell_matched_law, head_grid, parse_head, possible_sets
 from mtl_heads.study.core import (REGIME_NAMES, REGIMES, Claim, Study, Test, cannot_reach, heads_text, listed,
                                   majority, mtl_name, runs_of, slot, task_name, test_text, unreachable)
 from mtl_heads.study.heads import regime_gates, stem_heads
@@ -163,7 +163,8 @@ def _ablation_groups(study: Study, choosing: Study) -> tuple[dict, dict, list[Un
         matched = record.get("matched", "layer")  # records older than matched= drew layer-matched sets
         null = ABLATION_NULLS.get(matched)
         cells = record.get("importance_cells") if null == "importance" else None
-        grid = _grid(heads, cells)
+        # as wide as its importance cells; a layer-matched record does not hold its grid's width
+        grid = head_grid(heads, *np.shape(cells)) if cells is not None else None
         facts = {"fixed": (possible_sets(grid, 1, cells) if cells is not None else record.get("possible_sets")) == 1,
                  "degenerate": bool(record.get("degenerate")), "run": str(row["run"]), "heads": heads,
                  "path": str(path), "grid": grid, "cells": cells, "stream": record.get("seed", 0),
@@ -181,17 +182,6 @@ def _ablation_groups(study: Study, choosing: Study) -> tuple[dict, dict, list[Un
                 else:
                     held.setdefault((kind, where, method, null), []).append((int(row["seed"]), {**result, **facts}))
     return held, wheres, list(other.values())
-
-
-def _grid(heads: list[str], cells: list | None) -> np.ndarray | None:
-    """The bool ``[layers, heads]`` grid of an ablation's ``heads``, as wide as its ``cells`` (an
-    importance-matched record's); None without cells (a layer-matched record does not hold its grid's width)."""
-    if cells is None:
-        return None
-    grid = np.zeros(np.shape(cells), dtype=bool)
-    for name in heads:
-        grid[parse_head(name)] = True
-    return grid
 
 
 @dataclass
