@@ -250,7 +250,9 @@ def test_every_round3_record_that_read_weights_names_the_weights_of_its_run():
     weights and names their SHA-256 (``weights_sha256``): the digest its run's record holds (metrics.json), or for a
     run's annex, which retrains a round-1 run whose record names none, its retraining's (retraining.metrics.json);
     a record that read a retraining kept beside the run (``.seed<N>.retrained``, not committed) is checked against
-    the retraining.metrics.json of that seed's folder."""
+    the retraining.metrics.json of that seed's folder, and one that read a round-1 or round-2 run (seeds 1-3, under
+    docs/ewt-study) against its annex's, ``docs/ewt-study-round3/<setting>/seed<N>``, where round 3 trained it
+    again."""
     records = [(p, "run") for p in sorted((REPO / ROUND3).glob("**/ablation.json"))]
     records += [(p, "model") for p in sorted((REPO / ROUND3).glob("probes/*/report.json"))]
     wrong = []
@@ -258,8 +260,10 @@ def test_every_round3_record_that_read_weights_names_the_weights_of_its_run():
         record = json.loads(path.read_text())
         named = REPO / record[key]
         run = named.parent / record_folder_name(named.name)
-        digests = [json.loads((run / name).read_text()).get("weights_sha256")
-                   for name in ("metrics.json", RETRAINING_METRICS) if (run / name).is_file()]
+        files = [run / "metrics.json", run / RETRAINING_METRICS]
+        if run.parent.parent == REPO / STUDY:
+            files.append(REPO / ROUND3 / run.parent.name / run.name / RETRAINING_METRICS)
+        digests = [json.loads(file.read_text()).get("weights_sha256") for file in files if file.is_file()]
         digest = next((d for d in digests if d), None)
         if not record.get("weights_sha256") or record["weights_sha256"] != digest:
             wrong.append(f"{path.relative_to(REPO)}: names {record.get('weights_sha256')}, {record[key]} holds {digest}")
