@@ -7,6 +7,7 @@ seeds 1 to 3 of the full study whatever seed stability leaves out, a random-set 
 committed ablation records' random sets are those today's code draws, and the first N sets of a draw stay the
 same when more are drawn (so that a record is extended by drawing it again)."""
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -382,3 +383,18 @@ def test_a_null_with_a_set_not_scored_is_read_by_monte_carlo_and_a_floor_too_hig
     high.adjust()
     assert high.tests["a"].reach == ("cannot reach significance: its null's exact law allows p >= 0.01, and Holm over "
                                      "6 tests needs a p below 0.0083")
+
+
+def test_an_importance_matched_record_with_a_head_outside_its_cells_is_an_error_naming_the_file(study_dir):
+    """A head of an importance-matched record outside the grid its cells span (or listed twice) stops the claims
+    with a DataError naming the record, not an IndexError from deep inside."""
+    from mtl_heads.data.errors import DataError
+
+    write_cells_records(study_dir, sets=40)
+    path = next(p for p in sorted(study_dir.rglob("ablation.json")) if "importance_cells" in json.loads(p.read_text()))
+    record = json.loads(path.read_text())
+    for heads, says in ((record["heads"] + ["L5H0"], "L5H0: outside the 2 x 6 grid"),
+                        (record["heads"] + record["heads"][:1], f"{record['heads'][0]}: listed twice")):
+        path.write_text(json.dumps({**record, "heads": heads}))
+        with pytest.raises(DataError, match=f"{re.escape(str(path))}: 'heads': {re.escape(says)}"):
+            needed(read_study([str(study_dir)], rules=ROUND3))

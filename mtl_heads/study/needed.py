@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mtl_heads.data.errors import DataError
 from mtl_heads.folders import (ABLATION_FOLDER, ABLATION_NULLS, IMPORTANCE_ABLATION_FOLDER, SEED_FOLDER, match_name,
                                shown)
 from mtl_heads.model.headsets import cell_matched_law, head_grid, parse_head, possible_sets
@@ -163,8 +164,10 @@ def _ablation_groups(study: Study, choosing: Study) -> tuple[dict, dict, list[Un
         matched = record.get("matched", "layer")  # records older than matched= drew layer-matched sets
         null = ABLATION_NULLS.get(matched)
         cells = record.get("importance_cells") if null == "importance" else None
-        # as wide as its importance cells; a layer-matched record does not hold its grid's width
-        grid = head_grid(heads, *np.shape(cells)) if cells is not None else None
+        try:  # as wide as its importance cells; a layer-matched record does not hold its grid's width
+            grid = head_grid(heads, *np.shape(cells)) if cells is not None else None
+        except ValueError as err:
+            raise DataError(f"{path}: 'heads': {err}") from None
         facts = {"fixed": (possible_sets(grid, 1, cells) if cells is not None else record.get("possible_sets")) == 1,
                  "degenerate": bool(record.get("degenerate")), "run": str(row["run"]), "heads": heads,
                  "path": str(path), "grid": grid, "cells": cells, "stream": record.get("seed", 0),
