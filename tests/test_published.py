@@ -198,7 +198,7 @@ def test_amendment_1_says_what_the_importance_matched_records_hold():
     heads, and the records' random sets are drawn from numpy seed 0, not the shuffle nulls' 20261129."""
     import numpy as np
 
-    from mtl_heads.model.headsets import parse_head, possible_sets
+    from mtl_heads.model.headsets import head_grid, possible_sets
 
     text = " ".join((REPO / "docs" / "ewt-study" / "rules-round3-amendment-1.md").read_text().split())
     spaces = []
@@ -206,9 +206,7 @@ def test_amendment_1_says_what_the_importance_matched_records_hold():
         record = json.loads(path.read_text())
         if record.get("matched") == "layer and importance":
             cells = np.array(record["importance_cells"])
-            grid = np.zeros(cells.shape, dtype=bool)
-            for name in record["heads"]:
-                grid[parse_head(name)] = True
+            grid = head_grid(record["heads"], *cells.shape)
             spaces.append((possible_sets(grid, 1, cells), len(record["heads"]), record["seed"]))
     assert spaces, "no importance-matched record in round 3's folder"
     smallest = min(n for n, _, _ in spaces)
