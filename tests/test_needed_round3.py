@@ -227,15 +227,13 @@ def test_todays_draws_are_the_committed_records_sets_and_their_first_sets_stay_w
     seed and block (MiniLM: 12 heads a layer); drawing 1,000 keeps the first 250, for layer- and cell-matched
     (importance) sets alike."""
     from mtl_heads.analysis.ablation import matched_sets
-    from mtl_heads.model.headsets import head_names, importance_cells, parse_head
+    from mtl_heads.model.headsets import head_grid, head_names, importance_cells
 
     records = _committed_records()
     assert len(records) >= 40
     for path in records:
         record = json.loads(path.read_text())
-        chosen = np.zeros((len(record["heads_per_layer"]), 12), dtype=bool)
-        for name in record["heads"]:
-            chosen[parse_head(name)] = True
+        chosen = head_grid(record["heads"], len(record["heads_per_layer"]), 12)
         assert chosen.sum(1).tolist() == record["heads_per_layer"], path
         cells = np.array(record["importance_cells"]) if record.get("matched") == "layer and importance" else None
         sets = matched_sets(chosen, record["random_sets"], record["seed"], record["block"], cells=cells)
