@@ -244,6 +244,32 @@ def test_every_round3_run_trained_again_reproduced_its_weights():
             f"{run.relative_to(REPO)}: its retraining did not reproduce its weights; correct docs/ewt-results.md"
 
 
+def test_round3s_two_cuts_are_the_ones_the_doc_names():
+    """docs/ewt-results.md says round 3 cut two things, in the rules' order: seeds 4 and 5 of the equal-sparsity
+    settings (round 3 holds no ``<setting>-dp-budget`` folder, and round 2's seeds of each are those the doc lists)
+    and the importance-matched null for seeds 1 to 3 (every importance-matched ablation, in either study folder,
+    ablated a seed 4 or 5 run)."""
+    doc = " ".join((REPO / "docs/ewt-results.md").read_text().split())
+    assert not list((REPO / ROUND3).glob("*-dp-budget")), "round 3 has equal-sparsity runs: correct the doc's cuts"
+    names = {"pos": "POS", "ner": "NER", "dep": "DEP", "con": "CON", "srl": "SRL", "mtl5": "MTL-5"}
+    groups: dict[str, list[str]] = {}
+    for setting, name in names.items():
+        seeds = sorted(int(p.parent.name.removeprefix("seed"))
+                       for p in (REPO / STUDY / f"{setting}-dp-budget").glob("seed*/metrics.json"))
+        phrase = (f"{seeds[0]} to {seeds[-1]}" if len(seeds) > 2 else " and ".join(map(str, seeds))) \
+            if seeds == list(range(1, len(seeds) + 1)) else ", ".join(map(str, seeds))
+        groups.setdefault(phrase, []).append(name)
+    listed = ", ".join(f"{phrase} of {', '.join(n[:-1]) + ' and ' + n[-1] if len(n) > 1 else n[0]}"
+                       for phrase, n in groups.items())
+    assert f"keep round 2's (seeds {listed})" in doc, f"the doc's equal-sparsity seeds are not round 2's: {listed}"
+    assert "the importance-matched null was drawn for seeds 4 and 5 only" in doc
+    for path in sorted((REPO / "docs").glob("ewt-study*/**/ablation.json")):
+        record = json.loads(path.read_text())
+        if record.get("matched") == "layer and importance":
+            assert re.search(r"/seed[45]$", record["run"]), \
+                f"{path.relative_to(REPO)}: an importance-matched ablation of {record['run']}; correct the doc's cuts"
+
+
 def test_the_annex_retrainings_that_did_not_match_round_1s_record_are_the_ones_the_doc_names():
     """docs/ewt-results.md names, after "So far each matched its record", the round-1 runs trained again into a
     round-3 annex (a folder keeping retraining.metrics.json and no metrics.json) whose scores, dev curve or heads
