@@ -15,6 +15,7 @@ import yaml
 
 from mtl_heads.folders import RETRAINING_METRICS, record_folder_name
 from mtl_heads.study import check_claims, claims_json, claims_markdown, read_since, read_study, splice
+from mtl_heads.study.core import task_name
 
 REPO = Path(__file__).resolve().parents[1]
 STUDY = "docs/ewt-study"
@@ -32,6 +33,13 @@ def assert_same(path: Path, generated: str, how: str) -> None:
     shown = lambda lines: lines[line][:300] if line < len(lines) else "(the end)"  # noqa: E731
     pytest.fail(f"{path.relative_to(REPO)} differs from what the code generates, first at line {line + 1}:\n"
                 f"  committed: {shown(old)}\n  generated: {shown(new)}\nregenerate it: {how}")
+
+
+def setting_name(run: Path) -> str:
+    """The setting of the run in folder ``run`` as docs/ewt-results.md names it, from the tasks its metrics.json
+    lists: ``STL POS`` for one task, ``MTL-5`` for five (the claims' names, study.core.task_name and mtl_name)."""
+    tasks = json.loads((run / "metrics.json").read_text())["tasks"]
+    return f"STL {task_name(tasks[0])}" if len(tasks) == 1 else f"MTL-{len(tasks)}"
 
 
 def first_json_difference(old, new, where: str = "") -> str | None:
@@ -251,11 +259,14 @@ def test_round3s_two_cuts_are_the_ones_the_doc_names():
     ablated a seed 4 or 5 run)."""
     doc = " ".join((REPO / "docs/ewt-results.md").read_text().split())
     assert not list((REPO / ROUND3).glob("*-dp-budget")), "round 3 has equal-sparsity runs: correct the doc's cuts"
-    names = {"pos": "POS", "ner": "NER", "dep": "DEP", "con": "CON", "srl": "SRL", "mtl5": "MTL-5"}
+    settings = {folder: sorted(int(p.parent.name.removeprefix("seed")) for p in folder.glob("seed*/metrics.json"))
+                for folder in (REPO / STUDY).glob("*-dp-budget")}
+    runs = {folder: folder / f"seed{seeds[0]}" for folder, seeds in settings.items()}
+    tasks = {folder: json.loads((run / "metrics.json").read_text())["tasks"] for folder, run in runs.items()}
+    order = max(tasks.values(), key=len)  # single tasks in the MTL setting's order (the study's), then MTL
     groups: dict[str, list[str]] = {}
-    for setting, name in names.items():
-        seeds = sorted(int(p.parent.name.removeprefix("seed"))
-                       for p in (REPO / STUDY / f"{setting}-dp-budget").glob("seed*/metrics.json"))
+    for folder in sorted(settings, key=lambda folder: (len(tasks[folder]), order.index(tasks[folder][0]))):
+        seeds, name = settings[folder], setting_name(runs[folder]).removeprefix("STL ")
         phrase = (f"{seeds[0]} to {seeds[-1]}" if len(seeds) > 2 else " and ".join(map(str, seeds))) \
             if seeds == list(range(1, len(seeds) + 1)) else ", ".join(map(str, seeds))
         groups.setdefault(phrase, []).append(name)
@@ -290,9 +301,7 @@ def test_the_annex_retrainings_that_did_not_match_round_1s_record_are_the_ones_t
         record = json.loads((REPO / STUDY / annex.parent.name / annex.name / "metrics.json").read_text())
         again = json.loads(again_path.read_text())
         if any(record.get(key) != again.get(key) for key in ("test", "dev", "history", "heads_kept")):
-            setting = annex.parent.name
-            who = "MTL-5" if setting == "mtl5" else f"STL {setting.upper()}"
-            different.append((f"{who} seed {annex.name.removeprefix('seed')}", f"{record['test_mean']:.2f}",
+            different.append((f"{setting_name(REPO / STUDY / annex.parent.name / annex.name)} seed {annex.name.removeprefix('seed')}", f"{record['test_mean']:.2f}",
                               f"{again['test_mean']:.2f}"))
     assert sorted(named) == sorted(different), \
         f"docs/ewt-results.md names {named} as not matching round 1's record; the annexes say {different}"
