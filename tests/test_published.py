@@ -301,7 +301,8 @@ def test_the_annex_retrainings_that_did_not_match_round_1s_record_are_the_ones_t
         record = json.loads((REPO / STUDY / annex.parent.name / annex.name / "metrics.json").read_text())
         again = json.loads(again_path.read_text())
         if any(record.get(key) != again.get(key) for key in ("test", "dev", "history", "heads_kept")):
-            different.append((f"{setting_name(REPO / STUDY / annex.parent.name / annex.name)} seed {annex.name.removeprefix('seed')}", f"{record['test_mean']:.2f}",
+            who = setting_name(REPO / STUDY / annex.parent.name / annex.name)
+            different.append((f"{who} seed {annex.name.removeprefix('seed')}", f"{record['test_mean']:.2f}",
                               f"{again['test_mean']:.2f}"))
     assert sorted(named) == sorted(different), \
         f"docs/ewt-results.md names {named} as not matching round 1's record; the annexes say {different}"
