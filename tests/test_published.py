@@ -35,10 +35,9 @@ def assert_same(path: Path, generated: str, how: str) -> None:
                 f"  committed: {shown(old)}\n  generated: {shown(new)}\nregenerate it: {how}")
 
 
-def setting_name(run: Path) -> str:
-    """The setting of the run in folder ``run`` as docs/ewt-results.md names it, from the tasks its metrics.json
-    lists: ``STL POS`` for one task, ``MTL-5`` for five (the claims' names, study.core.task_name and mtl_name)."""
-    tasks = json.loads((run / "metrics.json").read_text())["tasks"]
+def setting_name(tasks: list[str]) -> str:
+    """The setting of a run training ``tasks`` (its metrics.json's list) as docs/ewt-results.md names it: ``STL POS``
+    for one task, ``MTL-5`` for five (the claims' names, study.core.task_name and mtl_name)."""
     return f"STL {task_name(tasks[0])}" if len(tasks) == 1 else f"MTL-{len(tasks)}"
 
 
@@ -261,12 +260,12 @@ def test_round3s_two_cuts_are_the_ones_the_doc_names():
     assert not list((REPO / ROUND3).glob("*-dp-budget")), "round 3 has equal-sparsity runs: correct the doc's cuts"
     settings = {folder: sorted(int(p.parent.name.removeprefix("seed")) for p in folder.glob("seed*/metrics.json"))
                 for folder in (REPO / STUDY).glob("*-dp-budget")}
-    runs = {folder: folder / f"seed{seeds[0]}" for folder, seeds in settings.items()}
-    tasks = {folder: json.loads((run / "metrics.json").read_text())["tasks"] for folder, run in runs.items()}
+    tasks = {folder: json.loads((folder / f"seed{seeds[0]}" / "metrics.json").read_text())["tasks"]
+             for folder, seeds in settings.items()}
     order = max(tasks.values(), key=len)  # single tasks in the MTL setting's order (the study's), then MTL
     groups: dict[str, list[str]] = {}
     for folder in sorted(settings, key=lambda folder: (len(tasks[folder]), order.index(tasks[folder][0]))):
-        seeds, name = settings[folder], setting_name(runs[folder]).removeprefix("STL ")
+        seeds, name = settings[folder], setting_name(tasks[folder]).removeprefix("STL ")
         phrase = (f"{seeds[0]} to {seeds[-1]}" if len(seeds) > 2 else " and ".join(map(str, seeds))) \
             if seeds == list(range(1, len(seeds) + 1)) else ", ".join(map(str, seeds))
         groups.setdefault(phrase, []).append(name)
@@ -301,9 +300,8 @@ def test_the_annex_retrainings_that_did_not_match_round_1s_record_are_the_ones_t
         record = json.loads((REPO / STUDY / annex.parent.name / annex.name / "metrics.json").read_text())
         again = json.loads(again_path.read_text())
         if any(record.get(key) != again.get(key) for key in ("test", "dev", "history", "heads_kept")):
-            who = setting_name(REPO / STUDY / annex.parent.name / annex.name)
-            different.append((f"{who} seed {annex.name.removeprefix('seed')}", f"{record['test_mean']:.2f}",
-                              f"{again['test_mean']:.2f}"))
+            who = f"{setting_name(record['tasks'])} seed {annex.name.removeprefix('seed')}"
+            different.append((who, f"{record['test_mean']:.2f}", f"{again['test_mean']:.2f}"))
     assert sorted(named) == sorted(different), \
         f"docs/ewt-results.md names {named} as not matching round 1's record; the annexes say {different}"
 
