@@ -98,6 +98,21 @@ def test_both_nulls_are_read_each_method_and_null_its_own_family_and_needed_is_a
     assert "; mean: drop 5.00" in line and not claim.notes
 
 
+def test_drops_by_seed_are_listed_in_seed_order_whatever_order_the_records_were_read_in(study_dir):
+    """A record read from a later round's annex comes after the stem's records; the line lists seeds 1, 2, 3."""
+    for seed in (1, 2, 3):
+        for null in ("layer", "importance"):
+            write_record(study_dir, "pos", seed, null, {"zero": 4.0 + seed, "mean": 4.0 + seed},
+                         {m: beaten(250) for m in ("zero", "mean")})
+    study = read_study([str(study_dir)], rules=ROUND3)
+    study.ablations.sort(key=lambda path_record: "seed2" not in str(path_record[0]))  # seed 2's first, as an annex's
+    claim = needed(study)
+    line = next(line for line in claim.text_lines() if line.startswith(f"{DP}, STL POS"))
+    assert line.startswith(f"{DP}, STL POS (accuracy): zero: drop 6.00 (by seed: 1 5.00, 2 6.00, 3 7.00) against ")
+    assert claim.tests[f"{DP} STL POS zero"].numbers["drop_by_seed"] == {"1": 5.0, "2": 6.0, "3": 7.0}
+    assert list(claim.tests[f"{DP} STL POS zero"].numbers["drop_by_seed"]) == ["1", "2", "3"]
+
+
 @pytest.mark.parametrize("failing", [("zero", "layer"), ("mean", "layer"), ("zero", "importance"),
                                      ("mean", "importance")])
 def test_one_of_the_four_not_significant_and_the_pair_does_not_need_them(study_dir, failing):

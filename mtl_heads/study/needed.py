@@ -146,13 +146,13 @@ class Unused:
 
 def _ablation_groups(study: Study, choosing: Study) -> tuple[dict, dict, list[Unused]]:
     """The ablations claim 6 reads: ``({(regime, where, method, null): [(seed, result)]}, {where: (model, task)},
-    unused)``, ``where`` as ``STL POS`` or ``MTL-5 DEP`` (model ``STL`` or ``MTL-5``, task ``pos`` or ``dep``),
-    ``null`` one of the rules' nulls (``layer``, ``importance``: :data:`mtl_heads.folders.ABLATION_NULLS`), each
-    result with its run folder (``run``), heads and ablation.json (``path``). A result counts for ``regime`` when
-    its heads are that regime's stem cells found without its task in ``choosing`` (:func:`choosing_study`,
-    :func:`stem_heads`) and its null is one of ``study.rules.nulls``; ``unused`` lists the rest (another head
-    set, such as the stem cells found with every task, or a set against a null the rules do not count: under
-    round 2's, ``matched=importance``): shown, not counted."""
+    unused)``, each list in seed order, ``where`` as ``STL POS`` or ``MTL-5 DEP`` (model ``STL`` or ``MTL-5``, task
+    ``pos`` or ``dep``), ``null`` one of the rules' nulls (``layer``, ``importance``:
+    :data:`mtl_heads.folders.ABLATION_NULLS`), each result with its run folder (``run``), heads and ablation.json
+    (``path``). A result counts for ``regime`` when its heads are that regime's stem cells found without its task in
+    ``choosing`` (:func:`choosing_study`, :func:`stem_heads`) and its null is one of ``study.rules.nulls``;
+    ``unused`` lists the rest (another head set, such as the stem cells found with every task, or a set against a
+    null the rules do not count: under round 2's, ``matched=importance``): shown, not counted."""
     held: dict[tuple, list] = {}
     wheres: dict[str, tuple[str, str]] = {}
     other: dict[tuple, Unused] = {}
@@ -184,7 +184,9 @@ def _ablation_groups(study: Study, choosing: Study) -> tuple[dict, dict, list[Un
                         (where, row["seed"], method))
                 else:
                     held.setdefault((kind, where, method, null), []).append((int(row["seed"]), {**result, **facts}))
-    return held, wheres, list(other.values())
+    # by seed, whatever folder (a stem or a later round's annex) each record was read from
+    return {key: sorted(results, key=lambda seed_result: seed_result[0]) for key, results in held.items()}, \
+        wheres, list(other.values())
 
 
 @dataclass
