@@ -15,7 +15,7 @@ import yaml
 
 from mtl_heads.folders import RETRAINING_METRICS, record_folder_name
 from mtl_heads.study import check_claims, claims_json, claims_markdown, read_since, read_study, splice
-from mtl_heads.study.core import task_name
+from mtl_heads.study.core import mtl_name, task_name
 
 REPO = Path(__file__).resolve().parents[1]
 STUDY = "docs/ewt-study"
@@ -38,7 +38,7 @@ def assert_same(path: Path, generated: str, how: str) -> None:
 def setting_name(tasks: list[str]) -> str:
     """The setting of a run training ``tasks`` (its metrics.json's list) as docs/ewt-results.md names it: ``STL POS``
     for one task, ``MTL-5`` for five (the claims' names, study.core.task_name and mtl_name)."""
-    return f"STL {task_name(tasks[0])}" if len(tasks) == 1 else f"MTL-{len(tasks)}"
+    return f"STL {task_name(tasks[0])}" if len(tasks) == 1 else mtl_name("+".join(tasks))
 
 
 def first_json_difference(old, new, where: str = "") -> str | None:

@@ -689,13 +689,15 @@ def task_name(task: str) -> str:
     return task.upper()
 
 
-def mtl_name(study: Study) -> str:
-    return f"MTL-{study.mtl.count('+') + 1}" if study.mtl else "MTL"
+def mtl_name(setting: str | None) -> str:
+    """An MTL setting (``pos+ner+dep+con+srl``, its tasks joined by ``+``) as the claims write it: ``MTL-5``;
+    ``MTL`` for a study without one (None)."""
+    return f"MTL-{setting.count('+') + 1}" if setting else "MTL"
 
 
 def display_name(study: Study, tasks: str) -> str:
     """A setting's tasks as the claims write them: ``POS``, or ``MTL-5`` for the study's MTL setting."""
-    return mtl_name(study) if tasks == study.mtl else task_name(tasks)
+    return mtl_name(study.mtl) if tasks == study.mtl else task_name(tasks)
 
 
 def runs_of(study: Study, setting: str) -> pd.DataFrame:

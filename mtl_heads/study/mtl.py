@@ -99,7 +99,7 @@ def compute_mtl(study: Study) -> Claim:
     ``task``, ``models`` (``["STL", "MTL-5"]``), ``score`` (the run table's column) and ``confound`` (``""``,
     or why the task is shown and not counted, in words: the test's record); ``value`` is MTL's mean minus
     STL's. Its facts: :class:`MtlFacts`."""
-    facts = MtlFacts(mtl_name(study))
+    facts = MtlFacts(mtl_name(study.mtl))
     claim = Claim("mtl", rule=study.rules.verdict_rules["mtl"], rules=study.rules, facts=facts)
     mtl = study.setting(study.mtl, "none")
     if mtl is None:

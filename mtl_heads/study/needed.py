@@ -653,7 +653,7 @@ def needed(study: Study) -> Claim:
 def _who(study: Study, setting: str) -> str:
     """``STL`` for a single-task setting, ``MTL-5`` for the study's MTL setting, else its task list."""
     tasks = runs_of(study, setting)["tasks"].iloc[0]
-    return "STL" if "+" not in tasks else mtl_name(study) if tasks == study.mtl else tasks
+    return "STL" if "+" not in tasks else mtl_name(study.mtl) if tasks == study.mtl else tasks
 
 
 def _task_order(study: Study, where: str) -> tuple:

@@ -110,7 +110,7 @@ def compute_probes(study: Study) -> Claim:
     holds ``task``, ``models`` and ``statistic`` ``probe score difference``; ``value`` is the first model's
     score minus the second's. Its facts: :class:`ProbesFacts`."""
     pretrained = [r for r in study.reports if r.meta.get("model_kind") != "run"]
-    facts = ProbesFacts(mtl_name(study), bool(pretrained))
+    facts = ProbesFacts(mtl_name(study.mtl), bool(pretrained))
     claim = Claim("probes", rule=study.rules.verdict_rules["probes"], rules=study.rules, facts=facts)
     by_setting = _reports_by_setting(study)
     mtl = study.setting(study.mtl, "none")

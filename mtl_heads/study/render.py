@@ -71,7 +71,7 @@ def score_grid(study: Study) -> pd.DataFrame:
     with the heads kept for pruned cells."""
     columns = {}
     for kind in ("none", "dp", "sp", "budget"):
-        for who, tasks_of in (("STL", lambda t: t), (mtl_name(study), lambda t: study.mtl)):
+        for who, tasks_of in (("STL", lambda t: t), (mtl_name(study.mtl), lambda t: study.mtl)):
             if any(study.setting(tasks_of(t), kind) for t in study.tasks):
                 columns[f"{who}, {REGIME_NAMES[kind]}"] = (tasks_of, kind)
     rows = []
