@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from mtl_heads.analysis.reproduction import metrics_differences
 from mtl_heads.folders import RETRAINING_METRICS, record_folder_name
 from mtl_heads.study import check_claims, claims_json, claims_markdown, read_since, read_study, splice
 from mtl_heads.study.core import mtl_name, task_name
@@ -282,9 +283,9 @@ def test_round3s_two_cuts_are_the_ones_the_doc_names():
 
 def test_the_annex_retrainings_that_did_not_match_round_1s_record_are_the_ones_the_doc_names():
     """docs/ewt-results.md names, after "So far each matched its record", the round-1 runs trained again into a
-    round-3 annex (a folder keeping retraining.metrics.json and no metrics.json) whose scores, dev curve or heads
-    kept differ from round 1's record (the retrain stage compares labels and gates too; the annex keeps only the
-    retraining's metrics), each as ``STL DEP seed 1 (mean test score 87.97 → 87.96)``: exactly those, with those
+    round-3 annex (a folder keeping retraining.metrics.json and no metrics.json) whose scores, dev curve, heads kept
+    or other metrics differ from round 1's record (analysis.reproduction.metrics_differences; the retrain stage
+    compares labels and gates too, the annex keeps only the retraining's metrics), each as ``STL DEP seed 1 (mean test score 87.97 → 87.96)``: exactly those, with those
     numbers, and none where every one matched."""
     doc = " ".join((REPO / "docs/ewt-results.md").read_text().split())
     sentence = re.search(r"So far each matched its record(?: except: (.*?\)))?\.(?: |$)", doc)
@@ -299,7 +300,7 @@ def test_the_annex_retrainings_that_did_not_match_round_1s_record_are_the_ones_t
             continue  # a round-3 run's own retraining (the digest test above)
         record = json.loads((REPO / STUDY / annex.parent.name / annex.name / "metrics.json").read_text())
         again = json.loads(again_path.read_text())
-        if any(record.get(key) != again.get(key) for key in ("test", "dev", "history", "heads_kept")):
+        if metrics_differences(record, again):
             who = f"{setting_name(record['tasks'])} seed {annex.name.removeprefix('seed')}"
             different.append((who, f"{record['test_mean']:.2f}", f"{again['test_mean']:.2f}"))
     assert sorted(named) == sorted(different), \

@@ -77,9 +77,25 @@ def _flat(value) -> list[float] | None:
 
 def differences(record: Path, new: Path) -> list[str]:
     """How run folder ``new`` differs from run folder ``record`` (empty: it does not), one line each:
-    the weights' digest first when both name one, then each test score, the dev scores and curve, the
-    heads kept, ``labels.json``, ``gates.json``; where the machines differ, the facts that differ."""
+    :func:`metrics_differences`, then ``labels.json``, ``gates.json``; where the machines differ, the facts
+    that differ."""
     a, b = (read_json(Path(folder) / "metrics.json") or {} for folder in (record, new))
+    out = metrics_differences(a, b)
+    labels = [read_json(Path(folder) / "labels.json") for folder in (record, new)]
+    if labels[0] != labels[1]:
+        out.append("labels.json differs")
+    out += _gate_differences(read_json(Path(record) / "gates.json") or {}, read_json(Path(new) / "gates.json") or {},
+                             exact=bool(a.get("weights_sha256") and b.get("weights_sha256")))
+    if out:
+        out += _machine_differences(a, b)
+    return out
+
+
+def metrics_differences(a: dict, b: dict) -> list[str]:
+    """How metrics.json ``b`` differs from the record's ``a`` (empty: it does not), one line each: the weights'
+    digest first when both name one, then each test score, the dev scores and curve, the heads kept and any other
+    key but time, machine and reproducible mode's pins (:data:`NOT_COMPARED`). Alone where a retraining keeps only
+    its metrics (a later round's annex keeps ``retraining.metrics.json``, not the labels and gates)."""
     out = []
     if a.get("weights_sha256") and b.get("weights_sha256") and a["weights_sha256"] != b["weights_sha256"]:
         out.append(f"weights sha256 {a['weights_sha256'][:12]}... -> {b['weights_sha256'][:12]}...")
@@ -93,17 +109,9 @@ def differences(record: Path, new: Path) -> list[str]:
     if a.get("history") != b.get("history"):
         out.append("the dev curve (metrics.json's history) differs")
     shown = {"test", "dev", "heads_kept", "history", "weights_sha256", "test_mean", "dev_mean", "reproducible",
-             *NOT_COMPARED}  # reproducible mode's pins: with the machine, below
-    out += [f"metrics.json's {key} {_pair(a.get(key), b.get(key))}" for key in sorted({*a, *b} - shown)
-            if a.get(key) != b.get(key)]
-    labels = [read_json(Path(folder) / "labels.json") for folder in (record, new)]
-    if labels[0] != labels[1]:
-        out.append("labels.json differs")
-    out += _gate_differences(read_json(Path(record) / "gates.json") or {}, read_json(Path(new) / "gates.json") or {},
-                             exact=bool(a.get("weights_sha256") and b.get("weights_sha256")))
-    if out:
-        out += _machine_differences(a, b)
-    return out
+             *NOT_COMPARED}  # reproducible mode's pins: with the machine, in differences()
+    return out + [f"metrics.json's {key} {_pair(a.get(key), b.get(key))}" for key in sorted({*a, *b} - shown)
+                  if a.get(key) != b.get(key)]
 
 
 def _gate_differences(g: dict, h: dict, exact: bool) -> list[str]:
