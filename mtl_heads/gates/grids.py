@@ -239,8 +239,8 @@ def permutation_baseline(settings: dict[str, list[np.ndarray]], moved: dict[str,
     rows = {}
     for b in names[1:]:  # B's shuffled grid gathered once for every A before it: [shuffles, L * H] a null
         y = centred[b]
-        shuffled_b = {null: y[order] for null, order in orders.items()}
-        kept_b = {null: kept[b][order].astype(np.float32) for null, order in orders.items()}  # 0/1 [shuffles, L * H]
+        shuffled_b = {null: np.take(y, order) for null, order in orders.items()}  # y[order], twice as fast
+        kept_b = {null: np.take(kept[b].astype(np.float32), order) for null, order in orders.items()}  # 0/1
         for a in names[:names.index(b)]:
             x = centred[a]
             norm = np.linalg.norm(x) * np.linalg.norm(y)

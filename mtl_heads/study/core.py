@@ -322,10 +322,11 @@ class Study:
     full_runs: pd.DataFrame | None = field(default=None, repr=False)
     configs: dict = field(default_factory=dict, repr=False)  # config.yaml path -> its dict, read once (config_of)
     _rows: tuple | None = field(default=None, init=False, repr=False, compare=False)  # run_row's index of runs
+    _of_setting: dict | None = field(default=None, init=False, repr=False, compare=False)  # runs_of's, made once
 
     def setting(self, tasks: str | None, kind: str) -> str | None:
         setting = self.cells.get((tasks, kind)) if tasks else None
-        return setting if setting is not None and (self.runs["setting"] == setting).any() else None
+        return setting if setting is not None and not runs_of(self, setting).empty else None
 
     @property
     def tasks(self) -> list[str]:
@@ -701,7 +702,12 @@ def display_name(study: Study, tasks: str) -> str:
 
 
 def runs_of(study: Study, setting: str) -> pd.DataFrame:
-    return study.runs[study.runs["setting"] == setting]
+    """The rows of ``study.runs`` of one setting, in table order (empty for a setting without runs); the claims
+    ask for each many times, so each is cut once per study (not to be changed in place)."""
+    if study._of_setting is None:
+        study._of_setting = {name: rows for name, rows in study.runs.groupby("setting", sort=False)}
+    rows = study._of_setting.get(setting)
+    return study.runs.iloc[:0] if rows is None else rows
 
 
 def run_folders(study: Study, *settings: str | None) -> list[str]:
