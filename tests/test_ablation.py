@@ -311,7 +311,7 @@ def ablate(*argv) -> tuple[int, dict | None]:
     return code, json.loads((out / "ablation.json").read_text()) if code == 0 and out else None
 
 
-KEYS = ["kind", "run", "run_resolved", "run_metrics_sha256", "weights_sha256", "tasks", "heads", "source", "label", "split", "sentences",
+KEYS = ["kind", "run", "run_metrics_sha256", "weights_sha256", "tasks", "heads", "source", "label", "split", "sentences",
         "random_sets", "seed", "matched", "gate_groups", "heads_per_layer", "methods", "random_heads"]
 RESULT_KEYS = ["metric", "base", "ablated", "drop", "random_drops", "null_mean", "null_95", "p"]
 

@@ -546,7 +546,7 @@ def run_ablation(loaded_run, chosen: np.ndarray, plan: AblationPlan = AblationPl
                 "split": split, "reference": reference, "max_sentences": plan.max_sentences, "reference_max": first,
                 "batch_size": batch_size, "precision": precision, "device": str(next(model.parameters()).device)}
     record = {"kind": "head ablation", "run": str(run if run is not None else loaded_run.path),
-              "run_resolved": str(Path(loaded_run.path).resolve()), "run_metrics_sha256": run_metrics_sha256,
+              "run_metrics_sha256": run_metrics_sha256,
               "weights_sha256": loaded_run.weights_sha256,
               "tasks": tasks, "heads": head_names(chosen),
               "source": plan.source, "label": plan.label, "split": split, "sentences": {t: len(ex) for t, ex in examples.items()},

@@ -357,13 +357,19 @@ class Study:
         found = tails.get(target.parts[-2:]) if found is None else found
         return None if found is None else self.runs.iloc[found]
 
+    def ablation_row(self, record: dict) -> pd.Series | None:
+        """:meth:`run_row` of the run an ablation.json read: its ``run`` (the folder as the ablation was given
+        it), or the absolute ``run_resolved`` that records kept until 1 December 2026 (a machine's path, no
+        longer written: a record is shared data)."""
+        return self.run_row(record.get("run_resolved") or record["run"])
+
     def without_seed(self, seed: int) -> Study:
         """The same study without the runs of ``seed``, their probe reports and their ablations; its
         ``full_runs`` stays the run table with every seed."""
         runs = self.runs[self.runs["seed"] != seed]
         reports = [r for r in self.reports if (row := self.report_row(r)) is None or row["seed"] != seed]
         ablations = [(p, a) for p, a in self.ablations
-                     if (row := self.run_row(a.get("run_resolved") or a.get("run"))) is None or row["seed"] != seed]
+                     if (row := self.ablation_row(a)) is None or row["seed"] != seed]
         return replace(self, runs=runs, reports=reports, ablations=ablations, left_out=seed, gates=self.gates,
                        configs=self.configs,
                        full_runs=self.full_runs if self.full_runs is not None else self.runs)
@@ -485,7 +491,7 @@ def build_study(runs: pd.DataFrame, notes: list[str], specs: list[str], rules: R
     study.annexes = annexes(list(runs["run"]), specs)
     matched = []
     for path, record in ablations:  # each matched to its run once
-        row = study.run_row(record.get("run_resolved") or record["run"])
+        row = study.ablation_row(record)
         if row is None:
             study.notes.append(f"{path}: its run {record['run']} is not among the study's runs; not used")
         else:

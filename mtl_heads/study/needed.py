@@ -159,7 +159,7 @@ def _ablation_groups(study: Study, choosing: Study) -> tuple[dict, dict, list[Un
     wanted = {(kind, task): sorted(stem_heads(choosing, kind, without=task))
               for kind in REGIMES for task in study.tasks}
     for path, record in study.ablations:
-        row = study.run_row(record.get("run_resolved") or record["run"])
+        row = study.ablation_row(record)
         heads = sorted(map(str, record.get("heads") or []))
         matched = record.get("matched", "layer")  # records older than matched= drew layer-matched sets
         null = ABLATION_NULLS.get(matched)
