@@ -285,8 +285,8 @@ def test_the_annex_retrainings_that_did_not_match_round_1s_record_are_the_ones_t
     """docs/ewt-results.md names, after "So far each matched its record", the round-1 runs trained again into a
     round-3 annex (a folder keeping retraining.metrics.json and no metrics.json) whose scores, dev curve, heads kept
     or other metrics differ from round 1's record (analysis.reproduction.metrics_differences; the retrain stage
-    compares labels and gates too, the annex keeps only the retraining's metrics), each as ``STL DEP seed 1 (mean test score 87.97 → 87.96)``: exactly those, with those
-    numbers, and none where every one matched."""
+    compares labels and gates too, the annex keeps only the retraining's metrics), each as ``STL DEP seed 1 (mean
+    test score 87.97 → 87.96)``: exactly those, with those numbers, and none where every one matched."""
     doc = " ".join((REPO / "docs/ewt-results.md").read_text().split())
     sentence = re.search(r"So far each matched its record(?: except: (.*?\)))?\.(?: |$)", doc)
     assert sentence, "docs/ewt-results.md: the sentence on the annexes' retrainings is gone"

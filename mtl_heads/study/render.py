@@ -80,7 +80,7 @@ def score_grid(study: Study) -> pd.DataFrame:
         row = {"task (test)": f"{task_name(task)} ({metric_name(score)})" if score else task_name(task)}
         for name, (tasks_of, kind) in columns.items():
             setting = study.setting(tasks_of(task), kind)
-            runs = runs_of(study, setting) if setting else study.runs.iloc[:0]
+            runs = runs_of(study, setting)  # empty where the cell has no setting (None)
             if not len(runs) or score is None or runs[score].isna().all():
                 row[name] = ""
                 continue
