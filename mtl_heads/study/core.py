@@ -35,7 +35,7 @@ __all__ = ["REGIMES", "REGIME_NAMES",
            "as_number",
            "kept_retrainings", "read_ablations", "folder_of", "one_encoder", "build_study", "mean_std", "heads_text",
            "metric_name", "listed",
-           "task_name", "mtl_name", "display_name", "runs_of", "run_folders", "config_of", "score_column", "majority",
+           "task_name", "mtl_name", "display_name", "run_folders", "config_of", "score_column", "majority",
            "share"]
 
 REGIMES = ("dp", "budget", "sp")  # the paper's regime (DP) first: gate verdicts read the first one present
@@ -322,11 +322,11 @@ class Study:
     full_runs: pd.DataFrame | None = field(default=None, repr=False)
     configs: dict = field(default_factory=dict, repr=False)  # config.yaml path -> its dict, read once (config_of)
     _rows: tuple | None = field(default=None, init=False, repr=False, compare=False)  # run_row's index of runs
-    _of_setting: dict | None = field(default=None, init=False, repr=False, compare=False)  # runs_of's, made once
+    _of_setting: dict | None = field(default=None, init=False, repr=False, compare=False)  # runs_of's cuts, made once
 
     def setting(self, tasks: str | None, kind: str) -> str | None:
         setting = self.cells.get((tasks, kind)) if tasks else None
-        return setting if setting is not None and not runs_of(self, setting).empty else None
+        return setting if setting is not None and not self.runs_of(setting).empty else None
 
     @property
     def tasks(self) -> list[str]:
@@ -338,6 +338,14 @@ class Study:
     @property
     def seeds(self) -> list[int]:
         return sorted(int(s) for s in self.runs["seed"].dropna().unique())
+
+    def runs_of(self, setting: str) -> pd.DataFrame:
+        """The rows of ``runs`` of one setting, in table order (empty for a setting without runs); the claims
+        ask for each many times, so each is cut once per study (not to be changed in place)."""
+        if self._of_setting is None:
+            self._of_setting = {name: rows for name, rows in self.runs.groupby("setting", sort=False)}
+        rows = self._of_setting.get(setting)
+        return self.runs.iloc[:0] if rows is None else rows
 
     def run_row(self, folder) -> pd.Series | None:
         """The run table's row of a run folder (by resolved path, else by its last two path parts:
@@ -707,23 +715,14 @@ def display_name(study: Study, tasks: str) -> str:
     return mtl_name(study.mtl) if tasks == study.mtl else task_name(tasks)
 
 
-def runs_of(study: Study, setting: str) -> pd.DataFrame:
-    """The rows of ``study.runs`` of one setting, in table order (empty for a setting without runs); the claims
-    ask for each many times, so each is cut once per study (not to be changed in place)."""
-    if study._of_setting is None:
-        study._of_setting = {name: rows for name, rows in study.runs.groupby("setting", sort=False)}
-    rows = study._of_setting.get(setting)
-    return study.runs.iloc[:0] if rows is None else rows
-
-
 def run_folders(study: Study, *settings: str | None) -> list[str]:
     """The run folders of ``settings`` (None skipped), in table order: the runs behind a test."""
-    return [str(r) for s in settings if s is not None for r in runs_of(study, s)["run"]]
+    return [str(r) for s in settings if s is not None for r in study.runs_of(s)["run"]]
 
 
 def config_of(study: Study, setting: str) -> dict:
     """The config of a setting's first run."""
-    path = Path(runs_of(study, setting)["run"].iloc[0]) / "config.yaml"
+    path = Path(study.runs_of(setting)["run"].iloc[0]) / "config.yaml"
     if path not in study.configs:  # read once per study (and the studies check_claims makes with a seed left out)
         study.configs[path] = read_yaml(path)
     return study.configs[path]

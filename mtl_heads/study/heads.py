@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from mtl_heads.study.core import Claim, Study, Test, run_folders, runs_of, slot, task_name
+from mtl_heads.study.core import Claim, Study, Test, run_folders, slot, task_name
 from mtl_heads.study.rules import NEAR_ALL, ROUND2, Rules
 from mtl_heads.gates.read import moved_flags, read_run
 from mtl_heads.gates.grids import kept_heads, permutation_baseline
@@ -52,7 +52,7 @@ def setting_gates(study: Study, setting: str, task: str = "") -> Gates:
     """The gates of a setting's runs in ``study`` (``task``: its task id, for :attr:`Gates.task`; default
     ``""``); each run folder is read once per study (its seed-left-out copies share the cache)."""
     runs = []
-    for folder in runs_of(study, setting)["run"]:
+    for folder in study.runs_of(setting)["run"]:
         if folder not in study.gates:
             study.gates[folder] = read_run(Path(folder))
         runs.append(study.gates[folder])

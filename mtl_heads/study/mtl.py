@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from mtl_heads.study.core import (Claim, Study, Test, config_of, listed, majority, mean_std, metric_name, mtl_name,
-                                  run_folders, runs_of, score_column, slot, task_name)
+                                  run_folders, score_column, slot, task_name)
 from mtl_heads.study.rules import MIN_SEEDS, TOO_FEW
 from mtl_heads.reports.significance import format_p, significance_table
 
@@ -30,7 +30,7 @@ def _step_share(study: Study, setting: str, task: str) -> float:
     """The share of a multi-task setting's training steps that go to ``task``: tasks are sampled in
     proportion to their number of batches ** ``train.sampling_alpha`` (read from the run's config and
     its metrics.json sentence counts; batches are taken as proportional to sentences)."""
-    run = Path(runs_of(study, setting)["run"].iloc[0])
+    run = Path(study.runs_of(setting)["run"].iloc[0])
     alpha = float((config_of(study, setting).get("train") or {}).get("sampling_alpha", 1.0))
     try:
         counts = json.loads((run / "metrics.json").read_text())["sentences"]["train"]
@@ -113,7 +113,7 @@ def compute_mtl(study: Study) -> Claim:
             continue
         row = significance_table(study.runs, [(stl, mtl)]).query("score == @score").iloc[0]
         few = min(row["n A"], row["n B"]) < MIN_SEEDS
-        values = {s: runs_of(study, s)[score].dropna() for s in (stl, mtl)}
+        values = {s: study.runs_of(s)[score].dropna() for s in (stl, mtl)}
         confound = _confound(study, stl, mtl, task)
         untestable = "" if few or np.isfinite(row["welch p"]) else "no spread"
         claim.add(Test(task_name(task), row["welch p"], untestable,

@@ -24,7 +24,7 @@ from mtl_heads.folders import (ABLATION_FOLDER, ABLATION_NULLS, IMPORTANCE_ABLAT
                                shown)
 from mtl_heads.model.headsets import cell_matched_law, head_grid, parse_head, possible_sets
 from mtl_heads.study.core import (REGIME_NAMES, REGIMES, Claim, Study, Test, cannot_reach, heads_text, listed,
-                                  majority, mtl_name, runs_of, slot, task_name, test_text, unreachable)
+                                  majority, mtl_name, slot, task_name, test_text, unreachable)
 from mtl_heads.study.heads import regime_gates, stem_heads
 from mtl_heads.study.rules import ALPHA, SUPPORT, VERDICT_METHODS
 from mtl_heads.stats import law_summary, null_summary
@@ -652,7 +652,7 @@ def needed(study: Study) -> Claim:
 
 def _who(study: Study, setting: str) -> str:
     """``STL`` for a single-task setting, ``MTL-5`` for the study's MTL setting, else its task list."""
-    tasks = runs_of(study, setting)["tasks"].iloc[0]
+    tasks = study.runs_of(setting)["tasks"].iloc[0]
     return "STL" if "+" not in tasks else mtl_name(study.mtl) if tasks == study.mtl else tasks
 
 

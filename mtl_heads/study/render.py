@@ -55,7 +55,7 @@ import pandas as pd
 from mtl_heads.config import ConfigError
 from mtl_heads.folders import shown
 from mtl_heads.study.core import (REGIME_NAMES, Claim, Study, Test, folder_of, mean_std, metric_name, mtl_name,
-                                  runs_of, score_column, as_number, task_name)
+                                  score_column, as_number, task_name)
 from mtl_heads.reports.significance import format_p
 
 __all__ = ["BEGIN", "END", "SCHEMA", "markers", "score_grid", "page_markdown", "claim_markdown", "since_line", "read_since",
@@ -80,7 +80,7 @@ def score_grid(study: Study) -> pd.DataFrame:
         row = {"task (test)": f"{task_name(task)} ({metric_name(score)})" if score else task_name(task)}
         for name, (tasks_of, kind) in columns.items():
             setting = study.setting(tasks_of(task), kind)
-            runs = runs_of(study, setting)  # empty where the cell has no setting (None)
+            runs = study.runs_of(setting)  # empty where the cell has no setting (None)
             if not len(runs) or score is None or runs[score].isna().all():
                 row[name] = ""
                 continue

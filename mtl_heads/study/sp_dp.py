@@ -14,7 +14,7 @@ from typing import Callable
 import numpy as np
 from omegaconf import OmegaConf
 
-from mtl_heads.study.core import (Claim, Study, Test, config_of, listed, mean_std, metric_name, run_folders, runs_of,
+from mtl_heads.study.core import (Claim, Study, Test, config_of, listed, mean_std, metric_name, run_folders,
                                   score_column, display_name, slot)
 from mtl_heads.study.heads import (Unpruned, gate_baseline, not_pruned, pair_tests, pair_words, setting_gates,
                                    unpruned, unpruned_text)
@@ -231,8 +231,8 @@ def _compare(claim: Claim, study: Study, tasks: str, pair: _Pair) -> SpDpCompari
     score = "test score" if "+" in tasks else score_column(study.runs, tasks)  # the mean over tasks for MTL
     if score is None:
         return None
-    heads = {s: runs_of(study, s)["heads kept"].dropna().to_numpy(float) for s in (pair.dp, pair.sp)}
-    scores = {s: runs_of(study, s)[score].dropna().to_numpy(float) for s in (pair.dp, pair.sp)}
+    heads = {s: study.runs_of(s)["heads kept"].dropna().to_numpy(float) for s in (pair.dp, pair.sp)}
+    scores = {s: study.runs_of(s)[score].dropna().to_numpy(float) for s in (pair.dp, pair.sp)}
     few = min(len(v) for v in (*heads.values(), *scores.values())) < MIN_SEEDS
     dp_heads, sp_heads, dp_score, sp_score = heads[pair.dp], heads[pair.sp], scores[pair.dp], scores[pair.sp]
     p = {"fewer heads": welch_one_sided(dp_heads, sp_heads, "less"),
@@ -266,7 +266,7 @@ def _unpruned_seeds(study: Study, gates: dict, settings: tuple[str, str]) -> lis
     out = []
     for (label, found), setting in zip(gates.items(), settings):
         size = found.kept.size
-        kept = runs_of(study, setting)["heads kept"].dropna()
+        kept = study.runs_of(setting)["heads kept"].dropna()
         most = kept.max() if len(kept) else math.nan
         if np.isfinite(most) and most >= NEAR_ALL * size:
             out.append(Unpruned(f"{label} (one seed at least)", int(most), size))
