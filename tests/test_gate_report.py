@@ -420,8 +420,12 @@ def test_permutation_baseline_of_independent_grids_is_not_small():
     pd.testing.assert_frame_equal(table, again)
 
 
-def test_permutation_null_equals_numpy_on_the_same_shuffles():
-    """The vectorised null against np.corrcoef and a plain Jaccard, shuffle by shuffle."""
+@pytest.mark.parametrize("chunk", [None, 7])
+def test_permutation_null_equals_numpy_on_the_same_shuffles(chunk, monkeypatch):
+    """The vectorised null against np.corrcoef and a plain Jaccard, shuffle by shuffle; also gathered 7
+    shuffles at a time (50 = 7 x 7 + 1: chunk boundaries and a short last chunk)."""
+    if chunk:
+        monkeypatch.setattr("mtl_heads.gates.grids.SHUFFLE_CHUNK", chunk)
     rng = np.random.default_rng(2)
     a = [rng.random((2, 4)) * (rng.random((2, 4)) > 0.4) for _ in range(2)]
     b = [rng.random((2, 4)) * (rng.random((2, 4)) > 0.4) for _ in range(3)]

@@ -237,11 +237,10 @@ def permutation_baseline(settings: dict[str, list[np.ndarray]], moved: dict[str,
     orders = dict(zip(("", "layer "), seeded_permutations(seed, shuffles, layers, heads, block, ("global", "layer"))))
     centred = {n: means[n] - means[n].mean() for n in names}
     rows = {}
-    for b in names[1:]:  # B's shuffled grid gathered once for every A before it: [shuffles, L * H] a null
-        y = centred[b]
-        shuffled_b = {null: np.take(y, order) for null, order in orders.items()}  # y[order], twice as fast
-        kept_b = {null: np.take(kept[b].astype(np.float32), order) for null, order in orders.items()}  # 0/1
-        for a in names[:names.index(b)]:
+    for b in names[1:]:  # B's shuffled grid against every A before it: [shuffles] a pair and null
+        before, y = names[:names.index(b)], centred[b]
+        dots, inters = _shuffled_products(y, kept[b], [centred[a] for a in before], [kept[a] for a in before], orders)
+        for i, a in enumerate(before):
             x = centred[a]
             norm = np.linalg.norm(x) * np.linalg.norm(y)
             observed = float(x @ y / norm) if norm > 0 else math.nan
@@ -249,24 +248,46 @@ def permutation_baseline(settings: dict[str, list[np.ndarray]], moved: dict[str,
             row = {"A": a, "B": b, "correlation": observed, "kept A": int(kept[a].sum()), "kept B": int(kept[b].sum()),
                    "jaccard": overlap, "jaccard note": _untestable_overlap({a: kept[a], b: kept[b]}),
                    "shuffles": shuffles, "seed": seed}
-            for null, order in orders.items():
-                shuffled = (shuffled_b[null] @ x) / norm if norm > 0 else np.full(shuffles, np.nan)  # [shuffles]
+            for null in orders:
+                shuffled = dots[null][i] / norm if norm > 0 else np.full(shuffles, np.nan)  # [shuffles]
                 row.update(zip((f"{null}null mean", f"{null}null 95%", f"{null}p"), null_summary(observed, shuffled)))
+                union = int(kept[a].sum()) + int(kept[b].sum()) - inters[null][i]  # a shuffle keeps B's count
                 row.update(zip((f"jaccard {null}null mean", f"jaccard {null}null 95%", f"jaccard {null}p"),
-                               null_summary(overlap, _shuffled_jaccard(kept[a], kept_b[null]))))
+                               null_summary(overlap, _overlap(inters[null][i], union))))
             if row["jaccard note"]:
                 row.update({f"jaccard {null}p": math.nan for null in orders})
             rows[a, b] = row
     return pd.DataFrame([rows[pair] for pair in itertools.combinations(names, 2)], columns=columns)
 
 
-def _shuffled_jaccard(a: np.ndarray, shuffled: np.ndarray) -> np.ndarray:
-    """``[shuffles]``: :func:`jaccard` of the kept heads ``a`` (``[heads]`` bool) and each shuffle of another
-    set (``shuffled``: ``[shuffles, heads]`` of 0 and 1 as float32), the same numbers: the intersections are
-    one matrix-vector product (whole numbers up to ``heads``, exact in float32), and a shuffle keeps the other
-    set's count, so each union is ``|a| + |b| - intersection``."""
-    inter = np.rint(shuffled @ a.astype(np.float32)).astype(np.int64)  # [shuffles]
-    return _overlap(inter, int(a.sum()) + int(shuffled[0].sum()) - inter)
+SHUFFLE_CHUNK = 4096  # shuffles gathered at a time by _shuffled_products
+
+
+def _shuffled_products(y: np.ndarray, kept_b: np.ndarray, xs: list[np.ndarray], kept_as: list[np.ndarray],
+                       orders: dict[str, np.ndarray]) -> tuple[dict, dict]:
+    """For each null of ``orders`` (``{null: [shuffles, heads]}`` permutations of head positions), each shuffle of B's
+    centred mean gates ``y`` (``[heads]``) dotted with each A's ``xs`` (``[heads]`` each), and the intersection of
+    each shuffle of B's kept heads ``kept_b`` (``[heads]`` bool) with each A's ``kept_as``: ``({null: [A, shuffles]
+    float}, {null: [A, shuffles] int})``. The shuffles are gathered :data:`SHUFFLE_CHUNK` at a time into buffers
+    used again (a fresh ``[shuffles, heads]`` array a null and B took two to three times as long, most of it spent
+    on new memory), the same numbers: each shuffle's dot product is its own row's, and the intersections are whole
+    numbers up to ``heads``, exact in float32."""
+    heads = y.size
+    a_kept, b_kept = [k.astype(np.float32) for k in kept_as], kept_b.astype(np.float32)
+    values, flags = np.empty((SHUFFLE_CHUNK, heads)), np.empty((SHUFFLE_CHUNK, heads), dtype=np.float32)
+    dots, inters = {}, {}
+    for null, order in orders.items():
+        dots[null] = np.empty((len(xs), len(order)))
+        inters[null] = np.empty((len(xs), len(order)), dtype=np.int64)
+        for start in range(0, len(order), SHUFFLE_CHUNK):
+            rows = order[start:start + SHUFFLE_CHUNK]
+            shuffled, shuffled_kept = values[:len(rows)], flags[:len(rows)]
+            np.take(y, rows, out=shuffled, mode="clip")  # "clip": not buffered as "raise" is (valid indices)
+            np.take(b_kept, rows, out=shuffled_kept, mode="clip")
+            for i in range(len(xs)):  # one matrix-vector product each, as for the whole null at once
+                dots[null][i, start:start + len(rows)] = shuffled @ xs[i]
+                inters[null][i, start:start + len(rows)] = np.rint(shuffled_kept @ a_kept[i])
+    return dots, inters
 
 
 def _untestable_overlap(kept: dict[str, np.ndarray]) -> str:
