@@ -251,7 +251,7 @@ def permutation_baseline(settings: dict[str, list[np.ndarray]], moved: dict[str,
             for null in orders:
                 shuffled = dots[null][i] / norm if norm > 0 else np.full(shuffles, np.nan)  # [shuffles]
                 row.update(zip((f"{null}null mean", f"{null}null 95%", f"{null}p"), null_summary(observed, shuffled)))
-                union = int(kept[a].sum()) + int(kept[b].sum()) - inters[null][i]  # a shuffle keeps B's count
+                union = row["kept A"] + row["kept B"] - inters[null][i]  # a shuffle keeps B's count
                 row.update(zip((f"jaccard {null}null mean", f"jaccard {null}null 95%", f"jaccard {null}p"),
                                null_summary(overlap, _overlap(inters[null][i], union))))
             if row["jaccard note"]:
