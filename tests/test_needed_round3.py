@@ -194,6 +194,28 @@ def test_a_test_within_two_standard_errors_is_not_resolved_and_says_what_to_draw
                     f"SETTINGS=pos SEEDS='1 2 3' STUDY={study_dir} STEMS={study_dir} bash docs/ewt-study.sh ablate`")
 
 
+@pytest.mark.parametrize("importance_hits", [100, 30])
+def test_a_pair_with_a_test_no_record_can_make_significant_does_not_hold_the_verdict(study_dir, importance_hits):
+    """STL POS's layer-matched tests are not resolved at 250 sets (9 hits: the rules draw them again), and its zero
+    ablation against the importance-matched null has 100 (p 0.40 ± 0.03) or 30 (p 0.12 ± 0.02) of 250 sets as high:
+    more than 2 standard errors above 0.05, so no Holm factor (at least 1) brings it below 0.05 or into the band
+    the rules draw again, the pair cannot need its stem cells whatever the layer-matched records say, and the
+    verdict does not wait for them. With 3 sets as high (p 0.016, significant) the layer-matched records still to
+    come decide the pair: it is open again and the verdict waits."""
+    hits = {("zero", "layer"): 9, ("mean", "layer"): 9, ("zero", "importance"): importance_hits}
+    all_four(study_dir, sets=250, hits=hits)
+    claim = needed(read_study([str(study_dir)], rules=ROUND3))
+    assert claim.tests[f"{DP} STL POS zero"].unresolved and not claim.tests[f"{DP} STL POS zero importance"].unresolved
+    assert claim.verdict == "no" and claim.facts.regimes[0].open == [] and "waits" not in claim.answer
+    for path in study_dir.rglob("ablation-dp-stem-cells-without-pos-importance-matched/ablation.json"):
+        record = json.loads(path.read_text())
+        record["methods"]["zero"]["pos"]["random_drops"] = beaten(250, 3)
+        path.write_text(json.dumps(record))
+    again = needed(read_study([str(study_dir)], rules=ROUND3))
+    assert again.verdict == "" and again.facts.regimes[0].open == ["STL POS"]
+    assert "could change the verdict for STL POS, so it waits for them" in again.answer
+
+
 def test_a_test_still_within_two_standard_errors_at_1000_sets_is_named_and_not_drawn_again(study_dir):
     # 44 hits spread over the 1,000 (11 in the first 250: p = 12/251 = 0.048 ± 0.013, read again at 1,000)
     all_four(study_dir, sets=1000, hits={("mean", "layer"): 44}, spread=True)  # p = 45/1001 = 0.045 ± 0.007

@@ -227,7 +227,8 @@ class NeededRegime:
     task: ``(heads, task names)``, tasks with the same set together), ``places`` (STL before MTL, then task
     order), and by ``where``: ``testable`` (its deciding tests can be tested, against every null) and ``need``
     (all of them significant), ``open`` (pairs not shown to need them whose records are not all in yet: an ablation
-    against one of the rules' nulls missing, or a test not resolved that the rules still extend); under rules with
+    against one of the rules' nulls missing, or a test not resolved that the rules still extend; not a pair with a
+    test that no record can make significant, :func:`_settled_against`); under rules with
     several nulls, ``layer_need`` (the pairs whose zero and mean ablation beat the layer-matched null, the one null
     of round 2's rule) and ``layer_verdict`` (the verdict that reading would give), which the answer shows beside
     where the second null changes a pair or the verdict."""
@@ -397,7 +398,8 @@ def _reading(claim: Claim, keys: dict[str, list[str]], missing: set[str]) -> tup
     ablation against one of the nulls read): ``(testable, need, open)`` as :class:`NeededRegime` defines them."""
     testable = [w for w, ks in keys.items() if w not in missing and not any(claim.tests[k].untestable for k in ks)]
     need = [w for w in testable if all(claim.significant(k) for k in keys[w])]
-    open_ = [w for w, ks in keys.items() if w not in need and (w in missing or any(_pending(claim, k) for k in ks))]
+    open_ = [w for w, ks in keys.items() if w not in need and (w in missing or any(_pending(claim, k) for k in ks))
+             and not any(_settled_against(claim, k) for k in ks)]
     return testable, need, open_
 
 
@@ -407,6 +409,21 @@ def _pending(claim: Claim, key: str) -> bool:
     test = claim.tests.get(key)
     return bool(test is not None and test.unresolved and claim.rules.extended_sets
                 and test.draws < claim.rules.extended_sets)
+
+
+def _settled_against(claim: Claim, key: str) -> bool:
+    """Can no record still to come make test ``key`` significant, so that its pair cannot need its stem cells
+    whatever the records of its other tests say? True when the rules draw it no further (not :func:`_pending`)
+    and either its null's exact law cannot reach significance in its family (``reach`` with an exact floor: the
+    law is whole, and no record lowers its floor) or its raw p lies at or above the level by more than 2 standard
+    errors: a Holm factor is at least 1, so however the family's other tests move, its adjusted p can fall
+    neither below the level nor into the band where the rules draw it again."""
+    test = claim.tests.get(key)
+    if test is None or test.why or _pending(claim, key):
+        return False
+    if test.reach and test.exact_floor:
+        return True
+    return bool(test.p - 2 * (test.standard_error if test.draws else 0.0) >= ALPHA)
 
 
 def _layer_alone(claim: Claim, found: NeededRegime) -> None:
