@@ -433,3 +433,19 @@ def test_an_importance_matched_record_with_a_head_outside_its_cells_is_an_error_
         path.write_text(json.dumps({**record, "heads": heads}))
         with pytest.raises(DataError, match=f"{re.escape(str(path))}: 'heads': {re.escape(says)}"):
             needed(read_study([str(study_dir)], rules=ROUND3))
+
+
+@pytest.mark.parametrize("family, settled", [(4, True), (5, False)])
+def test_a_test_is_settled_against_only_where_no_holm_factor_can_bring_it_into_the_band(family, settled):
+    """p 0.6 from 25 draws (standard error 0.098): more than 2 standard errors above 0.05, but an adjusted p capped
+    at 1 lies within 2 x factor x 0.098 of 0.05 once the factor can reach 5, so in a family of 5 the rules could
+    still draw it again: not settled; in a family of 4 it is."""
+    from mtl_heads.study.core import Claim, Test
+    from mtl_heads.study.needed import _settled_against
+
+    claim = Claim("x", rule="", rules=ROUND3)
+    claim.add(Test("a", 0.6, floor=1 / 26, family="f", draws=25))
+    for key in "bcdefgh"[:family - 1]:
+        claim.add(Test(key, 0.001, floor=0.0, family="f"))
+    claim.adjust()
+    assert not claim.tests["a"].unresolved and _settled_against(claim, "a") is settled

@@ -415,15 +415,18 @@ def _settled_against(claim: Claim, key: str) -> bool:
     """Can no record still to come make test ``key`` significant, so that its pair cannot need its stem cells
     whatever the records of its other tests say? True when the rules draw it no further (not :func:`_pending`)
     and either its null's exact law cannot reach significance in its family (``reach`` with an exact floor: the
-    law is whole, and no record lowers its floor) or its raw p lies at or above the level by more than 2 standard
-    errors: a Holm factor is at least 1, so however the family's other tests move, its adjusted p can fall
-    neither below the level nor into the band where the rules draw it again."""
+    law is whole, and no record lowers its floor) or its raw p lies above the level by more than 2 standard errors
+    and its family's largest Holm factor times 2 standard errors stays below 1 - the level: a Holm factor is at
+    least 1 and an adjusted p at most 1, so however the family's other tests move, its adjusted p can fall neither
+    below the level nor into the band where the rules draw it again."""
     test = claim.tests.get(key)
     if test is None or test.why or _pending(claim, key):
         return False
     if test.reach and test.exact_floor:
         return True
-    return bool(test.p - 2 * (test.standard_error if test.draws else 0.0) >= ALPHA)
+    error = test.standard_error if test.draws else 0.0
+    family = sum(1 for other in claim.tests.values() if other.family == test.family and not other.why)
+    return bool(test.p - 2 * error > ALPHA and 2 * family * error < 1 - ALPHA)
 
 
 def _layer_alone(claim: Claim, found: NeededRegime) -> None:
