@@ -27,7 +27,7 @@ from mtl_heads.study.core import (REGIME_NAMES, REGIMES, Claim, Study, Test, can
                                   majority, mtl_name, slot, task_name, test_text, unreachable)
 from mtl_heads.study.heads import regime_gates, stem_heads
 from mtl_heads.study.rules import ALPHA, SUPPORT, VERDICT_METHODS
-from mtl_heads.stats import law_summary, null_summary
+from mtl_heads.stats import law_summary, null_summary, unresolved
 
 __all__ = ["NULL_NAMES", "pooled_ablation", "exact_reading", "choosing_study", "Unused", "Ablated", "NeededPlace",
            "NeededRegime", "NeededFacts", "compute_needed", "words_needed", "needed", "extension_commands"]
@@ -415,18 +415,20 @@ def _settled_against(claim: Claim, key: str) -> bool:
     """Can no record still to come make test ``key`` significant, so that its pair cannot need its stem cells
     whatever the records of its other tests say? True when the rules draw it no further (not :func:`_pending`)
     and either its null's exact law cannot reach significance in its family (``reach`` with an exact floor: the
-    law is whole, and no record lowers its floor) or its raw p lies above the level by more than 2 standard errors
-    and its family's largest Holm factor times 2 standard errors stays below 1 - the level: a Holm factor is at
-    least 1 and an adjusted p at most 1, so however the family's other tests move, its adjusted p can fall neither
-    below the level nor into the band where the rules draw it again."""
+    law is whole, and no record lowers its floor) or its raw p lies above the level and outside the band the rules
+    draw again (:func:`mtl_heads.stats.unresolved`) at both ends of where its adjusted p can go: the raw p itself
+    (Holm factor 1) and 1, the cap (the family's largest factor). However the family's other tests move, its
+    adjusted p then falls neither below the level nor into that band."""
     test = claim.tests.get(key)
     if test is None or test.why or _pending(claim, key):
         return False
     if test.reach and test.exact_floor:
         return True
-    error = test.standard_error if test.draws else 0.0
+    if not test.draws:  # an exact test: its p is what it is
+        return bool(test.p > ALPHA)
     family = sum(1 for other in claim.tests.values() if other.family == test.family and not other.why)
-    return bool(test.p - 2 * error > ALPHA and 2 * family * error < 1 - ALPHA)
+    return bool(test.p > ALPHA and not unresolved(test.p, test.p, test.draws, 1.0, ALPHA)
+                and not unresolved(1.0, test.p, test.draws, family, ALPHA))
 
 
 def _layer_alone(claim: Claim, found: NeededRegime) -> None:
