@@ -549,3 +549,35 @@ def test_every_earlier_retraining_is_in_the_record():
             old = git_or_skip(["show", f"{commit}:{path.relative_to(REPO)}"], commit).stdout
             kept = [json.loads(p.read_text()) for p in path.parent.glob("retraining.*.metrics.json")]
             assert json.loads(old) in kept, f"{path}: the retraining of {commit[:7]} is not kept"
+
+
+def test_round3_sentences_on_mtl5_ner_say_what_the_records_hold():
+    """docs/ewt-results.md's two readings beside claim 6's MTL-5 NER numbers, from the ablation records: seeds 4 and
+    5's importance-matched null (the drops averaged over the two seeds, set by set, and p = (1 + sets as high) /
+    (1 + sets)), and seed 1's stem-cell drops on the annex's retraining (round 3) against round 2's record, whose
+    shift is larger than the gap between seeds 4 and 5."""
+    import numpy as np
+
+    doc = " ".join((REPO / "docs" / "ewt-results.md").read_text().split())
+    held_out = "ablation-dp-stem-cells-without-ner"
+    read = lambda folder, seed, suffix="": json.loads(  # noqa: E731
+        (REPO / folder / "mtl5" / f"seed{seed}" / f"{held_out}{suffix}" / "ablation.json").read_text())
+    matched = [read(ROUND3, seed, "-importance-matched") for seed in (4, 5)]
+    assert all(record["matched"] == "layer and importance" for record in matched)
+    shown = {}
+    for method in ("zero", "mean"):
+        drop = np.mean([record["methods"][method]["ner"]["drop"] for record in matched])
+        null = np.mean([record["methods"][method]["ner"]["random_drops"] for record in matched], axis=0)
+        p = (1 + int((null >= drop - 1e-9).sum())) / (1 + len(null))
+        shown[method] = f"{null.mean():.2f} against {drop:.2f}, p {p:.2g}"
+    assert f"with zero ablation ({shown['zero']}) and not significantly less with mean ablation ({shown['mean']})" \
+        in doc
+    drops = lambda record: [record["methods"][m]["ner"]["drop"] for m in ("zero", "mean")]  # noqa: E731
+    annex, round2 = drops(read(ROUND3, 1)), drops(read(STUDY, 1))
+    four, five = drops(read(ROUND3, 4)), drops(read(ROUND3, 5))
+    pair = lambda values: " / ".join(f"{v:.2f}" for v in values)  # noqa: E731
+    assert f"seed 1's stem cells cost MTL-5 NER {pair(annex)} F1 (zero / mean) on its annex's retraining and " \
+           f"{pair(round2)} on the weights round 2's record read" in doc
+    assert f"the gap between seeds 4 and 5 ({pair(four)} and {pair(five)})" in doc
+    assert all(abs(a - b) > abs(c - d) for a, b, c, d in zip(annex, round2, four, five))
+    assert read(STUDY, 1).get("weights_sha256") is None and "its digest not named" in doc
