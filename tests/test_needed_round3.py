@@ -303,8 +303,8 @@ def test_where_the_second_null_changes_a_pair_the_answer_shows_the_layer_null_al
     all_four(study_dir, hits={failing: 100})
     claim = needed(read_study([str(study_dir)], rules=ROUND3))
     assert claim.verdict == "no"
-    beside = ("against the layer-matched null alone (round 2's rule) they are needed by 1 of 1 (STL POS), which reads "
-              "*supported*")
+    beside = ("against the layer-matched null alone (round 2's null, every other rule round 3's) they are needed by "
+              "1 of 1 (STL POS), which reads *supported*")
     if failing[1] == "importance":  # the second null changes the pair, and the verdict: both shown
         assert claim.facts.regimes[0].layer_need == ["STL POS"] and beside in claim.answer
     else:  # the layer-matched null fails too: nothing changes, nothing more said

@@ -432,7 +432,7 @@ def _settled_against(claim: Claim, key: str) -> bool:
 
 
 def _layer_alone(claim: Claim, found: NeededRegime) -> None:
-    """``found.layer_need`` and ``found.layer_verdict``: what the layer-matched null alone (round 2's rule) would
+    """``found.layer_need`` and ``found.layer_verdict``: what the layer-matched null alone (round 2's null) would
     say, so that the answer can show both where round 3's second null changes a pair or the verdict."""
     keys = {p.where: [k for k in p.keys if claim.tests[k].what.get("null") == "layer"] for p in found.places}
     testable, found.layer_need, still = _reading(claim, keys, {w for w, ks in keys.items() if not ks})
@@ -544,13 +544,13 @@ def _regime_answer(claim: Claim, found: NeededRegime) -> str:
 
 def _layer_text(claim: Claim, found: NeededRegime) -> str:
     """``""``, or where the importance-matched null changes a pair or the verdict: what the layer-matched null
-    alone (round 2's rule) gives, beside."""
+    alone (round 2's null, every other rule round 3's) gives, beside."""
     if found.layer_need is None or (found.layer_need == found.need and
                                     (found is not claim.facts.regimes[0] or found.layer_verdict == claim.verdict)):
         return ""
     word = claim.words.get(found.layer_verdict, "cannot be tested")
-    return (f"; against the layer-matched null alone (round 2's rule) they are needed by {len(found.layer_need)} of "
-            f"{len(found.places)} ({listed(found.layer_need)})"
+    return (f"; against the layer-matched null alone (round 2's null, every other rule round 3's) they are needed by "
+            f"{len(found.layer_need)} of {len(found.places)} ({listed(found.layer_need)})"
             + (f", which reads *{word}*" if found is claim.facts.regimes[0] else ""))
 
 
