@@ -564,12 +564,14 @@ def test_round3_sentences_on_mtl5_ner_say_what_the_records_hold():
         (REPO / folder / "mtl5" / f"seed{seed}" / f"{held_out}{suffix}" / "ablation.json").read_text())
     matched = [read(ROUND3, seed, "-importance-matched") for seed in (4, 5)]
     assert all(record["matched"] == "layer and importance" for record in matched)
-    shown = {}
+    shown, side = {}, {}
     for method in ("zero", "mean"):
         drop = np.mean([record["methods"][method]["ner"]["drop"] for record in matched])
         null = np.mean([record["methods"][method]["ner"]["random_drops"] for record in matched], axis=0)
         p = (1 + int((null >= drop - 1e-9).sum())) / (1 + len(null))
         shown[method] = f"{null.mean():.2f} against {drop:.2f}, p {p:.2g}"
+        side[method] = (null.mean() > drop, p >= 0.05)
+    assert side == {"zero": (True, True), "mean": (False, True)}  # random sets cost more; less, not significantly
     assert f"with zero ablation ({shown['zero']}) and not significantly less with mean ablation ({shown['mean']})" \
         in doc
     drops = lambda record: [record["methods"][m]["ner"]["drop"] for m in ("zero", "mean")]  # noqa: E731
