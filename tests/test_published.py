@@ -10,6 +10,7 @@ import subprocess
 import tarfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -205,7 +206,6 @@ def test_amendment_1_says_what_the_importance_matched_records_hold():
     """docs/ewt-study/rules-round3-amendment-1.md's numbers: the smallest importance-matched null of round 3's records
     holds C(4, 1)^3 = 64 sets (so two seeds drawn independently would tie at 1 / 4,096), its held-out set is of 6 or 7
     heads, and the records' random sets are drawn from numpy seed 0, not the shuffle nulls' 20261129."""
-    import numpy as np
 
     from mtl_heads.model.headsets import head_grid, possible_sets
 
@@ -556,7 +556,6 @@ def test_round3_sentences_on_mtl5_ner_say_what_the_records_hold():
     5's importance-matched null (the drops averaged over the two seeds, set by set, and p = (1 + sets as high) /
     (1 + sets)), and seed 1's stem-cell drops on the annex's retraining (round 3) against round 2's record, whose
     shift is larger than the gap between seeds 4 and 5."""
-    import numpy as np
 
     doc = " ".join((REPO / "docs" / "ewt-results.md").read_text().split())
     held_out = "ablation-dp-stem-cells-without-ner"

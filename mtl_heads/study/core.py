@@ -76,7 +76,7 @@ class Test:
     the smallest p of an exact null's law, not ``1 / (n + 1)``) and, under rules that print
     standard errors (round 3), ``factor`` (its Holm multiplier) and ``unresolved`` (``""``, or why its
     adjusted p is too close to the level for its draws to say which side it falls on: it then counts as not
-    significant)."""
+    significant); ``family_size`` (the tests with a p-value in its family, Holm's m; set by ``Claim.adjust``)."""
 
     key: str
     p: float
@@ -98,6 +98,7 @@ class Test:
     exact_floor: bool = False
     factor: float = math.nan  # set by Claim.adjust under rules that print standard errors only
     unresolved: str = ""
+    family_size: int = 0  # set by Claim.adjust
 
     @property
     def significant(self) -> bool:
@@ -200,6 +201,8 @@ class Claim:
             for test, adjusted in zip(tests, holm([t.p for t in tests])):
                 test.adjusted = adjusted
             m = sum(np.isfinite(t.p) for t in tests)
+            for test in tests:
+                test.family_size = m
             if self.rules.standard_errors:
                 for rank, test in enumerate(sorted((t for t in tests if np.isfinite(t.p)), key=lambda t: t.p)):
                     test.factor = float(m - rank)  # Holm's multiplier of the (rank + 1)-th smallest p

@@ -426,9 +426,8 @@ def _settled_against(claim: Claim, key: str) -> bool:
         return True
     if not test.draws:  # an exact test: its p is what it is
         return bool(test.p > ALPHA)
-    family = sum(np.isfinite(other.p) for other in claim.tests.values() if other.family == test.family)  # as adjust
     return bool(test.p > ALPHA and not unresolved(test.p, test.p, test.draws, 1.0, ALPHA)
-                and not unresolved(1.0, test.p, test.draws, family, ALPHA))
+                and not unresolved(1.0, test.p, test.draws, test.family_size, ALPHA))
 
 
 def _layer_alone(claim: Claim, found: NeededRegime) -> None:
